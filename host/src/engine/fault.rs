@@ -1,0 +1,117 @@
+//! Everything that can go wrong inside a plugin, as typed causes the host can count.
+
+use std::time::Duration;
+
+/// A plugin misbehaved; the engine keeps serving and the object is retried with backoff.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Fault {
+    /// Ran past its wall-clock deadline (epoch interruption).
+    #[error("exceeded its deadline of {0:?}")]
+    Deadline(Duration),
+    /// Tried to grow linear memory past its cap.
+    #[error("exceeded its memory limit of {0} bytes")]
+    OutOfMemory(usize),
+    /// Overflowed the Wasm stack.
+    #[error("overflowed its stack")]
+    StackOverflow,
+    /// Panicked; the message is the guest's panic output.
+    #[error("panicked: {0}")]
+    Panic(String),
+    /// Any other trap.
+    #[error("trapped: {0}")]
+    Trap(String),
+    /// Answered with something that is not the contract's JSON (not an object, invalid JSON).
+    #[error("returned a malformed response: {0}")]
+    MalformedResponse(String),
+    /// Answered with more bytes than the response cap.
+    #[error("returned {size} bytes, over the response cap of {cap}")]
+    ResponseTooLarge {
+        /// Size of the response.
+        size: usize,
+        /// The configured cap.
+        cap: usize,
+    },
+    /// Answered with more children than allowed.
+    #[error("returned {count} children, over the cap of {cap}")]
+    TooManyChildren {
+        /// Children returned.
+        count: usize,
+        /// The configured cap.
+        cap: usize,
+    },
+    /// Could not be instantiated (e.g. the instance pool is exhausted).
+    #[error("could not be instantiated: {0}")]
+    Instantiate(String),
+}
+
+impl Fault {
+    /// A short stable label for metrics (`cause`).
+    pub fn cause(&self) -> &'static str {
+        match self {
+            Fault::Deadline(_) => "deadline",
+            Fault::OutOfMemory(_) => "out_of_memory",
+            Fault::StackOverflow => "stack_overflow",
+            Fault::Panic(_) => "panic",
+            Fault::Trap(_) => "trap",
+            Fault::MalformedResponse(_) => "malformed_response",
+            Fault::ResponseTooLarge { .. } => "response_too_large",
+            Fault::TooManyChildren { .. } => "too_many_children",
+            Fault::Instantiate(_) => "instantiate",
+        }
+    }
+}
+
+/// What the guest left behind when a call failed, to tell the causes apart.
+pub(crate) struct Evidence<'a> {
+    pub deadline: Duration,
+    pub memory_denied: Option<usize>,
+    pub stderr: &'a str,
+}
+
+/// Classify a failed call. Rust guests abort on panic and on allocation failure, both as
+/// an `unreachable` trap, so the limiter's record and the panic text on stderr decide.
+pub(crate) fn classify(err: &wasmtime::Error, evidence: Evidence<'_>) -> Fault {
+    use wasmtime::Trap;
+    if let Some(limit) = evidence.memory_denied {
+        return Fault::OutOfMemory(limit);
+    }
+    match err.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => Fault::Deadline(evidence.deadline),
+        Some(Trap::StackOverflow) => Fault::StackOverflow,
+        Some(Trap::UnreachableCodeReached) => match panic_message(evidence.stderr) {
+            Some(message) => Fault::Panic(message),
+            None => Fault::Trap("unreachable code reached".into()),
+        },
+        Some(trap) => Fault::Trap(trap.to_string()),
+        None => Fault::Trap(one_line(&format!("{err:#}"))),
+    }
+}
+
+/// The panic message from Rust's default panic hook output, on one line.
+fn panic_message(stderr: &str) -> Option<String> {
+    let start = stderr.find("panicked at ")?;
+    let text = stderr[start + "panicked at ".len()..].trim();
+    let mut lines = text.lines();
+    let location = lines.next()?.trim_end_matches(':');
+    let message: Vec<&str> = lines.take_while(|l| !l.starts_with("note:")).collect();
+    Some(one_line(&format!("{} (at {location})", message.join(" "))))
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panic_message_is_extracted_from_the_default_hook_output() {
+        let stderr = "\nthread '<unnamed>' panicked at src/lib.rs:12:9:\nboom: bad input\nnote: run with `RUST_BACKTRACE=1`\n";
+        assert_eq!(
+            panic_message(stderr).as_deref(),
+            Some("boom: bad input (at src/lib.rs:12:9)")
+        );
+        assert_eq!(panic_message("nothing here"), None);
+    }
+}

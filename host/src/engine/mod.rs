@@ -1,0 +1,366 @@
+//! Loads reconcile plugins (WebAssembly components) and runs them in a sandbox.
+//!
+//! One [`Engine`] per host compiles components and owns the instance pool and the epoch
+//! ticker that enforces deadlines. A [`Plugin`] is a validated, precompiled component;
+//! every [`Plugin::reconcile`] runs in a fresh `Store` and instance, so no state leaks
+//! between objects and a trap only poisons the instance it happened in.
+//!
+//! ```no_run
+//! use capstan::engine::{Engine, Limits, Request};
+//!
+//! let engine = Engine::new(Default::default())?;
+//! let plugin = engine.load_file("echo.wasm".as_ref(), Limits::default())?;
+//! let response = plugin.reconcile(&Request {
+//!     parent: serde_json::json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "Echo",
+//!         "metadata": {"name": "hi", "namespace": "default"}, "spec": {"message": "hi"}}),
+//!     ..Default::default()
+//! });
+//! # anyhow::Ok(())
+//! ```
+
+mod bindings;
+mod fault;
+mod load;
+mod sandbox;
+mod types;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::Store;
+use wasmtime::component::Linker;
+
+pub use bindings::WIT_PACKAGE;
+pub use fault::Fault;
+pub use load::LoadError;
+pub use types::{Event, EventType, Kind, Metadata, Request, Response};
+
+use bindings::{Reconciler, ReconcilerPre, capstan::reconciler::types as wit};
+use sandbox::State;
+
+/// How often the deadline clock ticks; deadlines are enforced to within one tick.
+const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Engine-wide settings, fixed at start-up.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Instances that may exist at once across all plugins (pool slots).
+    pub max_instances: u32,
+    /// The largest memory limit any plugin may be given.
+    pub max_memory: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_instances: 256,
+            max_memory: 1 << 30,
+        }
+    }
+}
+
+/// Per-plugin limits on one call.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Limits {
+    /// Wall-clock deadline of one call.
+    #[serde(with = "humantime_serde")]
+    pub deadline: Duration,
+    /// Linear memory cap in bytes.
+    pub memory: usize,
+    /// Cap on the total bytes of JSON in one response.
+    pub response_bytes: usize,
+    /// Cap on the number of children in one response.
+    pub max_children: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            deadline: Duration::from_secs(1),
+            memory: 64 << 20,
+            response_bytes: 4 << 20,
+            max_children: 1000,
+        }
+    }
+}
+
+/// Why a reconcile produced no response.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DispatchError {
+    /// The plugin asked to be retried with backoff.
+    #[error("plugin asked to retry: {0}")]
+    Retry(String),
+    /// The plugin reported a permanent problem with this object.
+    #[error("plugin reported a fatal error: {0}")]
+    Fatal(String),
+    /// The plugin faulted.
+    #[error("plugin {0}")]
+    Fault(#[from] Fault),
+}
+
+/// Compiles plugins and runs their calls; cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    inner: wasmtime::Engine,
+    linker: Arc<Linker<State>>,
+    config: EngineConfig,
+}
+
+impl Engine {
+    /// An engine with a pooling allocator sized by `config` and a running deadline clock.
+    pub fn new(config: EngineConfig) -> anyhow::Result<Engine> {
+        let mut pool = wasmtime::PoolingAllocationConfig::new();
+        // A Rust component holds a handful of core instances and tables but one memory.
+        pool.total_component_instances(config.max_instances)
+            .total_core_instances(config.max_instances * 8)
+            .total_memories(config.max_instances * 2)
+            .total_tables(config.max_instances * 8)
+            .total_stacks(config.max_instances)
+            .max_memory_size(config.max_memory)
+            // Keeping a slot's first pages resident and resetting them with pagemap
+            // scanning is what makes a fresh instance per call cheap.
+            .linear_memory_keep_resident(1 << 20)
+            .table_keep_resident(64 << 10)
+            .pagemap_scan(wasmtime::Enabled::Auto);
+        let mut wasm = wasmtime::Config::new();
+        wasm.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool))
+            .epoch_interruption(true)
+            .wasm_component_model(true);
+        let inner = wasmtime::Engine::new(&wasm)?;
+
+        let mut linker = Linker::new(&inner);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        Reconciler::add_to_linker::<State, wasmtime::component::HasSelf<State>>(
+            &mut linker,
+            |s| s,
+        )?;
+
+        let weak = inner.weak();
+        std::thread::Builder::new()
+            .name("capstan-epoch".into())
+            .spawn(move || {
+                while let Some(engine) = weak.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })?;
+        Ok(Engine {
+            inner,
+            linker: Arc::new(linker),
+            config,
+        })
+    }
+
+    /// Load, validate and precompile a plugin file.
+    pub fn load_file(&self, path: &std::path::Path, limits: Limits) -> Result<Plugin, LoadError> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| LoadError::Read(path.display().to_string(), e.to_string()))?;
+        self.load(&bytes, limits)
+    }
+
+    /// Load, validate and precompile a plugin from bytes, and read its metadata.
+    pub fn load(&self, bytes: &[u8], limits: Limits) -> Result<Plugin, LoadError> {
+        if limits.memory > self.config.max_memory {
+            return Err(LoadError::Limits(format!(
+                "memory limit {} exceeds the engine maximum {}",
+                limits.memory, self.config.max_memory
+            )));
+        }
+        let component = load::compile(&self.inner, bytes)?;
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| load::link_error(&component, &self.inner, e))?;
+        let pre = ReconcilerPre::new(pre).map_err(|e| LoadError::Exports(format!("{e:#}")))?;
+        let mut plugin = Plugin {
+            engine: self.clone(),
+            pre,
+            limits,
+            name: Arc::from("<loading>"),
+            metadata: None,
+        };
+        let mut instance = plugin
+            .instantiate("<metadata>")
+            .map_err(|f| LoadError::Metadata(f.to_string()))?;
+        let metadata = instance
+            .metadata()
+            .map_err(|f| LoadError::Metadata(f.to_string()))?;
+        load::validate_metadata(&metadata)?;
+        plugin.name = Arc::from(metadata.name.as_str());
+        plugin.metadata = Some(metadata);
+        Ok(plugin)
+    }
+}
+
+/// A loaded plugin: precompiled, linked against the sandbox, ready to instantiate.
+#[derive(Clone)]
+pub struct Plugin {
+    engine: Engine,
+    pre: ReconcilerPre<State>,
+    limits: Limits,
+    name: Arc<str>,
+    metadata: Option<Metadata>,
+}
+
+impl Plugin {
+    /// What the plugin declared at load.
+    pub fn metadata(&self) -> &Metadata {
+        self.metadata
+            .as_ref()
+            .expect("metadata is read during load")
+    }
+
+    /// The limits its calls run under.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Reconcile one object in a fresh instance.
+    pub fn reconcile(&self, request: &Request) -> Result<Response, DispatchError> {
+        let key = object_key(&request.parent);
+        let _span = tracing::debug_span!("dispatch", plugin = %self.name, object = %key).entered();
+        self.instantiate(&key)?.reconcile(request)
+    }
+
+    /// A fresh instance; reused across calls only by benchmarks.
+    pub fn instantiate(&self, object: &str) -> Result<Instance, Fault> {
+        let state = State::new(self.name.clone(), object.to_string(), self.limits.memory);
+        let mut store = Store::new(&self.engine.inner, state);
+        store.limiter(|s| &mut s.limiter);
+        arm_deadline(&mut store, self.limits.deadline);
+        let bindings = self.pre.instantiate(&mut store).map_err(|e| {
+            match fault_of(&store, &e, self.limits.deadline) {
+                Fault::Trap(msg) => Fault::Instantiate(msg),
+                other => other,
+            }
+        })?;
+        Ok(Instance {
+            store,
+            bindings,
+            limits: self.limits.clone(),
+        })
+    }
+}
+
+/// One live instance of a plugin.
+pub struct Instance {
+    store: Store<State>,
+    bindings: Reconciler,
+    limits: Limits,
+}
+
+impl Instance {
+    fn metadata(&mut self) -> Result<Metadata, Fault> {
+        arm_deadline(&mut self.store, self.limits.deadline);
+        let result = self
+            .bindings
+            .capstan_reconciler_plugin()
+            .call_metadata(&mut self.store);
+        self.store.data().flush_output();
+        result
+            .map(Metadata::from)
+            .map_err(|e| fault_of(&self.store, &e, self.limits.deadline))
+    }
+
+    /// Call `reconcile` and validate the answer against the limits.
+    pub fn reconcile(&mut self, request: &Request) -> Result<Response, DispatchError> {
+        let wire = wit::Request {
+            parent: request.parent.to_string(),
+            children: request.children.iter().map(|c| c.to_string()).collect(),
+            finalizing: request.finalizing,
+        };
+        arm_deadline(&mut self.store, self.limits.deadline);
+        let result = self
+            .bindings
+            .capstan_reconciler_plugin()
+            .call_reconcile(&mut self.store, &wire);
+        self.store.data().flush_output();
+        match result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline))? {
+            Ok(response) => Ok(validate(response, &self.limits)?),
+            Err(wit::ReconcileError::Retry(m)) => Err(DispatchError::Retry(m)),
+            Err(wit::ReconcileError::Fatal(m)) => Err(DispatchError::Fatal(m)),
+        }
+    }
+}
+
+fn arm_deadline(store: &mut Store<State>, deadline: Duration) {
+    let ticks = deadline.as_nanos().div_ceil(EPOCH_TICK.as_nanos()).max(1) as u64;
+    store.set_epoch_deadline(ticks);
+    store.epoch_deadline_trap();
+}
+
+fn fault_of(store: &Store<State>, err: &wasmtime::Error, deadline: Duration) -> Fault {
+    let stderr = store.data().stderr.text();
+    fault::classify(
+        err,
+        fault::Evidence {
+            deadline,
+            memory_denied: store.data().limiter.denied,
+            stderr: &stderr,
+        },
+    )
+}
+
+/// Enforce the caps and parse the JSON texts of a raw response.
+fn validate(raw: wit::Response, limits: &Limits) -> Result<Response, Fault> {
+    if raw.children.len() > limits.max_children {
+        return Err(Fault::TooManyChildren {
+            count: raw.children.len(),
+            cap: limits.max_children,
+        });
+    }
+    let size = raw
+        .children
+        .iter()
+        .chain(&raw.status)
+        .map(String::len)
+        .sum::<usize>()
+        + raw
+            .events
+            .iter()
+            .map(|e| e.reason.len() + e.message.len())
+            .sum::<usize>();
+    if size > limits.response_bytes {
+        return Err(Fault::ResponseTooLarge {
+            size,
+            cap: limits.response_bytes,
+        });
+    }
+    let object = |text: &str, what: &str| -> Result<serde_json::Value, Fault> {
+        match serde_json::from_str(text) {
+            Ok(v @ serde_json::Value::Object(_)) => Ok(v),
+            Ok(_) => Err(Fault::MalformedResponse(format!(
+                "{what} is not a JSON object"
+            ))),
+            Err(e) => Err(Fault::MalformedResponse(format!("{what} is not JSON: {e}"))),
+        }
+    };
+    Ok(Response {
+        children: raw
+            .children
+            .iter()
+            .enumerate()
+            .map(|(i, c)| object(c, &format!("child {i}")))
+            .collect::<Result<_, _>>()?,
+        status: raw
+            .status
+            .as_deref()
+            .map(|s| object(s, "status"))
+            .transpose()?,
+        requeue_after: raw.requeue_after_ms.map(Duration::from_millis),
+        events: raw.events.into_iter().map(Event::from).collect(),
+        finalized: raw.finalized,
+    })
+}
+
+/// `namespace/name` (or `name`) of an object, for logs.
+pub fn object_key(object: &serde_json::Value) -> String {
+    let meta = &object["metadata"];
+    match (meta["namespace"].as_str(), meta["name"].as_str()) {
+        (Some(ns), Some(name)) => format!("{ns}/{name}"),
+        (None, Some(name)) => name.to_string(),
+        _ => "<unnamed>".to_string(),
+    }
+}

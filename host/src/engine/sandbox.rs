@@ -1,0 +1,214 @@
+//! The per-call sandbox: a deny-all WASI context, captured stdio, the `log` import and
+//! the memory limiter. One [`State`] lives in one `Store`, for one call.
+
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::bindings::capstan::reconciler::{host, types::Level};
+
+/// Bytes of stdout/stderr kept per call; the rest is counted and dropped so a chatty
+/// plugin cannot exhaust host memory or fault because its writes failed.
+const OUTPUT_CAP: usize = 64 * 1024;
+/// `log` lines emitted per call; further lines are counted and dropped.
+const LOG_LINES_CAP: usize = 1000;
+/// Longest single `log` line emitted.
+const LOG_LINE_BYTES: usize = 8 * 1024;
+
+/// Store data of one sandboxed call.
+pub(crate) struct State {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub limiter: Limiter,
+    pub stdout: Capture,
+    pub stderr: Capture,
+    plugin: Arc<str>,
+    object: String,
+    log_lines: usize,
+}
+
+impl State {
+    /// A sandbox with no filesystem, environment, arguments, network or stdin.
+    pub fn new(plugin: Arc<str>, object: String, memory_limit: usize) -> State {
+        let stdout = Capture::default();
+        let stderr = Capture::default();
+        let wasi = WasiCtxBuilder::new()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }))
+            .build();
+        State {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: Limiter {
+                limit: memory_limit,
+                denied: None,
+            },
+            stdout,
+            stderr,
+            plugin,
+            object,
+            log_lines: 0,
+        }
+    }
+
+    /// Emit what the guest wrote to stdout/stderr, and any dropped log lines, as tracing events.
+    pub fn flush_output(&self) {
+        for (stream, capture) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
+            let (text, dropped) = capture.take();
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                tracing::info!(target: "capstan::plugin", plugin = %self.plugin, object = %self.object, stream, "{line}");
+            }
+            if dropped > 0 {
+                tracing::warn!(target: "capstan::plugin", plugin = %self.plugin, object = %self.object, stream, dropped_bytes = dropped, "plugin output over the {OUTPUT_CAP}-byte cap was dropped");
+            }
+        }
+        if self.log_lines > LOG_LINES_CAP {
+            let dropped = self.log_lines - LOG_LINES_CAP;
+            tracing::warn!(target: "capstan::plugin", plugin = %self.plugin, object = %self.object, dropped_lines = dropped, "plugin log lines over the cap of {LOG_LINES_CAP} were dropped");
+        }
+    }
+}
+
+impl WasiView for State {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl host::Host for State {
+    fn log(&mut self, level: Level, message: String) {
+        self.log_lines += 1;
+        if self.log_lines > LOG_LINES_CAP {
+            return;
+        }
+        let message = truncate(&message, LOG_LINE_BYTES);
+        let (plugin, object) = (&*self.plugin, self.object.as_str());
+        match level {
+            Level::Trace => tracing::trace!(target: "capstan::plugin", plugin, object, "{message}"),
+            Level::Debug => tracing::debug!(target: "capstan::plugin", plugin, object, "{message}"),
+            Level::Info => tracing::info!(target: "capstan::plugin", plugin, object, "{message}"),
+            Level::Warn => tracing::warn!(target: "capstan::plugin", plugin, object, "{message}"),
+            Level::Error => tracing::error!(target: "capstan::plugin", plugin, object, "{message}"),
+        }
+    }
+}
+
+impl super::bindings::capstan::reconciler::types::Host for State {}
+
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Caps linear memory and remembers a denied growth, which is how an out-of-memory abort
+/// is told apart from a panic.
+pub(crate) struct Limiter {
+    limit: usize,
+    pub denied: Option<usize>,
+}
+
+impl wasmtime::ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.limit {
+            self.denied = Some(self.limit);
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
+/// A bounded in-memory sink for a guest's stdout or stderr that never refuses a write.
+#[derive(Clone, Default)]
+pub(crate) struct Capture(Arc<Mutex<CaptureBuf>>);
+
+#[derive(Default)]
+struct CaptureBuf {
+    kept: Vec<u8>,
+    dropped: usize,
+}
+
+impl Capture {
+    fn take(&self) -> (String, usize) {
+        let mut buf = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let text = String::from_utf8_lossy(&buf.kept).into_owned();
+        let dropped = buf.dropped;
+        *buf = CaptureBuf::default();
+        (text, dropped)
+    }
+
+    /// Everything kept so far, without consuming it.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner()).kept).into_owned()
+    }
+}
+
+impl IsTerminal for Capture {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for Capture {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(tokio::io::sink())
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl OutputStream for Capture {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        let mut buf = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let room = OUTPUT_CAP.saturating_sub(buf.kept.len()).min(bytes.len());
+        buf.kept.extend_from_slice(&bytes[..room]);
+        buf.dropped += bytes.len() - room;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(64 * 1024)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for Capture {
+    async fn ready(&mut self) {}
+}

@@ -1,0 +1,181 @@
+//! The contract's data as the host uses it: parsed JSON, durations, serializable for
+//! `capstan test` output.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::bindings::capstan::reconciler::types as wit;
+
+/// A Kubernetes kind a plugin names.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Kind {
+    /// API group, empty for core.
+    pub group: String,
+    /// Version within the group.
+    pub version: String,
+    /// CamelCase kind.
+    pub kind: String,
+    /// Lower-case plural.
+    pub plural: String,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+}
+
+impl Kind {
+    /// `group/version`, or `version` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// True when a JSON object's `apiVersion` and `kind` name this kind.
+    pub fn matches(&self, object: &serde_json::Value) -> bool {
+        object["kind"].as_str() == Some(self.kind.as_str())
+            && object["apiVersion"].as_str() == Some(self.api_version().as_str())
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.kind, self.api_version())
+    }
+}
+
+/// What a plugin declares about itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metadata {
+    /// Plugin name.
+    pub name: String,
+    /// Plugin version.
+    pub version: String,
+    /// The reconciled kind.
+    pub parent: Kind,
+    /// Kinds it may create.
+    pub children: Vec<Kind>,
+    /// Finalizer it asks for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finalizer: Option<String>,
+}
+
+/// One reconcile's input.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Request {
+    /// The parent object.
+    pub parent: serde_json::Value,
+    /// Observed children controlled by the parent.
+    pub children: Vec<serde_json::Value>,
+    /// The parent is being deleted and carries the plugin's finalizer.
+    pub finalizing: bool,
+}
+
+/// Severity of an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EventType {
+    /// Informational.
+    Normal,
+    /// Needs attention.
+    Warning,
+}
+
+/// An event to record on the parent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    /// Normal or Warning.
+    #[serde(rename = "type")]
+    pub event_type: EventType,
+    /// Machine-readable reason.
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// A successful reconcile's answer, validated to be well-formed JSON objects.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Response {
+    /// Desired children.
+    pub children: Vec<serde_json::Value>,
+    /// New status of the parent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<serde_json::Value>,
+    /// Requeue hint.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "millis")]
+    pub requeue_after: Option<Duration>,
+    /// Events to record.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<Event>,
+    /// Finalization complete.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub finalized: bool,
+}
+
+/// Requeue-after as a human-readable duration string in YAML/JSON output (`"1500ms"`).
+mod millis {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_str(&format!("{}ms", d.as_millis())),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let Some(text) = Option::<String>::deserialize(d)? else {
+            return Ok(None);
+        };
+        let ms = text.strip_suffix("ms").unwrap_or(&text).trim();
+        ms.parse::<u64>()
+            .map(|ms| Some(Duration::from_millis(ms)))
+            .map_err(|_| {
+                D::Error::custom(format!(
+                    "requeueAfter must look like \"1500ms\", got {text:?}"
+                ))
+            })
+    }
+}
+
+impl From<wit::KindRef> for Kind {
+    fn from(k: wit::KindRef) -> Self {
+        Kind {
+            group: k.group,
+            version: k.version,
+            kind: k.kind,
+            plural: k.plural,
+            namespaced: k.namespaced,
+        }
+    }
+}
+
+impl From<wit::PluginMetadata> for Metadata {
+    fn from(m: wit::PluginMetadata) -> Self {
+        Metadata {
+            name: m.name,
+            version: m.version,
+            parent: m.parent.into(),
+            children: m.children.into_iter().map(Kind::from).collect(),
+            finalizer: m.finalizer,
+        }
+    }
+}
+
+impl From<wit::Event> for Event {
+    fn from(e: wit::Event) -> Self {
+        Event {
+            event_type: match e.event_type {
+                wit::EventType::Normal => EventType::Normal,
+                wit::EventType::Warning => EventType::Warning,
+            },
+            reason: e.reason,
+            message: e.message,
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! Capstan: Kubernetes reconcilers as sandboxed WebAssembly plugins.
+//!
+//! The host loads plugins with [`engine`], and drives them from the command line
+//! ([`cli`]).
+
+pub mod cli;
+pub mod engine;

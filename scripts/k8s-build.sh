@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Builds the pinned control-plane binaries (and helm) from Go modules into a cache keyed
+# by version, once. Prebuilt release downloads are not reachable here; the Go module
+# proxy is. Usage: scripts/k8s-build.sh [all|kube|etcd|kwok|helm]...
+# Prints the cache root on its last line.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=versions.env
+source "$here/versions.env"
+cache=${CAPSTAN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capstan}
+kube_dir=$cache/k8s-$KUBERNETES_VERSION
+etcd_dir=$cache/etcd-$ETCD_VERSION
+kwok_dir=$cache/kwok-$KWOK_VERSION
+helm_dir=$cache/helm-$HELM_VERSION
+
+die() { echo "k8s-build: $*" >&2; exit 1; }
+step() { echo "==> $*" >&2; }
+
+command -v go >/dev/null || die "Go is not installed (need go >= 1.24 on PATH to build the control plane)"
+export GOFLAGS=${GOFLAGS:-} GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
+
+# A wrapper module is needed because k8s.io/kubernetes replaces its staging modules with
+# ./staging paths, which `go install pkg@version` refuses.
+build_kube() {
+  local bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  local missing=()
+  for b in "${bins[@]}"; do [ -x "$kube_dir/bin/$b" ] || missing+=("$b"); done
+  [ ${#missing[@]} -eq 0 ] && { step "kubernetes $KUBERNETES_VERSION: cached"; return; }
+  local mod=$kube_dir/src
+  mkdir -p "$mod" "$kube_dir/bin"
+  local minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
+  local staging=v0.${KUBERNETES_VERSION#v1.}
+  if [ ! -f "$mod/go.sum" ]; then
+    step "kubernetes $KUBERNETES_VERSION: resolving modules"
+    local gomod
+    gomod=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')
+    [ -f "$gomod" ] || die "could not fetch k8s.io/kubernetes@$KUBERNETES_VERSION from the Go module proxy ($(go env GOPROXY))"
+    {
+      echo "module capstan.dev/k8sbuild"
+      echo
+      echo "go $(sed -n 's/^go \([0-9.]*\).*/\1/p' "$gomod")"
+      echo
+      echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+      echo
+      grep -E '^\s*k8s\.io/[^ ]+ => \./staging/' "$gomod" | awk -v v="$staging" '{print "replace " $1 " => " $1 " " v}'
+    } >"$mod/go.mod"
+    cat >"$mod/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+GO
+    (cd "$mod" && go mod tidy -e >/dev/null 2>&1 || go mod tidy) || die "go mod tidy failed in $mod"
+  fi
+  local ld="-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+  for b in "${missing[@]}"; do
+    step "kubernetes $KUBERNETES_VERSION: building $b"
+    local t0=$SECONDS
+    (cd "$mod" && go build -tags tools -trimpath -ldflags "$ld" -o "$kube_dir/bin/$b.tmp" "k8s.io/kubernetes/cmd/$b") \
+      || die "building $b failed"
+    mv "$kube_dir/bin/$b.tmp" "$kube_dir/bin/$b"
+    step "kubernetes $KUBERNETES_VERSION: $b built in $((SECONDS - t0)) s"
+  done
+}
+
+build_etcd() {
+  [ -x "$etcd_dir/bin/etcd" ] && { step "etcd $ETCD_VERSION: cached"; return; }
+  local mod=$etcd_dir/src
+  mkdir -p "$mod" "$etcd_dir/bin"
+  step "etcd $ETCD_VERSION: building"
+  cat >"$mod/main.go" <<'GO'
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+GO
+  (cd "$mod" && { [ -f go.mod ] || go mod init capstan.dev/etcdbuild >/dev/null 2>&1; } \
+    && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null 2>&1 && go mod tidy >/dev/null 2>&1 \
+    && go build -trimpath -ldflags "-s -w" -o "$etcd_dir/bin/etcd.tmp" .) || die "building etcd failed"
+  mv "$etcd_dir/bin/etcd.tmp" "$etcd_dir/bin/etcd"
+}
+
+build_kwok() {
+  if [ ! -x "$kwok_dir/bin/kwok" ]; then
+    step "kwok $KWOK_VERSION: building"
+    mkdir -p "$kwok_dir/bin"
+    GOBIN="$kwok_dir/bin" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" || die "building kwok failed"
+  else
+    step "kwok $KWOK_VERSION: cached"
+  fi
+  if [ ! -f "$kwok_dir/stages/pod-complete.yaml" ]; then
+    local src
+    src=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)",*/\1/p')
+    mkdir -p "$kwok_dir/stages"
+    local s
+    for s in node/fast/node-initialize node/heartbeat/node-heartbeat pod/fast/pod-ready pod/fast/pod-complete pod/fast/pod-delete; do
+      cp "$src/kustomize/stage/$s.yaml" "$kwok_dir/stages/$(basename "$s").yaml" || die "kwok stage $s missing in module"
+    done
+    chmod u+w "$kwok_dir/stages"/*.yaml
+  fi
+}
+
+build_helm() {
+  [ -x "$helm_dir/bin/helm" ] && { step "helm $HELM_VERSION: cached"; return; }
+  step "helm $HELM_VERSION: building"
+  mkdir -p "$helm_dir/bin"
+  GOBIN="$helm_dir/bin" go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" || die "building helm failed"
+}
+
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(all)
+for t in "${targets[@]}"; do
+  case $t in
+    all) build_etcd; build_kwok; build_kube ;;
+    kube) build_kube ;;
+    etcd) build_etcd ;;
+    kwok) build_kwok ;;
+    helm) build_helm ;;
+    *) die "unknown target '$t' (all|kube|etcd|kwok|helm)" ;;
+  esac
+done
+echo "$cache"

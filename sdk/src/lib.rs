@@ -1,0 +1,111 @@
+//! Write Capstan reconcile plugins in Rust.
+//!
+//! A plugin is a pure function from a parent object and the children it controls to the
+//! children that should exist, plus status, events and a requeue hint. The Capstan host
+//! does all API I/O. Build with `cargo build --target wasm32-wasip2`; the result is a
+//! WebAssembly component implementing `capstan:reconciler@0.1.0`.
+//!
+//! ```
+//! use capstan_sdk::{Context, Metadata, ReconcileError, Reconciler, Response};
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kube::CustomResource;
+//! use schemars::JsonSchema;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, JsonSchema)]
+//! #[kube(group = "example.com", version = "v1", kind = "Greeting", namespaced)]
+//! pub struct GreetingSpec {
+//!     pub name: String,
+//! }
+//!
+//! pub struct Greeter;
+//!
+//! impl Reconciler for Greeter {
+//!     type Parent = Greeting;
+//!
+//!     fn metadata() -> Metadata {
+//!         Metadata::new("greeter", "0.1.0").child::<ConfigMap>()
+//!     }
+//!
+//!     fn reconcile(greeting: Greeting, _ctx: &Context) -> Result<Response, ReconcileError> {
+//!         let name = greeting.metadata.name.clone().unwrap_or_default();
+//!         let mut cm = ConfigMap::default();
+//!         cm.metadata.name = Some(format!("{name}-greeting"));
+//!         cm.metadata.namespace = greeting.metadata.namespace.clone();
+//!         cm.data = Some([("text".into(), format!("hello, {}", greeting.spec.name))].into());
+//!         Response::new().child(&cm)
+//!     }
+//! }
+//!
+//! capstan_sdk::export!(Greeter);
+//! # fn main() {}
+//! ```
+
+mod context;
+mod error;
+#[doc(hidden)]
+pub mod guest;
+pub mod log;
+mod metadata;
+mod response;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use context::Context;
+pub use error::ReconcileError;
+pub use metadata::{KindRef, Metadata, Scope};
+pub use response::{Event, EventType, Response};
+
+/// Re-exported so plugins name the same versions the SDK was built with.
+pub use k8s_openapi;
+pub use kube_core;
+
+/// Bindings generated from `wit/` by wit-bindgen; used by [`export!`].
+#[doc(hidden)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../wit",
+        world: "reconciler",
+        pub_export_macro: true,
+        default_bindings_module: "capstan_sdk::bindings",
+    });
+}
+
+/// The WIT package this SDK implements.
+pub const WIT_PACKAGE: &str = "capstan:reconciler@0.1.0";
+
+/// A reconcile plugin: one parent kind in, desired children and status out.
+pub trait Reconciler {
+    /// The kind this plugin reconciles: a kube `CustomResource` type or a k8s-openapi type.
+    type Parent: kube_core::Resource<DynamicType = (), Scope: Scope> + serde::de::DeserializeOwned;
+
+    /// Name, version, child kinds and finalizer; the parent kind comes from [`Self::Parent`].
+    fn metadata() -> Metadata;
+
+    /// Compute the desired state of one parent. Must be deterministic in its inputs.
+    fn reconcile(parent: Self::Parent, ctx: &Context) -> Result<Response, ReconcileError>;
+}
+
+/// Export a [`Reconciler`] as the plugin's `capstan:reconciler/plugin` implementation.
+#[macro_export]
+macro_rules! export {
+    ($reconciler:ty) => {
+        const _: () = {
+            struct CapstanGuest;
+            impl $crate::bindings::exports::capstan::reconciler::plugin::Guest for CapstanGuest {
+                fn metadata() -> $crate::bindings::capstan::reconciler::types::PluginMetadata {
+                    $crate::guest::metadata::<$reconciler>()
+                }
+                fn reconcile(
+                    request: $crate::bindings::capstan::reconciler::types::Request,
+                ) -> ::core::result::Result<
+                    $crate::bindings::capstan::reconciler::types::Response,
+                    $crate::bindings::capstan::reconciler::types::ReconcileError,
+                > {
+                    $crate::guest::reconcile::<$reconciler>(request)
+                }
+            }
+    $crate::bindings::export!(CapstanGuest with_types_in $crate::bindings);
+        };
+    };
+}

@@ -1,0 +1,129 @@
+//! What a plugin declares about itself: its name, the kinds it touches, its finalizer.
+
+use kube_core::Resource;
+
+/// Whether a resource type is namespaced; implemented for k8s-openapi's scope markers.
+pub trait Scope {
+    /// True for namespaced kinds.
+    const NAMESPACED: bool;
+}
+
+impl Scope for k8s_openapi::NamespaceResourceScope {
+    const NAMESPACED: bool = true;
+}
+
+impl Scope for k8s_openapi::ClusterResourceScope {
+    const NAMESPACED: bool = false;
+}
+
+/// A Kubernetes kind: group, version, kind, plural and scope.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KindRef {
+    /// API group, empty for the core group.
+    pub group: String,
+    /// API version within the group.
+    pub version: String,
+    /// CamelCase kind.
+    pub kind: String,
+    /// Lower-case plural resource name.
+    pub plural: String,
+    /// True when namespaced.
+    pub namespaced: bool,
+}
+
+impl KindRef {
+    /// The kind of a static Rust type (kube `CustomResource` or k8s-openapi).
+    pub fn of<K>() -> Self
+    where
+        K: Resource<DynamicType = ()>,
+        K::Scope: Scope,
+    {
+        KindRef {
+            group: K::group(&()).into_owned(),
+            version: K::version(&()).into_owned(),
+            kind: K::kind(&()).into_owned(),
+            plural: K::plural(&()).into_owned(),
+            namespaced: <K::Scope as Scope>::NAMESPACED,
+        }
+    }
+
+    /// `group/version`, or just `version` for the core group, as in `apiVersion`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// True when a JSON object's `apiVersion` and `kind` name this kind.
+    pub fn matches(&self, object: &serde_json::Value) -> bool {
+        object.get("kind").and_then(|k| k.as_str()) == Some(self.kind.as_str())
+            && object.get("apiVersion").and_then(|v| v.as_str())
+                == Some(self.api_version().as_str())
+    }
+}
+
+/// A plugin's self-description, built in [`crate::Reconciler::metadata`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Metadata {
+    pub(crate) name: String,
+    pub(crate) version: String,
+    pub(crate) children: Vec<KindRef>,
+    pub(crate) finalizer: Option<String>,
+}
+
+impl Metadata {
+    /// A plugin called `name` at `version` (e.g. `env!("CARGO_PKG_VERSION")`).
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
+        Metadata {
+            name: name.into(),
+            version: version.into(),
+            children: Vec::new(),
+            finalizer: None,
+        }
+    }
+
+    /// Declare that the plugin may create children of type `K`.
+    pub fn child<K>(mut self) -> Self
+    where
+        K: Resource<DynamicType = ()>,
+        K::Scope: Scope,
+    {
+        self.children.push(KindRef::of::<K>());
+        self
+    }
+
+    /// Declare a child kind that has no Rust type.
+    pub fn child_kind(mut self, kind: KindRef) -> Self {
+        self.children.push(kind);
+        self
+    }
+
+    /// Ask the host to hold deletion of each parent with this finalizer until the plugin
+    /// reports `finalized`.
+    pub fn finalizer(mut self, name: impl Into<String>) -> Self {
+        self.finalizer = Some(name.into());
+        self
+    }
+
+    /// Plugin name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Plugin version.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// Declared child kinds.
+    pub fn children(&self) -> &[KindRef] {
+        &self.children
+    }
+
+    /// Declared finalizer, if any.
+    pub fn finalizer_name(&self) -> Option<&str> {
+        self.finalizer.as_deref()
+    }
+}
