@@ -1,1 +1,110 @@
+//! The `capstan` command line: thin clap wrappers over the library.
 
+mod bench;
+mod input;
+mod inspect;
+mod test;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::engine::{Engine, EngineConfig, Limits, Plugin};
+
+/// Kubernetes reconcilers as sandboxed WebAssembly plugins.
+#[derive(Parser, Debug)]
+#[command(name = "capstan", version, about)]
+pub struct Cli {
+    /// Log output format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Show a plugin's metadata and contract version.
+    Inspect(inspect::InspectArgs),
+    /// Run a plugin offline on fixture files and print (or check) its response.
+    Test(test::TestArgs),
+    /// Measure dispatch latency and throughput of a plugin.
+    Bench(bench::BenchArgs),
+}
+
+/// Options shared by commands that load one plugin.
+#[derive(Args, Debug)]
+struct PluginArgs {
+    /// The plugin component (`.wasm`).
+    plugin: PathBuf,
+    /// Wall-clock deadline per call, e.g. `1s`, `250ms`.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    deadline: Duration,
+    /// Linear memory cap per call, in MiB.
+    #[arg(long, default_value_t = 64)]
+    memory_mib: usize,
+}
+
+impl PluginArgs {
+    fn load(&self) -> anyhow::Result<Plugin> {
+        let engine = Engine::new(EngineConfig::default())?;
+        let limits = Limits {
+            deadline: self.deadline,
+            memory: self.memory_mib << 20,
+            ..Limits::default()
+        };
+        engine
+            .load_file(&self.plugin, limits)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", self.plugin.display()))
+    }
+}
+
+/// Parse arguments, run, and turn errors into one line on stderr with exit code 2.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format, "warn,capstan::plugin=info");
+    let result = match cli.command {
+        Command::Inspect(args) => inspect::run(args),
+        Command::Test(args) => test::run(args),
+        Command::Bench(args) => bench::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            let line = format!("{e:#}")
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            eprintln!("error: {line}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_logging(format: LogFormat, default_filter: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+    }
+}

@@ -1,0 +1,137 @@
+//! `capstan bench`: latency and throughput of dispatching one fixture to a plugin, in a
+//! fresh instance per call (what the controller does) and in one reused instance.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use super::input;
+use crate::engine::{DispatchError, Plugin, Request};
+
+/// Arguments of `capstan bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    plugin: super::PluginArgs,
+    /// Parent object (the first document is used).
+    #[arg(long)]
+    parent: PathBuf,
+    /// Observed children passed with every call.
+    #[arg(long, num_args = 1..)]
+    children: Vec<PathBuf>,
+    /// Calls per measurement.
+    #[arg(short = 'n', long, default_value_t = 10_000)]
+    iterations: usize,
+    /// Threads for the concurrent measurement (default: available cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(args.iterations > 0, "-n must be at least 1");
+    let plugin = args.plugin.load()?;
+    let parent = input::documents(&args.parent)?.into_iter().next();
+    let parent = parent
+        .ok_or_else(|| anyhow::anyhow!("{}: no parent object found", args.parent.display()))?;
+    let request = Request {
+        parent,
+        children: input::all_documents(&args.children)?,
+        finalizing: false,
+    };
+    match plugin.reconcile(&request) {
+        Err(DispatchError::Fault(f)) => anyhow::bail!("plugin faulted on the fixture: {f}"),
+        Err(e) => eprintln!("note: the fixture reconciles to an error ({e}); measuring that path"),
+        Ok(_) => {}
+    }
+    let n = args.iterations;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |p| p.get()));
+
+    // Warm caches and the instance pool before measuring.
+    for _ in 0..n.min(200) {
+        let _ = plugin.reconcile(&request);
+    }
+    let fresh = measure(n, || drop(plugin.reconcile(&request)));
+    let mut instance = plugin.instantiate("bench")?;
+    let reused = measure(n, || drop(instance.reconcile(&request)));
+    let (wall, per_thread) = concurrent(&plugin, &request, n, threads);
+
+    let name = &plugin.metadata().name;
+    println!("plugin {name}: {n} calls per measurement");
+    println!(
+        "{:<28} {:>10} {:>10} {:>10} {:>12}",
+        "dispatch", "p50", "p99", "mean", "calls/s"
+    );
+    fresh.print("fresh instance");
+    reused.print("reused instance");
+    per_thread.print(&format!("fresh, {threads} threads (each)"));
+    println!(
+        "{:<28} {:>10} {:>10} {:>10} {:>12.0}",
+        format!("fresh, {threads} threads (all)"),
+        "",
+        "",
+        "",
+        (n * threads) as f64 / wall.as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+struct Stats {
+    sorted: Vec<Duration>,
+    total: Duration,
+}
+
+impl Stats {
+    fn quantile(&self, q: f64) -> Duration {
+        self.sorted[((self.sorted.len() - 1) as f64 * q).round() as usize]
+    }
+
+    fn print(&self, label: &str) {
+        let mean = self.total / self.sorted.len() as u32;
+        let rate = self.sorted.len() as f64 / self.total.as_secs_f64();
+        println!(
+            "{label:<28} {:>10} {:>10} {:>10} {rate:>12.0}",
+            micros(self.quantile(0.5)),
+            micros(self.quantile(0.99)),
+            micros(mean)
+        );
+    }
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.1}µs", d.as_secs_f64() * 1e6)
+}
+
+fn measure(n: usize, mut call: impl FnMut()) -> Stats {
+    let mut sorted = Vec::with_capacity(n);
+    let start = Instant::now();
+    for _ in 0..n {
+        let t = Instant::now();
+        call();
+        sorted.push(t.elapsed());
+    }
+    let total = start.elapsed();
+    sorted.sort_unstable();
+    Stats { sorted, total }
+}
+
+/// Fresh-instance dispatch on `threads` threads at once: wall time, and one thread's stats.
+fn concurrent(plugin: &Plugin, request: &Request, n: usize, threads: usize) -> (Duration, Stats) {
+    let start = Instant::now();
+    let stats: Vec<Stats> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| s.spawn(|| measure(n, || drop(plugin.reconcile(request)))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread panicked"))
+            .collect()
+    });
+    (
+        start.elapsed(),
+        stats.into_iter().next().expect("at least one thread"),
+    )
+}
