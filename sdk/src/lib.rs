@@ -105,7 +105,10 @@ macro_rules! export {
                     $crate::guest::reconcile::<$reconciler>(request)
                 }
             }
-    $crate::bindings::export!(CapstanGuest with_types_in $crate::bindings);
+            // Native builds (unit tests, `testing`) keep the type-checked glue but export
+            // nothing: component export names are not valid native symbol names.
+            #[cfg(target_family = "wasm")]
+            $crate::bindings::export!(CapstanGuest with_types_in $crate::bindings);
         };
     };
 }

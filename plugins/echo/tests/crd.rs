@@ -1,0 +1,40 @@
+//! The committed CRD YAML is generated from the Rust type; this fails when it is stale.
+//! Regenerate with `CAPSTAN_BLESS=1 cargo test -p echo --test crd`.
+
+use echo::Echo;
+use kube::CustomResourceExt;
+
+#[test]
+fn committed_crd_matches_the_rust_type() {
+    let generated = format!(
+        "# Generated from plugins/echo/src/lib.rs by `CAPSTAN_BLESS=1 cargo test -p echo --test crd`; do not edit.\n{}",
+        serde_yaml::to_string(&Echo::crd()).unwrap()
+    );
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/crd.yaml");
+    if std::env::var_os("CAPSTAN_BLESS").is_some() {
+        std::fs::write(path, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "{path} is stale: regenerate it with CAPSTAN_BLESS=1 cargo test -p echo --test crd"
+    );
+}
+
+#[test]
+fn crd_requires_a_non_empty_message_and_has_a_status_subresource() {
+    let crd = serde_json::to_value(Echo::crd()).unwrap();
+    let version = &crd["spec"]["versions"][0];
+    let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    assert_eq!(spec["required"], serde_json::json!(["message"]));
+    assert_eq!(spec["properties"]["message"]["minLength"], 1);
+    assert!(version["subresources"]["status"].is_object());
+    let columns: Vec<&str> = version["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(columns, ["Message", "Phase", "Age"]);
+    assert_eq!(crd["spec"]["scope"], "Namespaced");
+}
