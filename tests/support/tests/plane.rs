@@ -1,0 +1,448 @@
+//! The local control plane, proven end to end: CRDs, Jobs through scheduler and kwok,
+//! garbage collection, planes side by side, teardown and start-up errors.
+//! Timings and memory are printed; run with `--nocapture` to see them.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use capstan_testenv::{Binaries, FAKE_NODE, Plane, PlaneConfig};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
+};
+
+/// Full planes besides the shared one take most of a 2-core machine while starting;
+/// tests that start one take turns.
+static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn shared() -> &'static Plane {
+    let t0 = Instant::now();
+    let plane = Plane::shared().await.expect("starting the shared plane");
+    if let Some(start) = plane.startup_time() {
+        eprintln!(
+            "shared plane: started in {:.1} s, RSS {} MiB, waited {:.1} s here",
+            start.as_secs_f64(),
+            plane.rss_bytes() / (1 << 20),
+            t0.elapsed().as_secs_f64()
+        );
+    }
+    plane
+}
+
+/// Polls `check` every 200 ms until it yields `Some`, or fails after `timeout`.
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            bail!("{what}: not within {} s", timeout.as_secs());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn echo_crd() -> CustomResourceDefinition {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugins/echo/crd.yaml");
+    let text = std::fs::read_to_string(&file).unwrap_or_else(|_| INLINE_ECHO_CRD.to_string());
+    serde_yaml::from_str(&text).expect("the Echo CRD parses")
+}
+
+const INLINE_ECHO_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: { name: echoes.capstan.dev }
+spec:
+  group: capstan.dev
+  names: { kind: Echo, plural: echoes, singular: echo }
+  scope: Namespaced
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    subresources: { status: {} }
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [message]
+            properties: { message: { type: string } }
+"#;
+
+#[tokio::test]
+async fn crd_is_established_and_custom_objects_round_trip() -> Result<()> {
+    let plane = shared().await;
+    let crd = echo_crd();
+    plane.install_crds(std::slice::from_ref(&crd)).await?;
+    // Installing again (e.g. from another test) must be a no-op, not a conflict.
+    plane.install_crds(std::slice::from_ref(&crd)).await?;
+
+    let client = plane.client().await?;
+    let installed = Api::<CustomResourceDefinition>::all(client.clone())
+        .get("echoes.capstan.dev")
+        .await?;
+    let established = installed
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default();
+    assert!(
+        established
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+    );
+
+    let ns = plane.namespace("crd").await?;
+    let gvk = GroupVersionKind::gvk("capstan.dev", "v1alpha1", "Echo");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "echoes");
+    let api: Api<DynamicObject> = Api::namespaced_with(client, &ns, &ar);
+    let mut echo = DynamicObject::new("hello", &ar);
+    echo.data = serde_json::json!({ "spec": { "message": "hello, plane" } });
+    api.create(&PostParams::default(), &echo).await?;
+
+    let back = api.get("hello").await?;
+    assert_eq!(back.data["spec"]["message"], "hello, plane");
+    assert_eq!(back.metadata.namespace.as_deref(), Some(ns.as_str()));
+    assert!(back.metadata.uid.is_some());
+    // The schema is enforced: the apiserver really serves this CRD, not a stub.
+    let mut bad = DynamicObject::new("bad", &ar);
+    bad.data = serde_json::json!({ "spec": {} });
+    let err = api.create(&PostParams::default(), &bad).await.unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 422),
+        "{err}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn job_runs_to_completion_on_the_fake_node() -> Result<()> {
+    let plane = shared().await;
+    let ns = plane.namespace("job").await?;
+    let client = plane.client().await?;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let job: Job = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "hi" },
+        "spec": {
+            "backoffLimit": 0,
+            "template": { "spec": {
+                "restartPolicy": "Never",
+                "containers": [{ "name": "hi", "image": "busybox", "command": ["echo", "hi"] }],
+            }},
+        },
+    }))?;
+    let t0 = Instant::now();
+    jobs.create(&PostParams::default(), &job).await?;
+    let done = eventually("Job hi to complete", Duration::from_secs(180), || async {
+        let job = jobs.get("hi").await?;
+        let conds = job
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
+        if conds
+            .iter()
+            .any(|c| c.type_ == "Failed" && c.status == "True")
+        {
+            bail!("Job failed: {:?}", job.status);
+        }
+        Ok(conds
+            .iter()
+            .any(|c| c.type_ == "Complete" && c.status == "True")
+            .then_some(job))
+    })
+    .await?;
+    eprintln!("job: Complete in {:.1} s", t0.elapsed().as_secs_f64());
+    assert_eq!(done.status.as_ref().and_then(|s| s.succeeded), Some(1));
+
+    let pods: Api<Pod> = Api::namespaced(client, &ns);
+    let list = pods
+        .list(&ListParams::default().labels("job-name=hi"))
+        .await?;
+    assert_eq!(list.items.len(), 1);
+    let pod = &list.items[0];
+    assert_eq!(
+        pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        Some(FAKE_NODE)
+    );
+    assert_eq!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn owned_configmap_is_garbage_collected() -> Result<()> {
+    let plane = shared().await;
+    let ns = plane.namespace("gc").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(plane.client().await?, &ns);
+    let mut owner = ConfigMap::default();
+    owner.metadata.name = Some("owner".into());
+    let owner = cms.create(&PostParams::default(), &owner).await?;
+    let child: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": "child",
+            "ownerReferences": [{
+                "apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+                "uid": owner.metadata.uid.clone().context("owner uid")?,
+                "blockOwnerDeletion": true, "controller": true,
+            }],
+        },
+        "data": { "k": "v" },
+    }))?;
+    cms.create(&PostParams::default(), &child).await?;
+    // Give the collector a chance to (wrongly) delete a child whose owner still exists.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        cms.get_opt("child").await?.is_some(),
+        "child deleted while its owner exists"
+    );
+
+    cms.delete("owner", &DeleteParams::background()).await?;
+    let t0 = Instant::now();
+    eventually("child to be collected", Duration::from_secs(90), || async {
+        Ok(cms.get_opt("child").await?.is_none().then_some(()))
+    })
+    .await?;
+    eprintln!(
+        "gc: child collected {:.1} s after the owner's delete",
+        t0.elapsed().as_secs_f64()
+    );
+    assert!(cms.get_opt("owner").await?.is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_planes_run_side_by_side() -> Result<()> {
+    let first = shared().await;
+    let _turn = HEAVY.lock().await;
+    let second = Plane::start(PlaneConfig::api_only()).await?;
+    eprintln!(
+        "api-only plane: started in {:.1} s, RSS {} MiB",
+        second.startup_time().unwrap_or_default().as_secs_f64(),
+        second.rss_bytes() / (1 << 20)
+    );
+    assert_eq!(
+        second.pids().len(),
+        2,
+        "api-only runs etcd and kube-apiserver"
+    );
+    if !first.is_external() {
+        assert_ne!(first.server(), second.server());
+    }
+    let (a, b) = (first.client().await?, second.client().await?);
+    assert_eq!(
+        a.apiserver_version().await?.git_version,
+        b.apiserver_version().await?.git_version
+    );
+    // Separate etcds: a namespace made in one plane does not exist in the other.
+    let ns = second.namespace("second").await?;
+    assert!(Api::<Namespace>::all(b).get_opt(&ns).await?.is_some());
+    assert!(Api::<Namespace>::all(a).get_opt(&ns).await?.is_none());
+    Ok(())
+}
+
+/// Processes whose command line mentions `needle` (a plane dir): nothing else of ours.
+fn processes_mentioning(needle: &Path) -> Vec<u32> {
+    let needle = needle.to_string_lossy().into_owned();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+        })
+        .collect()
+}
+
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => {
+            stat.rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next())
+                == Some("Z")
+        }
+    }
+}
+
+#[tokio::test]
+async fn dropping_a_plane_leaves_no_process_or_dir() -> Result<()> {
+    let _turn = HEAVY.lock().await;
+    let plane = Plane::start(PlaneConfig::default()).await?;
+    eprintln!(
+        "full plane: started in {:.1} s, RSS {} MiB",
+        plane.startup_time().unwrap_or_default().as_secs_f64(),
+        plane.rss_bytes() / (1 << 20)
+    );
+    let pids = plane.pids();
+    let names: Vec<_> = pids.iter().map(|(n, _)| *n).collect();
+    assert_eq!(
+        names,
+        [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kwok"
+        ]
+    );
+    let dir = plane.dir().context("plane dir")?.to_path_buf();
+    assert_eq!(processes_mentioning(&dir).len(), pids.len());
+    for (_, pid) in &pids {
+        assert!(!gone(*pid));
+    }
+    let t0 = Instant::now();
+    drop(plane);
+    eprintln!("full plane: dropped in {} ms", t0.elapsed().as_millis());
+    for (name, pid) in pids {
+        assert!(gone(pid), "{name} (pid {pid}) survived the drop");
+    }
+    assert!(processes_mentioning(&dir).is_empty());
+    assert!(!dir.exists(), "temp dir {} left behind", dir.display());
+    Ok(())
+}
+
+/// `(log path, plane dir)` from an error naming `(log: <path>)`; the log must exist.
+fn log_of(err: &str) -> (PathBuf, PathBuf) {
+    let path = err
+        .rsplit_once("(log: ")
+        .and_then(|(_, rest)| rest.strip_suffix(')'));
+    let log = PathBuf::from(path.unwrap_or_else(|| panic!("no log path in: {err}")));
+    assert!(
+        log.is_file(),
+        "log {} named by the error does not exist",
+        log.display()
+    );
+    let dir = log.parent().unwrap().to_path_buf();
+    (log, dir)
+}
+
+#[tokio::test]
+async fn occupied_port_is_reported_with_component_and_log() -> Result<()> {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = taken.local_addr()?.port();
+    let mut config = PlaneConfig::api_only();
+    config.ports.apiserver = port;
+    let err = format!("{:#}", Plane::start(config).await.unwrap_err());
+    eprintln!("error: {err}");
+    assert!(!err.contains('\n'), "one line: {err}");
+    assert!(err.starts_with("kube-apiserver "), "{err}");
+    assert!(
+        err.contains(&format!("127.0.0.1:{port} is already in use")),
+        "{err}"
+    );
+    let (log, dir) = log_of(&err);
+    assert!(log.ends_with("kube-apiserver.log"));
+    assert!(std::fs::read_to_string(&log)?.contains("already in use"));
+    // Fixed ports are checked before anything starts: nothing may be left running.
+    assert!(
+        processes_mentioning(&dir).is_empty(),
+        "processes left from {}",
+        dir.display()
+    );
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(())
+}
+
+#[tokio::test]
+async fn missing_or_crashing_binary_is_reported_with_component_and_log() -> Result<()> {
+    let real = Binaries::ensure()?;
+
+    let mut config = PlaneConfig::api_only();
+    config.binaries = Some(Binaries {
+        kube_apiserver: "/nonexistent/kube-apiserver".into(),
+        ..real.clone()
+    });
+    let err = format!("{:#}", Plane::start(config).await.unwrap_err());
+    eprintln!("error: {err}");
+    assert!(
+        err.starts_with(
+            "kube-apiserver cannot start: binary not found at /nonexistent/kube-apiserver"
+        ),
+        "{err}"
+    );
+    let (log, dir) = log_of(&err);
+    assert!(log.ends_with("kube-apiserver.log"));
+    assert!(
+        processes_mentioning(&dir).is_empty(),
+        "etcd left running in {}",
+        dir.display()
+    );
+    let _ = std::fs::remove_dir_all(dir);
+
+    // A binary that starts and dies at once: the error says so and quotes its log.
+    let mut config = PlaneConfig::api_only();
+    config.binaries = Some(Binaries {
+        etcd: real.kubectl.clone(),
+        ..real
+    });
+    let err = format!("{:#}", Plane::start(config).await.unwrap_err());
+    eprintln!("error: {err}");
+    assert!(!err.contains('\n'), "one line: {err}");
+    assert!(err.starts_with("etcd exited during start"), "{err}");
+    let (log, dir) = log_of(&err);
+    assert!(log.ends_with("etcd.log"));
+    assert!(
+        std::fs::read_to_string(&log)?.contains("unknown flag"),
+        "kubectl rejects etcd's flags"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(())
+}
+
+#[tokio::test]
+async fn detached_plane_survives_its_handle_and_stops_by_dir() -> Result<()> {
+    let _turn = HEAVY.lock().await;
+    let dir = tempfile::tempdir()?;
+    let t0 = Instant::now();
+    let kubeconfig = Plane::start_detached(dir.path()).await?;
+    eprintln!("detached plane: up in {:.1} s", t0.elapsed().as_secs_f64());
+    let state = Plane::detached_state(dir.path())?.context("plane.json written")?;
+    assert_eq!(state.components.len(), 5);
+    assert_eq!(kubeconfig, state.kubeconfig);
+    // Idempotent: a second `up` finds it running and starts nothing.
+    assert_eq!(Plane::start_detached(dir.path()).await?, kubeconfig);
+    assert_eq!(
+        Plane::detached_state(dir.path())?.unwrap().components[0].pid,
+        state.components[0].pid
+    );
+
+    let client = Plane::external(&kubeconfig).client().await?;
+    assert!(!client.apiserver_version().await?.git_version.is_empty());
+    for p in &state.components {
+        // Own session: its own process group, not ours, so Ctrl-C in a shell spares it.
+        let pgid = unsafe { libc::getpgid(p.pid as libc::pid_t) };
+        assert_eq!(pgid as u32, p.pid, "{} leads its own group", p.name);
+    }
+
+    assert!(Plane::stop_detached(dir.path())?);
+    for p in &state.components {
+        assert!(
+            gone(p.pid),
+            "{} (pid {}) survived stop_detached",
+            p.name,
+            p.pid
+        );
+    }
+    assert!(Plane::detached_state(dir.path())?.is_none());
+    assert!(
+        !Plane::stop_detached(dir.path())?,
+        "stopping twice is a no-op"
+    );
+    Ok(())
+}
