@@ -88,7 +88,7 @@ fn sanitize(prefix: &str) -> String {
         .collect();
     out = out.trim_matches('-').to_string();
     if out.is_empty() || !out.starts_with(|c: char| c.is_ascii_lowercase()) {
-        out.insert_str(0, "t");
+        out.insert(0, 't');
     }
     out
 }
@@ -104,8 +104,7 @@ pub(crate) async fn create_namespace(
     let name = format!("{}-{}", sanitize(prefix), random_suffix());
     let mut ns = Namespace::default();
     ns.metadata.name = Some(name.clone());
-    ns.metadata.labels =
-        Some([("capstan.dev/test-namespace".to_string(), "true".to_string())].into());
+    ns.metadata.labels = Some([("capstan.dev/test-namespace".to_string(), "true".to_string())].into());
     api.create(&PostParams::default(), &ns)
         .await
         .with_context(|| format!("creating namespace {name}"))?;
@@ -133,11 +132,7 @@ pub(crate) async fn install_crds(
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for crd in crds {
-        let name = crd
-            .metadata
-            .name
-            .clone()
-            .context("a CRD without metadata.name")?;
+        let name = crd.metadata.name.clone().context("a CRD without metadata.name")?;
         let mut crd = crd.clone();
         // Fields from a read-back object that an apply must not carry.
         crd.metadata.resource_version = None;

@@ -192,8 +192,7 @@ impl BuildLock {
         use std::os::fd::AsRawFd;
         std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
         let path = root.join(".build.lock");
-        let file =
-            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        let file = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
         // SAFETY: flock on an fd we own; blocks until the other builder is done.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
             return Err(std::io::Error::last_os_error())
@@ -223,10 +222,8 @@ mod tests {
 
     #[test]
     fn parses_versions_env() {
-        let v = Versions::parse(
-            "# c\nKUBERNETES_VERSION=v1.2.3\nETCD_VERSION=\"v3\"\nKWOK_VERSION=v0\n",
-        )
-        .unwrap();
+        let v = Versions::parse("# c\nKUBERNETES_VERSION=v1.2.3\nETCD_VERSION=\"v3\"\nKWOK_VERSION=v0\n")
+            .unwrap();
         assert_eq!(v.kubernetes, "v1.2.3");
         assert_eq!(v.etcd, "v3");
         assert_eq!(v.kwok, "v0");

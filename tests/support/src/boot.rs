@@ -93,11 +93,7 @@ fn check_fixed_ports(config: &PlaneConfig, ports: &PortMap, layout: &Layout<'_>)
         (ETCD, config.ports.etcd_client, ports.etcd_client),
         (ETCD, config.ports.etcd_peer, ports.etcd_peer),
         (APISERVER, config.ports.apiserver, ports.apiserver),
-        (
-            KCM,
-            config.ports.controller_manager,
-            ports.controller_manager,
-        ),
+        (KCM, config.ports.controller_manager, ports.controller_manager),
         (SCHEDULER, config.ports.scheduler, ports.scheduler),
         (KWOK, config.ports.kwok, ports.kwok),
     ];
@@ -165,12 +161,9 @@ pub(crate) async fn boot(
         .0
         .push(spawn(APISERVER, &bins.kube_apiserver, layout.apiserver())?);
     let client = kubeconfig::client(&admin_kc).await?;
-    wait_until(
-        started.0.last_mut().unwrap(),
-        timeout,
-        "GET /readyz",
-        || api::readyz(&client),
-    )
+    wait_until(started.0.last_mut().unwrap(), timeout, "GET /readyz", || {
+        api::readyz(&client)
+    })
     .await?;
 
     if config.controller_manager {

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+    KeyPair, KeyUsagePurpose,
 };
 
 /// A certificate and key written as PEM files.
@@ -139,10 +139,7 @@ fn write_pair(dir: &Path, file: &str, cert_pem: &str, key: &KeyPair) -> Result<C
     let key_path = dir.join(format!("{file}.key"));
     std::fs::write(&cert, cert_pem).with_context(|| format!("writing {}", cert.display()))?;
     write_private(&key_path, &key.serialize_pem())?;
-    Ok(CertFiles {
-        cert,
-        key: key_path,
-    })
+    Ok(CertFiles { cert, key: key_path })
 }
 
 fn write_private(path: &Path, pem: &str) -> Result<()> {

@@ -176,9 +176,7 @@ where
                 return Err(err);
             }
             let secs = timeout.as_secs();
-            return Err(proc.failure(&format!(
-                "not ready after {secs} s (waiting for {waiting_for})"
-            )));
+            return Err(proc.failure(&format!("not ready after {secs} s (waiting for {waiting_for})")));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -34,11 +34,9 @@ pub(crate) fn write(path: &Path, server: &str, ca: &Path, client: &CertFiles) ->
 /// A client for the kubeconfig at `path`. It is built on the calling task's runtime, so
 /// tests that each run their own runtime must each build their own.
 pub(crate) async fn client(path: &Path) -> Result<kube::Client> {
-    let kc = Kubeconfig::read_from(path)
-        .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+    let kc = Kubeconfig::read_from(path).with_context(|| format!("reading kubeconfig {}", path.display()))?;
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .with_context(|| format!("loading kubeconfig {}", path.display()))?;
-    kube::Client::try_from(config)
-        .with_context(|| format!("building a client from {}", path.display()))
+    kube::Client::try_from(config).with_context(|| format!("building a client from {}", path.display()))
 }

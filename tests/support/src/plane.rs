@@ -149,9 +149,7 @@ impl Plane {
         }
         SHARED
             .get_or_try_init(|| async {
-                if let Some(kc) =
-                    std::env::var_os(EXTERNAL_KUBECONFIG_ENV).filter(|v| !v.is_empty())
-                {
+                if let Some(kc) = std::env::var_os(EXTERNAL_KUBECONFIG_ENV).filter(|v| !v.is_empty()) {
                     return Ok(Plane::external(kc));
                 }
                 let plane = Plane::start(PlaneConfig::default()).await?;
@@ -212,10 +210,7 @@ impl Plane {
 
     /// Resident memory of all the plane's processes together, in bytes.
     pub fn rss_bytes(&self) -> u64 {
-        self.pids()
-            .iter()
-            .map(|(_, pid)| process::rss_bytes(*pid))
-            .sum()
+        self.pids().iter().map(|(_, pid)| process::rss_bytes(*pid)).sum()
     }
 
     /// Applies the CRDs and waits until each is Established.

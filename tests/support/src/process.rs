@@ -86,11 +86,7 @@ fn log_hint(log: &Path) -> String {
     let Ok(text) = std::fs::read_to_string(log) else {
         return String::new();
     };
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
     let pick = lines
         .iter()
         .rev()
@@ -146,9 +142,7 @@ fn on_spawner_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) 
         .unwrap_or_else(|p| p.into_inner())
         .send(job)
         .expect("the spawner thread lives as long as the process");
-    reply_rx
-        .recv()
-        .expect("the spawner thread answers every job")
+    reply_rx.recv().expect("the spawner thread answers every job")
 }
 
 /// Starts `program args...` with stdout and stderr going to `log`.

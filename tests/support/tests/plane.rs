@@ -10,9 +10,7 @@ use capstan_testenv::{Binaries, FAKE_NODE, Plane, PlaneConfig};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
-};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
 
 /// Full planes besides the shared one take most of a 2-core machine while starting;
 /// tests that start one take turns.
@@ -91,10 +89,7 @@ async fn crd_is_established_and_custom_objects_round_trip() -> Result<()> {
     let installed = Api::<CustomResourceDefinition>::all(client.clone())
         .get("echoes.capstan.dev")
         .await?;
-    let established = installed
-        .status
-        .and_then(|s| s.conditions)
-        .unwrap_or_default();
+    let established = installed.status.and_then(|s| s.conditions).unwrap_or_default();
     assert!(
         established
             .iter()
@@ -117,17 +112,16 @@ async fn crd_is_established_and_custom_objects_round_trip() -> Result<()> {
     let mut bad = DynamicObject::new("bad", &ar);
     bad.data = serde_json::json!({ "spec": {} });
     let err = api.create(&PostParams::default(), &bad).await.unwrap_err();
-    assert!(
-        matches!(&err, kube::Error::Api(s) if s.code == 422),
-        "{err}"
-    );
+    assert!(matches!(&err, kube::Error::Api(s) if s.code == 422), "{err}");
     Ok(())
 }
 
 #[tokio::test]
 async fn job_runs_to_completion_on_the_fake_node() -> Result<()> {
     let plane = shared().await;
+    let t0 = Instant::now();
     let ns = plane.namespace("job").await?;
+    eprintln!("job: namespace ready in {:.1} s", t0.elapsed().as_secs_f64());
     let client = plane.client().await?;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let job: Job = serde_json::from_value(serde_json::json!({
@@ -149,10 +143,7 @@ async fn job_runs_to_completion_on_the_fake_node() -> Result<()> {
             .as_ref()
             .and_then(|s| s.conditions.clone())
             .unwrap_or_default();
-        if conds
-            .iter()
-            .any(|c| c.type_ == "Failed" && c.status == "True")
-        {
+        if conds.iter().any(|c| c.type_ == "Failed" && c.status == "True") {
             bail!("Job failed: {:?}", job.status);
         }
         Ok(conds
@@ -165,9 +156,7 @@ async fn job_runs_to_completion_on_the_fake_node() -> Result<()> {
     assert_eq!(done.status.as_ref().and_then(|s| s.succeeded), Some(1));
 
     let pods: Api<Pod> = Api::namespaced(client, &ns);
-    let list = pods
-        .list(&ListParams::default().labels("job-name=hi"))
-        .await?;
+    let list = pods.list(&ListParams::default().labels("job-name=hi")).await?;
     assert_eq!(list.items.len(), 1);
     let pod = &list.items[0];
     assert_eq!(
@@ -232,11 +221,7 @@ async fn two_planes_run_side_by_side() -> Result<()> {
         second.startup_time().unwrap_or_default().as_secs_f64(),
         second.rss_bytes() / (1 << 20)
     );
-    assert_eq!(
-        second.pids().len(),
-        2,
-        "api-only runs etcd and kube-apiserver"
-    );
+    assert_eq!(second.pids().len(), 2, "api-only runs etcd and kube-apiserver");
     if !first.is_external() {
         assert_ne!(first.server(), second.server());
     }
@@ -271,12 +256,7 @@ fn processes_mentioning(needle: &Path) -> Vec<u32> {
 fn gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
-        Ok(stat) => {
-            stat.rsplit(')')
-                .next()
-                .and_then(|r| r.split_whitespace().next())
-                == Some("Z")
-        }
+        Ok(stat) => stat.rsplit(')').next().and_then(|r| r.split_whitespace().next()) == Some("Z"),
     }
 }
 
@@ -290,6 +270,19 @@ async fn dropping_a_plane_leaves_no_process_or_dir() -> Result<()> {
         plane.rss_bytes() / (1 << 20)
     );
     let pids = plane.pids();
+    let rss: Vec<String> = pids
+        .iter()
+        .map(|(name, pid)| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let kb = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .unwrap_or("?")
+                .trim();
+            format!("{name} {kb}")
+        })
+        .collect();
+    eprintln!("full plane RSS: {}", rss.join(", "));
     let names: Vec<_> = pids.iter().map(|(n, _)| *n).collect();
     assert_eq!(
         names,
@@ -371,9 +364,7 @@ async fn missing_or_crashing_binary_is_reported_with_component_and_log() -> Resu
     let err = format!("{:#}", Plane::start(config).await.unwrap_err());
     eprintln!("error: {err}");
     assert!(
-        err.starts_with(
-            "kube-apiserver cannot start: binary not found at /nonexistent/kube-apiserver"
-        ),
+        err.starts_with("kube-apiserver cannot start: binary not found at /nonexistent/kube-apiserver"),
         "{err}"
     );
     let (log, dir) = log_of(&err);
@@ -405,44 +396,129 @@ async fn missing_or_crashing_binary_is_reported_with_component_and_log() -> Resu
     Ok(())
 }
 
+/// Set when this test binary re-runs itself to act as a separate process.
+const HELPER: &str = "CAPSTAN_TESTENV_HELPER";
+
+/// Runs `helper_process` in a child copy of this test binary; returns its output.
+fn run_helper(task: &str, envs: &[(&str, &str)]) -> Result<std::process::Output> {
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .args(["--exact", "helper_process", "--nocapture", "--test-threads=1"])
+        .env(HELPER, task)
+        .envs(envs.iter().copied())
+        .output()?;
+    Ok(out)
+}
+
+/// Not a test of its own: the body of the child process of `run_helper`.
 #[tokio::test]
-async fn detached_plane_survives_its_handle_and_stops_by_dir() -> Result<()> {
+async fn helper_process() -> Result<()> {
+    let Ok(task) = std::env::var(HELPER) else {
+        return Ok(());
+    };
+    match task.split_once(':') {
+        Some(("detach", dir)) => {
+            let kubeconfig = Plane::start_detached(Path::new(dir)).await?;
+            println!("KUBECONFIG={}", kubeconfig.display());
+        }
+        _ if task == "ensure" => match Binaries::ensure() {
+            Ok(_) => println!("ENSURE=ok"),
+            Err(e) => println!("ENSURE={e:#}"),
+        },
+        _ => bail!("unknown helper task {task}"),
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn detached_plane_outlives_its_process_and_stops_by_dir() -> Result<()> {
     let _turn = HEAVY.lock().await;
     let dir = tempfile::tempdir()?;
+    let task = format!("detach:{}", dir.path().display());
     let t0 = Instant::now();
-    let kubeconfig = Plane::start_detached(dir.path()).await?;
-    eprintln!("detached plane: up in {:.1} s", t0.elapsed().as_secs_f64());
-    let state = Plane::detached_state(dir.path())?.context("plane.json written")?;
-    assert_eq!(state.components.len(), 5);
-    assert_eq!(kubeconfig, state.kubeconfig);
-    // Idempotent: a second `up` finds it running and starts nothing.
-    assert_eq!(Plane::start_detached(dir.path()).await?, kubeconfig);
-    assert_eq!(
-        Plane::detached_state(dir.path())?.unwrap().components[0].pid,
-        state.components[0].pid
+    let out = run_helper(&task, &[])?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "helper failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!(
+        "detached plane: up in {:.1} s (helper process exited)",
+        t0.elapsed().as_secs_f64()
     );
 
-    let client = Plane::external(&kubeconfig).client().await?;
-    assert!(!client.apiserver_version().await?.git_version.is_empty());
+    let state = Plane::detached_state(dir.path())?.context("plane.json written")?;
+    let kubeconfig = state.kubeconfig.clone();
+    assert!(
+        stdout.contains(&format!("KUBECONFIG={}", kubeconfig.display())),
+        "{stdout}"
+    );
+    assert_eq!(state.components.len(), 5);
     for p in &state.components {
-        // Own session: its own process group, not ours, so Ctrl-C in a shell spares it.
-        let pgid = unsafe { libc::getpgid(p.pid as libc::pid_t) };
-        assert_eq!(pgid as u32, p.pid, "{} leads its own group", p.name);
-    }
-
-    assert!(Plane::stop_detached(dir.path())?);
-    for p in &state.components {
-        assert!(
-            gone(p.pid),
-            "{} (pid {}) survived stop_detached",
-            p.name,
-            p.pid
+        assert!(!gone(p.pid), "{} died with the process that started it", p.name);
+        // Own session and group, so Ctrl-C in the starting shell spares it.
+        // SAFETY: plain syscalls on pids read from plane.json.
+        let (pgid, sid) = unsafe { (libc::getpgid(p.pid as i32), libc::getsid(p.pid as i32)) };
+        assert_eq!(
+            (pgid as u32, sid as u32),
+            (p.pid, p.pid),
+            "{} leads its own session",
+            p.name
         );
+    }
+    // The starter is gone, yet the plane works: Jobs still complete.
+    let plane = Plane::external(&kubeconfig);
+    let client = plane.client().await?;
+    assert!(!client.apiserver_version().await?.git_version.is_empty());
+    let ns = plane.namespace("detached").await?;
+    let jobs: Api<Job> = Api::namespaced(client, &ns);
+    let job: Job = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "hi" },
+        "spec": { "template": { "spec": {
+            "restartPolicy": "Never",
+            "containers": [{ "name": "hi", "image": "busybox", "command": ["echo", "hi"] }],
+        }}},
+    }))?;
+    jobs.create(&PostParams::default(), &job).await?;
+    eventually("Job hi to succeed", Duration::from_secs(120), || async {
+        let status = jobs.get("hi").await?.status.unwrap_or_default();
+        Ok((status.succeeded == Some(1)).then_some(()))
+    })
+    .await?;
+    // `up` again while it runs: same plane, nothing new started.
+    assert_eq!(Plane::start_detached(dir.path()).await?, kubeconfig);
+    let again = Plane::detached_state(dir.path())?.unwrap();
+    assert_eq!(again.components[1].pid, state.components[1].pid);
+
+    let t0 = Instant::now();
+    assert!(Plane::stop_detached(dir.path())?);
+    eprintln!("detached plane: down in {} ms", t0.elapsed().as_millis());
+    for p in &state.components {
+        assert!(gone(p.pid), "{} (pid {}) survived stop_detached", p.name, p.pid);
     }
     assert!(Plane::detached_state(dir.path())?.is_none());
     assert!(
-        !Plane::stop_detached(dir.path())?,
-        "stopping twice is a no-op"
+        dir.path().join("kube-apiserver.log").is_file(),
+        "logs stay for reading"
     );
+    assert!(!Plane::stop_detached(dir.path())?, "stopping twice is a no-op");
+    Ok(())
+}
+
+#[tokio::test]
+async fn ensure_without_go_fails_in_one_line() -> Result<()> {
+    let cache = tempfile::tempdir()?;
+    let no_tools = tempfile::tempdir()?;
+    let cache_path = cache.path().to_string_lossy().into_owned();
+    let path = no_tools.path().to_string_lossy().into_owned();
+    let out = run_helper("ensure", &[("CAPSTAN_CACHE", &cache_path), ("PATH", &path)])?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The harness prints "test helper_process ... " on the same line first.
+    let at = stdout.find("ENSURE=").context("helper printed no result")?;
+    let line = stdout[at + "ENSURE=".len()..].lines().next().unwrap_or_default();
+    assert!(line.contains("Go is not installed"), "{line}");
+    assert!(line.starts_with("cannot build the control plane"), "{line}");
+    let built = std::fs::read_dir(cache.path())?.count();
+    assert_eq!(built, 0, "nothing built, nothing locked");
     Ok(())
 }
