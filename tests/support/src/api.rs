@@ -8,7 +8,6 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PatchParams, PostParams};
-use kube::runtime::wait::{await_condition, conditions};
 
 use crate::components::KWOK_ANNOTATION;
 
@@ -144,13 +143,28 @@ pub(crate) async fn install_crds(
             .await
             .with_context(|| format!("applying CRD {name}"))?;
     }
+    let deadline = Instant::now() + timeout;
     for crd in crds {
         let name = crd.metadata.name.as_deref().unwrap_or_default();
-        let established = await_condition(api.clone(), name, conditions::is_crd_established());
-        match tokio::time::timeout(timeout, established).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(e).with_context(|| format!("waiting for CRD {name}")),
-            Err(_) => bail!("CRD {name} not Established after {} s", timeout.as_secs()),
+        loop {
+            let current = api
+                .get(name)
+                .await
+                .with_context(|| format!("reading CRD {name}"))?;
+            let conditions = current.status.and_then(|s| s.conditions).unwrap_or_default();
+            if conditions
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+            {
+                break;
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "CRD {name} not Established after {} s: {conditions:?}",
+                    timeout.as_secs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
     Ok(())

@@ -275,7 +275,7 @@ async fn missing_or_crashing_binary_is_reported_with_component_and_log() -> Resu
     let mut config = PlaneConfig::api_only();
     config.binaries = Some(Binaries {
         etcd: real.kubectl.clone(),
-        ..real
+        ..real.clone()
     });
     let err = format!("{:#}", Plane::start(config).await.unwrap_err());
     eprintln!("error: {err}");
@@ -286,6 +286,38 @@ async fn missing_or_crashing_binary_is_reported_with_component_and_log() -> Resu
     assert!(
         std::fs::read_to_string(&log)?.contains("unknown flag"),
         "kubectl rejects etcd's flags"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(())
+}
+
+#[tokio::test]
+async fn hung_component_times_out_naming_its_log_and_is_killed() -> Result<()> {
+    let real = Binaries::ensure()?;
+    // An "etcd" that runs but never serves, and has a child in its process group.
+    let fake = tempfile::tempdir()?;
+    let script = fake.path().join("etcd");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho \"hung etcd $*\"\nwhile :; do sleep 1; done\n",
+    )?;
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let mut config = PlaneConfig::api_only();
+    config.binaries = Some(Binaries { etcd: script, ..real });
+    config.start_timeout = Duration::from_secs(2);
+
+    let err = format!("{:#}", Plane::start(config).await.unwrap_err());
+    eprintln!("error: {err}");
+    assert!(!err.contains('\n'), "one line: {err}");
+    assert!(
+        err.starts_with("etcd not ready after 2 s (waiting for GET /health)"),
+        "{err}"
+    );
+    let (log, dir) = log_of(&err);
+    assert!(std::fs::read_to_string(&log)?.contains("hung etcd --name=capstan"));
+    assert!(
+        processes_mentioning(&dir).is_empty(),
+        "the hung etcd was not killed"
     );
     let _ = std::fs::remove_dir_all(dir);
     Ok(())
