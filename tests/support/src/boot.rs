@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::PlaneConfig;
 use crate::api;
 use crate::binaries::Binaries;
 use crate::certs::Pki;
@@ -14,6 +13,7 @@ use crate::components::{
 };
 use crate::kubeconfig;
 use crate::process::{self, Lifetime, Proc};
+use crate::{Plane, PlaneConfig};
 
 /// A plane whose components all answered.
 pub(crate) struct Booted {
@@ -115,6 +115,15 @@ pub(crate) async fn boot(
 ) -> Result<Booted> {
     let t0 = Instant::now();
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Wiping state under a live detached plane would pull etcd's data out from under it.
+    if let Some(state) = Plane::detached_state(dir)?
+        && state.components.iter().any(|p| p.running())
+    {
+        anyhow::bail!(
+            "a detached plane is running in {}; stop it first (Plane::stop_detached)",
+            dir.display()
+        );
+    }
     wipe_state(dir)?;
     let ports = resolve_ports(config)?;
     let pki = Pki::generate(&dir.join("pki"))?;

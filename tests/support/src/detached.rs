@@ -42,7 +42,8 @@ pub struct DetachedProcess {
 }
 
 impl DetachedProcess {
-    fn running(&self) -> bool {
+    /// Whether this very process (same pid and start time) is still alive.
+    pub fn running(&self) -> bool {
         process::alive(self.pid) && process::start_time(self.pid) == self.start_time
     }
 }

@@ -10,6 +10,8 @@
 //! # let _ = (ns, client); Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 mod api;
 mod binaries;
 mod boot;

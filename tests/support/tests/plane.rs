@@ -397,6 +397,14 @@ async fn detached_plane_outlives_its_process_and_stops_by_dir() -> Result<()> {
     let again = Plane::detached_state(dir.path())?.unwrap();
     assert_eq!(again.components[1].pid, state.components[1].pid);
 
+    // An attached plane must not take over (and wipe) a dir whose plane is running.
+    let config = PlaneConfig {
+        dir: Some(dir.path().to_path_buf()),
+        ..PlaneConfig::api_only()
+    };
+    let err = Plane::start(config).await.unwrap_err().to_string();
+    assert!(err.contains("a detached plane is running"), "{err}");
+
     let t0 = Instant::now();
     assert!(Plane::stop_detached(dir.path())?);
     eprintln!("detached plane: down in {} ms", t0.elapsed().as_millis());
