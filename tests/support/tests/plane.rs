@@ -338,8 +338,45 @@ async fn helper_process() -> Result<()> {
             Ok(_) => println!("ENSURE=ok"),
             Err(e) => println!("ENSURE={e:#}"),
         },
+        _ if task == "abort" => {
+            // Dies like a Ctrl-C'd or panic=abort test: no Drop, no atexit.
+            let plane = Plane::shared().await?;
+            let dir = plane.dir().map(|d| d.display().to_string()).unwrap_or_default();
+            let pids: Vec<String> = plane.pids().iter().map(|(_, p)| p.to_string()).collect();
+            println!("PIDS={} DIR={dir}", pids.join(","));
+            std::process::abort();
+        }
         _ => bail!("unknown helper task {task}"),
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn plane_dies_with_an_aborted_test_process() -> Result<()> {
+    let _turn = HEAVY.lock().await;
+    let out = run_helper("abort", &[])?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "the helper aborts");
+    let at = stdout.find("PIDS=").context("helper printed no pids")?;
+    let line = stdout[at..].lines().next().unwrap_or_default();
+    let (pids, dir) = line["PIDS=".len()..]
+        .split_once(" DIR=")
+        .context("malformed helper line")?;
+    let pids: Vec<u32> = pids.split(',').map(str::parse).collect::<Result<_, _>>()?;
+    assert_eq!(pids.len(), 5, "{line}");
+    // SIGKILL from PDEATHSIG is immediate, but reaping by init may lag a moment.
+    eventually(
+        "the plane to die with its process",
+        Duration::from_secs(10),
+        || async { Ok(pids.iter().all(|p| gone(*p)).then_some(())) },
+    )
+    .await?;
+    assert!(processes_mentioning(Path::new(dir)).is_empty());
+    // The aborted process could not remove its dir; the next plane's start sweeps it.
+    assert!(Path::new(dir).exists());
+    let next = Plane::start(PlaneConfig::api_only()).await?;
+    assert!(!Path::new(dir).exists(), "stale dir {dir} not swept");
+    drop(next);
     Ok(())
 }
 
