@@ -15,10 +15,7 @@ pub struct Context {
 impl Context {
     /// A context holding these observed children (JSON objects with apiVersion and kind).
     pub fn new(children: Vec<serde_json::Value>, finalizing: bool) -> Self {
-        Context {
-            children,
-            finalizing,
-        }
+        Context { children, finalizing }
     }
 
     /// True when the parent is being deleted and the plugin's finalizer is still on it.
@@ -42,9 +39,8 @@ impl Context {
             .iter()
             .filter(|c| kind.matches(c))
             .map(|c| {
-                K::deserialize(c).map_err(|e| {
-                    ReconcileError::fatal(format!("observed {} does not parse: {e}", kind.kind))
-                })
+                K::deserialize(c)
+                    .map_err(|e| ReconcileError::fatal(format!("observed {} does not parse: {e}", kind.kind)))
             })
             .collect()
     }

@@ -10,9 +10,8 @@ pub fn run<R: Reconciler>(
     children: Vec<serde_json::Value>,
     finalizing: bool,
 ) -> Result<Response, ReconcileError> {
-    let parent = serde_json::from_value(parent).map_err(|e| {
-        ReconcileError::fatal(format!("parent does not match the plugin's type: {e}"))
-    })?;
+    let parent = serde_json::from_value(parent)
+        .map_err(|e| ReconcileError::fatal(format!("parent does not match the plugin's type: {e}")))?;
     R::reconcile(parent, &Context::new(children, finalizing))
 }
 
@@ -34,12 +33,9 @@ pub fn metadata<R: Reconciler>() -> wit::PluginMetadata {
 }
 
 /// `reconcile` export.
-pub fn reconcile<R: Reconciler>(
-    request: wit::Request,
-) -> Result<wit::Response, wit::ReconcileError> {
+pub fn reconcile<R: Reconciler>(request: wit::Request) -> Result<wit::Response, wit::ReconcileError> {
     let parse = |text: &str, what: &str| {
-        serde_json::from_str(text)
-            .map_err(|e| ReconcileError::fatal(format!("{what} is not JSON: {e}")))
+        serde_json::from_str(text).map_err(|e| ReconcileError::fatal(format!("{what} is not JSON: {e}")))
     };
     let result = parse(&request.parent, "parent").and_then(|parent| {
         let children = request

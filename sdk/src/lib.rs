@@ -108,7 +108,7 @@ macro_rules! export {
             // Native builds (unit tests, `testing`) keep the type-checked glue but export
             // nothing: component export names are not valid native symbol names.
             #[cfg(target_family = "wasm")]
-            $crate::bindings::export!(CapstanGuest with_types_in $crate::bindings);
+    $crate::bindings::export!(CapstanGuest with_types_in $crate::bindings);
         };
     };
 }

@@ -59,8 +59,7 @@ impl KindRef {
     /// True when a JSON object's `apiVersion` and `kind` name this kind.
     pub fn matches(&self, object: &serde_json::Value) -> bool {
         object.get("kind").and_then(|k| k.as_str()) == Some(self.kind.as_str())
-            && object.get("apiVersion").and_then(|v| v.as_str())
-                == Some(self.api_version().as_str())
+            && object.get("apiVersion").and_then(|v| v.as_str()) == Some(self.api_version().as_str())
     }
 }
 

@@ -50,8 +50,7 @@ pub fn parse_documents(text: &str) -> Result<Vec<serde_json::Value>, FixtureErro
 /// Read a YAML or JSON file holding one or more documents.
 pub fn load_documents(path: impl AsRef<Path>) -> Result<Vec<serde_json::Value>, FixtureError> {
     let path = path.as_ref();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| FixtureError(format!("{}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path).map_err(|e| FixtureError(format!("{}: {e}", path.display())))?;
     parse_documents(&text).map_err(|e| FixtureError(format!("{}: {e}", path.display())))
 }
 
@@ -87,8 +86,8 @@ impl Fixture {
     /// A fixture whose parent is the single document in the file at `path`.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, FixtureError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| FixtureError(format!("{}: {e}", path.display())))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| FixtureError(format!("{}: {e}", path.display())))?;
         Fixture::parse(&text).map_err(|e| FixtureError(format!("{}: {e}", path.display())))
     }
 

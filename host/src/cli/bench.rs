@@ -33,8 +33,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.iterations > 0, "-n must be at least 1");
     let plugin = args.plugin.load()?;
     let parent = input::documents(&args.parent)?.into_iter().next();
-    let parent = parent
-        .ok_or_else(|| anyhow::anyhow!("{}: no parent object found", args.parent.display()))?;
+    let parent =
+        parent.ok_or_else(|| anyhow::anyhow!("{}: no parent object found", args.parent.display()))?;
     let request = Request {
         parent,
         children: input::all_documents(&args.children)?,

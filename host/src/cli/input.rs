@@ -7,8 +7,7 @@ use serde::Deserialize;
 
 /// Every non-empty document in a YAML or JSON file (`---` separates YAML documents).
 pub fn documents(path: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let docs = serde_yaml::Deserializer::from_str(&text)
         .map(|doc| {
             serde_json::Value::deserialize(doc)

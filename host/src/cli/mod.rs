@@ -82,10 +82,7 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            let line = format!("{e:#}")
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ");
+            let line = format!("{e:#}").split_whitespace().collect::<Vec<_>>().join(" ");
             eprintln!("error: {line}");
             ExitCode::from(2)
         }
@@ -94,17 +91,12 @@ pub fn main() -> ExitCode {
 
 fn init_logging(format: LogFormat, default_filter: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
     }
 }

@@ -55,8 +55,8 @@ pub(crate) fn compile(engine: &wasmtime::Engine, bytes: &[u8]) -> Result<Compone
     } else if bytes[4..8] == [1, 0, 0, 0] {
         return Err(LoadError::CoreModule);
     }
-    let component = Component::new(engine, bytes)
-        .map_err(|e| LoadError::Invalid(one_line(&format!("{e:#}"))))?;
+    let component =
+        Component::new(engine, bytes).map_err(|e| LoadError::Invalid(one_line(&format!("{e:#}"))))?;
     check_exports(&component, engine)?;
     Ok(component)
 }
@@ -69,9 +69,7 @@ fn check_exports(component: &Component, engine: &wasmtime::Engine) -> Result<(),
         return Ok(());
     }
     if let Some(other) = names.iter().find(|n| n.starts_with(PLUGIN_EXPORT_PREFIX)) {
-        let version = other
-            .split_once('@')
-            .map_or("an unversioned package", |(_, v)| v);
+        let version = other.split_once('@').map_or("an unversioned package", |(_, v)| v);
         return Err(LoadError::WitVersion {
             found: format!("capstan:reconciler@{version}"),
         });
@@ -91,8 +89,7 @@ pub(crate) fn link_error(
     err: wasmtime::Error,
 ) -> LoadError {
     let ty = component.component_type();
-    let provided =
-        |name: &str| name.starts_with("wasi:") || name.starts_with("capstan:reconciler/");
+    let provided = |name: &str| name.starts_with("wasi:") || name.starts_with("capstan:reconciler/");
     if let Some((name, _)) = ty.imports(engine).find(|(name, _)| !provided(name)) {
         return LoadError::Imports(name.to_string());
     }
@@ -129,10 +126,7 @@ fn check_kind(k: &Kind) -> Result<(), String> {
         .chars()
         .any(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
     {
-        return Err(format!(
-            "plural {:?} of {} must be lower-case",
-            k.plural, k.kind
-        ));
+        return Err(format!("plural {:?} of {} must be lower-case", k.plural, k.kind));
     }
     Ok(())
 }

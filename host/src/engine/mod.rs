@@ -131,10 +131,7 @@ impl Engine {
 
         let mut linker = Linker::new(&inner);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        Reconciler::add_to_linker::<State, wasmtime::component::HasSelf<State>>(
-            &mut linker,
-            |s| s,
-        )?;
+        Reconciler::add_to_linker::<State, wasmtime::component::HasSelf<State>>(&mut linker, |s| s)?;
 
         let weak = inner.weak();
         std::thread::Builder::new()
@@ -155,19 +152,14 @@ impl Engine {
 
     /// Load, validate and precompile a plugin file.
     pub fn load_file(&self, path: &std::path::Path, limits: Limits) -> Result<Plugin, LoadError> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| LoadError::Read(path.display().to_string(), e.to_string()))?;
+        let bytes =
+            std::fs::read(path).map_err(|e| LoadError::Read(path.display().to_string(), e.to_string()))?;
         self.load(&bytes, limits)
     }
 
     /// Load, validate and precompile a plugin from bytes, and read its metadata.
     pub fn load(&self, bytes: &[u8], limits: Limits) -> Result<Plugin, LoadError> {
-        if limits.memory > self.config.max_memory {
-            return Err(LoadError::Limits(format!(
-                "memory limit {} exceeds the engine maximum {}",
-                limits.memory, self.config.max_memory
-            )));
-        }
+        self.check_limits(&limits)?;
         let component = load::compile(&self.inner, bytes)?;
         let pre = self
             .linker
@@ -194,6 +186,18 @@ impl Engine {
     }
 }
 
+impl Engine {
+    fn check_limits(&self, limits: &Limits) -> Result<(), LoadError> {
+        if limits.memory > self.config.max_memory {
+            return Err(LoadError::Limits(format!(
+                "memory limit {} exceeds the engine maximum {}",
+                limits.memory, self.config.max_memory
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// A loaded plugin: precompiled, linked against the sandbox, ready to instantiate.
 #[derive(Clone)]
 pub struct Plugin {
@@ -207,14 +211,21 @@ pub struct Plugin {
 impl Plugin {
     /// What the plugin declared at load.
     pub fn metadata(&self) -> &Metadata {
-        self.metadata
-            .as_ref()
-            .expect("metadata is read during load")
+        self.metadata.as_ref().expect("metadata is read during load")
     }
 
     /// The limits its calls run under.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// The same compiled plugin under other limits.
+    pub fn with_limits(&self, limits: Limits) -> Result<Plugin, LoadError> {
+        self.engine.check_limits(&limits)?;
+        Ok(Plugin {
+            limits,
+            ..self.clone()
+        })
     }
 
     /// Reconcile one object in a fresh instance.
@@ -258,10 +269,11 @@ impl Instance {
             .bindings
             .capstan_reconciler_plugin()
             .call_metadata(&mut self.store);
+        let result = result
+            .map(Metadata::from)
+            .map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
         self.store.data().flush_output();
         result
-            .map(Metadata::from)
-            .map_err(|e| fault_of(&self.store, &e, self.limits.deadline))
     }
 
     /// Call `reconcile` and validate the answer against the limits.
@@ -276,8 +288,10 @@ impl Instance {
             .bindings
             .capstan_reconciler_plugin()
             .call_reconcile(&mut self.store, &wire);
+        // Classify before flushing: the panic text on stderr is part of the evidence.
+        let result = result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
         self.store.data().flush_output();
-        match result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline))? {
+        match result? {
             Ok(response) => Ok(validate(response, &self.limits)?),
             Err(wit::ReconcileError::Retry(m)) => Err(DispatchError::Retry(m)),
             Err(wit::ReconcileError::Fatal(m)) => Err(DispatchError::Fatal(m)),
@@ -331,9 +345,7 @@ fn validate(raw: wit::Response, limits: &Limits) -> Result<Response, Fault> {
     let object = |text: &str, what: &str| -> Result<serde_json::Value, Fault> {
         match serde_json::from_str(text) {
             Ok(v @ serde_json::Value::Object(_)) => Ok(v),
-            Ok(_) => Err(Fault::MalformedResponse(format!(
-                "{what} is not a JSON object"
-            ))),
+            Ok(_) => Err(Fault::MalformedResponse(format!("{what} is not a JSON object"))),
             Err(e) => Err(Fault::MalformedResponse(format!("{what} is not JSON: {e}"))),
         }
     };
@@ -344,11 +356,7 @@ fn validate(raw: wit::Response, limits: &Limits) -> Result<Response, Fault> {
             .enumerate()
             .map(|(i, c)| object(c, &format!("child {i}")))
             .collect::<Result<_, _>>()?,
-        status: raw
-            .status
-            .as_deref()
-            .map(|s| object(s, "status"))
-            .transpose()?,
+        status: raw.status.as_deref().map(|s| object(s, "status")).transpose()?,
         requeue_after: raw.requeue_after_ms.map(Duration::from_millis),
         events: raw.events.into_iter().map(Event::from).collect(),
         finalized: raw.finalized,

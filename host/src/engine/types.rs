@@ -135,11 +135,7 @@ mod millis {
         let ms = text.strip_suffix("ms").unwrap_or(&text).trim();
         ms.parse::<u64>()
             .map(|ms| Some(Duration::from_millis(ms)))
-            .map_err(|_| {
-                D::Error::custom(format!(
-                    "requeueAfter must look like \"1500ms\", got {text:?}"
-                ))
-            })
+            .map_err(|_| D::Error::custom(format!("requeueAfter must look like \"1500ms\", got {text:?}")))
     }
 }
 

@@ -78,9 +78,7 @@ impl Reconciler for EchoReconciler {
 
     fn reconcile(echo: Echo, ctx: &Context) -> Result<Response, ReconcileError> {
         if echo.spec.message.trim().is_empty() {
-            return Err(ReconcileError::fatal(
-                "spec.message is empty: nothing to echo",
-            ));
+            return Err(ReconcileError::fatal("spec.message is empty: nothing to echo"));
         }
         let job = desired_job(&echo)?;
         let job_name = job.metadata.name.clone();
@@ -122,10 +120,7 @@ pub fn desired_job(echo: &Echo) -> Result<Job, ReconcileError> {
     let hash = spec_hash(&serde_json::to_vec(&echo.spec)?);
     let prefix: String = name.chars().take(MAX_JOB_NAME - hash.len() - 1).collect();
     let labels = BTreeMap::from([
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            "capstan".to_string(),
-        ),
+        ("app.kubernetes.io/managed-by".to_string(), "capstan".to_string()),
         ("capstan.dev/plugin".to_string(), "echo".to_string()),
     ]);
     Ok(Job {

@@ -37,7 +37,10 @@ fn new_echo_wants_one_job_in_its_namespace_running_echo() {
     assert_eq!(spec.backoff_limit, Some(echo::BACKOFF_LIMIT));
     let pod = spec.template.spec.as_ref().unwrap();
     assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
-    assert_eq!(pod.containers[0].command.as_deref().unwrap(), ["echo", "hello, world"]);
+    assert_eq!(
+        pod.containers[0].command.as_deref().unwrap(),
+        ["echo", "hello, world"]
+    );
     assert_eq!(pod.containers[0].image.as_deref(), Some(echo::IMAGE));
     let s = status(&r);
     assert_eq!(s.phase, Some(Phase::Pending));
@@ -71,17 +74,28 @@ fn changed_message_wants_a_new_job_and_drops_the_old_one() {
     let old = run("echo.yaml", &[]).unwrap().children_of::<Job>().unwrap()[0].clone();
     let r = run("echo-changed.yaml", &["job-succeeded.yaml"]).unwrap();
     let jobs = r.children_of::<Job>().unwrap();
-    assert_eq!(jobs.len(), 1, "only the new Job is desired, so the host prunes the old one");
+    assert_eq!(
+        jobs.len(),
+        1,
+        "only the new Job is desired, so the host prunes the old one"
+    );
     assert_ne!(jobs[0].metadata.name, old.metadata.name);
     let s = status(&r);
-    assert_eq!(s.phase, Some(Phase::Pending), "the old Job's success does not count");
+    assert_eq!(
+        s.phase,
+        Some(Phase::Pending),
+        "the old Job's success does not count"
+    );
     assert_eq!(s.observed_generation, Some(2));
 }
 
 #[test]
 fn empty_message_is_fatal_and_wants_no_job() {
     let err = run("echo-empty.yaml", &[]).unwrap_err();
-    assert!(matches!(&err, ReconcileError::Fatal(m) if m.contains("spec.message")), "{err}");
+    assert!(
+        matches!(&err, ReconcileError::Fatal(m) if m.contains("spec.message")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -90,7 +104,10 @@ fn long_names_still_give_valid_job_names() {
         "apiVersion: capstan.dev/v1alpha1\nkind: Echo\nmetadata: {{name: {}, namespace: d}}\nspec: {{message: hi}}",
         "a".repeat(250)
     );
-    let r = Fixture::parse(&yaml).unwrap().reconcile::<EchoReconciler>().unwrap();
+    let r = Fixture::parse(&yaml)
+        .unwrap()
+        .reconcile::<EchoReconciler>()
+        .unwrap();
     let name = r.children_of::<Job>().unwrap()[0].metadata.name.clone().unwrap();
     assert!(name.len() <= 63, "{name}");
 }

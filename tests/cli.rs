@@ -1,0 +1,192 @@
+//! The `capstan` binary as a user runs it: golden `capstan test` runs of the built
+//! echo.wasm, `inspect`, and one-line errors with exit code 2 on bad input.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use capstan_tests::{capstan_bin, echo_fixture, plugin, workspace};
+
+fn capstan(args: &[&str]) -> Output {
+    Command::new(capstan_bin())
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("capstan runs")
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn golden(name: &str) -> PathBuf {
+    workspace().join("tests/golden/echo").join(format!("{name}.yaml"))
+}
+
+fn run_golden(case: &str, parent: &str, children: &[&str]) {
+    let echo = plugin("echo");
+    let (parent, expect) = (echo_fixture(parent), golden(case));
+    let children: Vec<PathBuf> = children.iter().map(|c| echo_fixture(c)).collect();
+    let mut args = vec![
+        "test",
+        path(&echo),
+        "--parent",
+        path(&parent),
+        "--expect",
+        path(&expect),
+    ];
+    if !children.is_empty() {
+        args.push("--children");
+        args.extend(children.iter().map(|c| path(c)));
+    }
+    let out = capstan(&args);
+    assert!(
+        out.status.success(),
+        "{case}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn golden_new_echo() {
+    run_golden("new", "echo.yaml", &[]);
+}
+
+#[test]
+fn golden_job_running() {
+    run_golden("running", "echo.yaml", &["job-running.yaml"]);
+}
+
+#[test]
+fn golden_job_succeeded() {
+    run_golden("succeeded", "echo-running.yaml", &["job-succeeded.yaml"]);
+}
+
+#[test]
+fn golden_job_failed() {
+    run_golden("failed", "echo-running.yaml", &["job-failed.yaml"]);
+}
+
+#[test]
+fn golden_message_changed() {
+    run_golden("changed", "echo-changed.yaml", &["job-succeeded.yaml"]);
+}
+
+#[test]
+fn golden_empty_message() {
+    run_golden("empty", "echo-empty.yaml", &[]);
+}
+
+#[test]
+fn mismatch_prints_a_diff_and_exits_1() {
+    let echo = plugin("echo");
+    let out = capstan(&[
+        "test",
+        path(&echo),
+        "--parent",
+        path(&echo_fixture("echo.yaml")),
+        "--expect",
+        path(&golden("succeeded")),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("-  phase: Succeeded") && stderr.contains("+  phase: Pending"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn json_and_multi_document_inputs_are_accepted() {
+    let dir = std::env::temp_dir().join(format!("capstan-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let parents = dir.join("parents.yaml");
+    let one = std::fs::read_to_string(echo_fixture("echo.yaml")).unwrap();
+    let json: serde_json::Value = serde_yaml::from_str(&one).unwrap();
+    std::fs::write(
+        &parents,
+        format!("{one}---\n{}\n", serde_json::to_string(&json).unwrap()),
+    )
+    .unwrap();
+    let out = capstan(&["test", path(&plugin("echo")), "--parent", path(&parents)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let docs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .split("---\n")
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_yaml::from_str(d).unwrap())
+        .collect();
+    assert_eq!(docs.len(), 2);
+    assert_eq!(docs[0], docs[1], "YAML and JSON of the same Echo reconcile alike");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn inspect_shows_metadata_and_contract() {
+    let out = capstan(&["inspect", path(&plugin("echo"))]);
+    assert!(out.status.success());
+    let report: serde_json::Value = serde_yaml::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["wit"], "capstan:reconciler@0.1.0");
+    assert_eq!(report["name"], "echo");
+    assert_eq!(report["parent"]["kind"], "Echo");
+    assert_eq!(report["children"][0]["kind"], "Job");
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let dir = std::env::temp_dir().join(format!("capstan-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let core = dir.join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
+    let text = dir.join("not.wasm");
+    std::fs::write(&text, "hello").unwrap();
+    let broken = dir.join("broken.yaml");
+    std::fs::write(&broken, "apiVersion: [unclosed").unwrap();
+    let echo = plugin("echo");
+    let fixture = echo_fixture("echo.yaml");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["inspect", "/no/such/plugin.wasm"], "cannot read"),
+        (vec!["inspect", path(&text)], "not a WebAssembly file"),
+        (vec!["inspect", path(&core)], "not a component"),
+        (
+            vec!["test", path(&echo), "--parent", "/no/such.yaml"],
+            "cannot read",
+        ),
+        (
+            vec!["test", path(&echo), "--parent", path(&broken)],
+            "not valid YAML",
+        ),
+        (
+            vec![
+                "test",
+                path(&echo),
+                "--parent",
+                path(&fixture),
+                "--deadline",
+                "soon",
+            ],
+            "soon",
+        ),
+        (
+            vec!["bench", path(&echo), "--parent", path(&fixture), "-n", "0"],
+            "at least 1",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = capstan(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"),
+            "{args:?}: {stderr}"
+        );
+        if needle != "soon" {
+            assert_eq!(
+                stderr.trim().lines().count(),
+                1,
+                "{args:?}: one line, got {stderr}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(dir).ok();
+}

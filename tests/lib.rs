@@ -1,0 +1,63 @@
+//! Shared helpers for Capstan's integration tests: building the Wasm plugins and
+//! locating the `capstan` binary, once per test process.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The workspace root.
+pub fn workspace() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the workspace root")
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace().join("target"), PathBuf::from)
+}
+
+/// Path of a plugin's `.wasm`, building all test plugins (release `plugin` profile,
+/// `wasm32-wasip2`) on first use so a plain `cargo test` works.
+pub fn plugin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        cargo(&[
+            "build",
+            "--profile",
+            "plugin",
+            "--target",
+            "wasm32-wasip2",
+            "-p",
+            "echo",
+            "-p",
+            "hostile",
+        ])
+    });
+    let path = target_dir()
+        .join("wasm32-wasip2/plugin")
+        .join(format!("{name}.wasm"));
+    assert!(path.exists(), "{} was not built", path.display());
+    path
+}
+
+/// Path of the `capstan` binary, built on first use.
+pub fn capstan_bin() -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| cargo(&["build", "-p", "capstan", "--bin", "capstan"]));
+    target_dir().join("debug/capstan")
+}
+
+fn cargo(args: &[&str]) {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(args)
+        .current_dir(workspace())
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cargo {} failed", args.join(" "));
+}
+
+/// A fixture of the Echo plugin.
+pub fn echo_fixture(name: &str) -> PathBuf {
+    workspace().join("plugins/echo/fixtures").join(name)
+}

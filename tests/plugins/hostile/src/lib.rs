@@ -1,0 +1,127 @@
+//! A hostile plugin. It speaks the raw generated bindings rather than the typed SDK so it
+//! can also break the contract (non-JSON output). The parent's `spec.mode` picks the
+//! misbehaviour; `spec.arg` parameterises some modes. Probing modes ("file", "env",
+//! "socket") report what they managed to do in `status.result`.
+
+use capstan_sdk::bindings::capstan::reconciler::types::{
+    KindRef, PluginMetadata, ReconcileError, Request, Response,
+};
+use capstan_sdk::bindings::exports::capstan::reconciler::plugin::Guest;
+use serde_json::{Value, json};
+
+struct Hostile;
+
+impl Guest for Hostile {
+    fn metadata() -> PluginMetadata {
+        PluginMetadata {
+            name: "hostile".into(),
+            version: "0.0.0".into(),
+            parent: kind("capstan.dev", "v1alpha1", "Hostile", "hostiles"),
+            children: vec![kind("", "v1", "ConfigMap", "configmaps")],
+            finalizer: None,
+        }
+    }
+
+    fn reconcile(request: Request) -> Result<Response, ReconcileError> {
+        let parent: Value =
+            serde_json::from_str(&request.parent).map_err(|e| ReconcileError::Fatal(e.to_string()))?;
+        let mode = parent["spec"]["mode"].as_str().unwrap_or("ok").to_string();
+        let arg = parent["spec"]["arg"].as_str().unwrap_or_default().to_string();
+        let mut children = vec![];
+        let mut status = None;
+        match mode.as_str() {
+            "ok" => children.push(config_map(&parent, 0).to_string()),
+            "loop" => {
+                let mut n: u64 = 0;
+                loop {
+                    n = std::hint::black_box(n.wrapping_add(1));
+                }
+            }
+            "memory" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "panic" => panic!("hostile plugin panics on purpose"),
+            "stack" => {
+                std::hint::black_box(recurse(u64::MAX));
+            }
+            "file" => {
+                status = Some(probe(std::fs::read_to_string(if arg.is_empty() {
+                    "/etc/hostname"
+                } else {
+                    &arg
+                })))
+            }
+            "env" => {
+                status = Some(
+                    json!({ "result": std::env::vars().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","), "args": std::env::args().count() }),
+                )
+            }
+            "socket" => {
+                status = Some(probe(
+                    std::net::TcpStream::connect(arg.as_str()).map(|_| "connected".to_string()),
+                ))
+            }
+            "stdout" => {
+                let line = "x".repeat(1023);
+                for _ in 0..100 * 1024 {
+                    println!("{line}");
+                }
+                children.push(config_map(&parent, 0).to_string());
+            }
+            "children" => children.extend((0..10_000).map(|i| config_map(&parent, i).to_string())),
+            "big-status" => status = Some(json!({ "blob": "y".repeat(6 << 20) })),
+            "not-json" => children.push("this is not JSON".into()),
+            "not-object" => children.push("[1, 2, 3]".into()),
+            other => return Err(ReconcileError::Fatal(format!("unknown mode {other}"))),
+        }
+        Ok(Response {
+            children,
+            status: status.map(|s| s.to_string()),
+            requeue_after_ms: None,
+            events: vec![],
+            finalized: false,
+        })
+    }
+}
+
+// Only Wasm builds export: component export names are not valid native symbols.
+#[cfg(target_family = "wasm")]
+capstan_sdk::bindings::export!(Hostile with_types_in capstan_sdk::bindings);
+
+fn kind(group: &str, version: &str, kind: &str, plural: &str) -> KindRef {
+    KindRef {
+        group: group.into(),
+        version: version.into(),
+        kind: kind.into(),
+        plural: plural.into(),
+        namespaced: true,
+    }
+}
+
+fn config_map(parent: &Value, i: usize) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": { "name": format!("{}-{i}", parent["metadata"]["name"].as_str().unwrap_or("x")), "namespace": parent["metadata"]["namespace"] },
+        "data": { "i": i.to_string() },
+    })
+}
+
+fn probe(result: std::io::Result<String>) -> Value {
+    match result {
+        Ok(text) => json!({ "result": "allowed", "detail": text }),
+        Err(e) => json!({ "result": "denied", "detail": e.to_string() }),
+    }
+}
+
+fn recurse(n: u64) -> u64 {
+    if n == 0 {
+        0
+    } else {
+        1 + std::hint::black_box(recurse(n - 1))
+    }
+}

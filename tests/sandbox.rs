@@ -1,0 +1,256 @@
+//! The sandbox against hostile plugins: every fault becomes a typed error, nothing leaks
+//! out of the sandbox, and the same engine keeps serving well-behaved plugins afterwards.
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use capstan::engine::{DispatchError, Engine, EngineConfig, Fault, Limits, LoadError, Plugin, Request};
+use capstan_tests::{echo_fixture, plugin};
+use serde_json::{Value, json};
+
+struct Plugins {
+    echo: Plugin,
+    hostile: Plugin,
+}
+
+/// Both plugins, compiled once per test process into one shared engine, so every test
+/// also proves the engine survived the others' faults.
+fn load(limits: Limits) -> Plugins {
+    static SHARED: OnceLock<Plugins> = OnceLock::new();
+    let shared = SHARED.get_or_init(|| {
+        let engine = Engine::new(EngineConfig::default()).unwrap();
+        Plugins {
+            echo: engine.load_file(&plugin("echo"), Limits::default()).unwrap(),
+            hostile: engine.load_file(&plugin("hostile"), Limits::default()).unwrap(),
+        }
+    });
+    Plugins {
+        echo: shared.echo.clone(),
+        hostile: shared.hostile.with_limits(limits).unwrap(),
+    }
+}
+
+fn hostile(mode: &str, arg: &str) -> Request {
+    Request {
+        parent: json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
+            "metadata": {"name": mode, "namespace": "sandbox"},
+            "spec": {"mode": mode, "arg": arg},
+        }),
+        ..Request::default()
+    }
+}
+
+fn echo_request() -> Request {
+    let text = std::fs::read_to_string(echo_fixture("echo.yaml")).unwrap();
+    Request {
+        parent: serde_yaml::from_str(&text).unwrap(),
+        ..Request::default()
+    }
+}
+
+/// After any misbehaviour, both a well-behaved plugin and the hostile one in a benign
+/// mode still work in the same engine.
+fn assert_still_serving(p: &Plugins) {
+    let echo = p.echo.reconcile(&echo_request()).expect("echo still reconciles");
+    assert_eq!(echo.children.len(), 1);
+    let ok = p
+        .hostile
+        .reconcile(&hostile("ok", ""))
+        .expect("a fresh hostile instance works");
+    assert_eq!(ok.children[0]["kind"], "ConfigMap");
+}
+
+fn fault(p: &Plugins, mode: &str) -> Fault {
+    match p.hostile.reconcile(&hostile(mode, "")) {
+        Err(DispatchError::Fault(f)) => f,
+        other => panic!("{mode}: expected a fault, got {other:?}"),
+    }
+}
+
+fn status(p: &Plugins, mode: &str, arg: &str) -> Value {
+    let response = p
+        .hostile
+        .reconcile(&hostile(mode, arg))
+        .unwrap_or_else(|e| panic!("{mode}: {e}"));
+    response.status.expect("probe modes report a status")
+}
+
+#[test]
+fn infinite_loop_is_stopped_at_the_deadline() {
+    let deadline = Duration::from_millis(300);
+    let p = load(Limits {
+        deadline,
+        ..Limits::default()
+    });
+    let start = Instant::now();
+    let f = fault(&p, "loop");
+    let took = start.elapsed();
+    assert_eq!(f, Fault::Deadline(deadline));
+    assert!(
+        took < deadline + Duration::from_millis(100),
+        "stopped after {took:?}"
+    );
+    assert_still_serving(&p);
+}
+
+#[test]
+fn memory_bomb_hits_the_memory_cap() {
+    let p = load(Limits {
+        memory: 32 << 20,
+        ..Limits::default()
+    });
+    assert_eq!(fault(&p, "memory"), Fault::OutOfMemory(32 << 20));
+    assert_still_serving(&p);
+}
+
+#[test]
+fn panic_is_reported_with_its_message() {
+    let p = load(Limits::default());
+    match fault(&p, "panic") {
+        Fault::Panic(message) => assert!(message.contains("panics on purpose"), "{message}"),
+        other => panic!("expected a panic fault, got {other:?}"),
+    }
+    assert_still_serving(&p);
+}
+
+#[test]
+fn stack_overflow_is_caught() {
+    let p = load(Limits::default());
+    assert_eq!(fault(&p, "stack"), Fault::StackOverflow);
+    assert_still_serving(&p);
+}
+
+#[test]
+fn no_filesystem_no_environment_no_network() {
+    let p = load(Limits::default());
+    let file = status(&p, "file", "/etc/hostname");
+    assert_eq!(file["result"], "denied", "{file}");
+
+    let env = status(&p, "env", "");
+    assert_eq!(
+        env["result"], "",
+        "the plugin sees no environment variables: {env}"
+    );
+    assert_eq!(env["args"], 0, "the plugin sees no arguments: {env}");
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let socket = status(&p, "socket", &listener.local_addr().unwrap().to_string());
+    assert_eq!(socket["result"], "denied", "{socket}");
+    assert!(listener.accept().is_err(), "nothing connected to the listener");
+    assert_still_serving(&p);
+}
+
+#[test]
+fn flood_of_stdout_is_capped_and_the_call_still_succeeds() {
+    // 100 000 writes take a while in an unoptimised test build; the deadline is not the point.
+    let p = load(Limits {
+        deadline: Duration::from_secs(60),
+        ..Limits::default()
+    });
+    let response = p
+        .hostile
+        .reconcile(&hostile("stdout", ""))
+        .expect("writing 100 MB to stdout is not fatal");
+    assert_eq!(response.children.len(), 1);
+    assert_still_serving(&p);
+}
+
+#[test]
+fn ten_thousand_children_exceed_the_cap() {
+    let p = load(Limits::default());
+    assert_eq!(
+        fault(&p, "children"),
+        Fault::TooManyChildren {
+            count: 10_000,
+            cap: Limits::default().max_children
+        }
+    );
+    assert_still_serving(&p);
+}
+
+#[test]
+fn oversized_response_is_refused() {
+    let p = load(Limits::default());
+    let f = fault(&p, "big-status");
+    assert!(
+        matches!(f, Fault::ResponseTooLarge { cap, .. } if cap == Limits::default().response_bytes),
+        "{f:?}"
+    );
+    assert_still_serving(&p);
+}
+
+#[test]
+fn non_json_output_is_malformed() {
+    let p = load(Limits::default());
+    for mode in ["not-json", "not-object"] {
+        assert!(matches!(fault(&p, mode), Fault::MalformedResponse(_)), "{mode}");
+    }
+    assert_still_serving(&p);
+}
+
+#[test]
+fn each_call_gets_a_fresh_instance_even_after_a_trap() {
+    let p = load(Limits::default());
+    for _ in 0..3 {
+        assert!(matches!(fault(&p, "panic"), Fault::Panic(_)));
+        assert_still_serving(&p);
+    }
+}
+
+fn load_error(bytes: &[u8]) -> LoadError {
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    match engine.load(bytes, Limits::default()) {
+        Err(e) => e,
+        Ok(_) => panic!(
+            "loading {:?} should fail",
+            String::from_utf8_lossy(&bytes[..bytes.len().min(40)])
+        ),
+    }
+}
+
+#[test]
+fn load_errors_name_the_problem() {
+    assert_eq!(load_error(b"MZ\x90\x00 not wasm at all"), LoadError::NotWasm);
+    assert_eq!(load_error(b"\0asm\x01\0\0\0"), LoadError::CoreModule);
+    assert_eq!(
+        load_error(br#"(component (instance $i) (export "capstan:reconciler/plugin@0.2.0" (instance $i)))"#),
+        LoadError::WitVersion {
+            found: "capstan:reconciler@0.2.0".into()
+        }
+    );
+    assert!(matches!(load_error(b"(component)"), LoadError::Exports(_)));
+    assert!(matches!(
+        load_error(b"\0asm\x0d\0\x01\0garbage"),
+        LoadError::Invalid(_)
+    ));
+    for e in [
+        LoadError::NotWasm,
+        LoadError::CoreModule,
+        load_error(b"(component)"),
+    ] {
+        assert!(!e.to_string().contains('\n'), "one line: {e}");
+    }
+}
+
+#[test]
+fn memory_limit_above_the_engine_maximum_is_refused() {
+    let engine = Engine::new(EngineConfig {
+        max_memory: 64 << 20,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let bytes = std::fs::read(plugin("echo")).unwrap();
+    let err = engine
+        .load(
+            &bytes,
+            Limits {
+                memory: 128 << 20,
+                ..Limits::default()
+            },
+        )
+        .err()
+        .unwrap();
+    assert!(matches!(err, LoadError::Limits(_)), "{err}");
+}
