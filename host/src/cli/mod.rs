@@ -1,6 +1,7 @@
 //! The `capstan` command line: thin clap wrappers over the library.
 
 mod bench;
+mod dev;
 mod input;
 mod inspect;
 mod test;
@@ -41,6 +42,8 @@ enum Command {
     Test(test::TestArgs),
     /// Measure dispatch latency and throughput of a plugin.
     Bench(bench::BenchArgs),
+    /// Run a local Kubernetes control plane built from pinned upstream sources.
+    Dev(dev::DevArgs),
 }
 
 /// Options shared by commands that load one plugin.
@@ -73,11 +76,13 @@ impl PluginArgs {
 /// Parse arguments, run, and turn errors into one line on stderr with exit code 2.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format, "warn,capstan::plugin=info");
+    // kube_client logs every failed readiness probe of `dev up` as an error; they are expected.
+    init_logging(cli.log_format, "warn,kube_client=off,capstan::plugin=info");
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Test(args) => test::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Dev(args) => dev::run(args),
     };
     match result {
         Ok(code) => code,

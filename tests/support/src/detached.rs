@@ -54,11 +54,11 @@ pub fn default_dev_dir() -> PathBuf {
 }
 
 impl Plane {
-    /// Starts a full plane in `dir` that keeps running after this process exits (own
+    /// Starts a plane (as `config` says; its `dir` is replaced by `dir`) that keeps running after this process exits (own
     /// sessions, no PDEATHSIG), records it in `<dir>/plane.json` and returns the admin
     /// kubeconfig path. If the plane recorded there is still running, just returns its
     /// kubeconfig. Builds missing binaries first.
-    pub async fn start_detached(dir: &Path) -> Result<PathBuf> {
+    pub async fn start_detached(dir: &Path, config: PlaneConfig) -> Result<PathBuf> {
         if let Some(state) = Self::detached_state(dir)? {
             if state.components.iter().all(DetachedProcess::running) {
                 return Ok(state.kubeconfig);
@@ -68,7 +68,7 @@ impl Plane {
         }
         let config = PlaneConfig {
             dir: Some(dir.to_path_buf()),
-            ..PlaneConfig::default()
+            ..config
         };
         let bins = resolve_binaries(&config).await?;
         let mut attempt = 0;

@@ -331,7 +331,7 @@ async fn helper_process() -> Result<()> {
     };
     match task.split_once(':') {
         Some(("detach", dir)) => {
-            let kubeconfig = Plane::start_detached(Path::new(dir)).await?;
+            let kubeconfig = Plane::start_detached(Path::new(dir), PlaneConfig::default()).await?;
             println!("KUBECONFIG={}", kubeconfig.display());
         }
         _ if task == "ensure" => match Binaries::ensure() {
@@ -430,7 +430,10 @@ async fn detached_plane_outlives_its_process_and_stops_by_dir() -> Result<()> {
     })
     .await?;
     // `up` again while it runs: same plane, nothing new started.
-    assert_eq!(Plane::start_detached(dir.path()).await?, kubeconfig);
+    assert_eq!(
+        Plane::start_detached(dir.path(), PlaneConfig::default()).await?,
+        kubeconfig
+    );
     let again = Plane::detached_state(dir.path())?.unwrap();
     assert_eq!(again.components[1].pid, state.components[1].pid);
 
