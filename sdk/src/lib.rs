@@ -112,3 +112,8 @@ macro_rules! export {
         };
     };
 }
+
+/// The README's plugin example compiles as a doc test, so it cannot rot.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

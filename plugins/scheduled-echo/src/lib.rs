@@ -140,7 +140,7 @@ pub fn desired_cron_job(echo: &ScheduledEcho) -> Result<CronJob, ReconcileError>
             labels: Some(labels.clone()),
             ..ObjectMeta::default()
         },
-        spec: Some(CronJobSpec {
+        spec: CronJobSpec {
             schedule: echo.spec.schedule.clone(),
             concurrency_policy: Some(CONCURRENCY_POLICY.into()),
             successful_jobs_history_limit: Some(SUCCESSFUL_JOBS_HISTORY_LIMIT),
@@ -170,7 +170,7 @@ pub fn desired_cron_job(echo: &ScheduledEcho) -> Result<CronJob, ReconcileError>
                 }),
             },
             ..CronJobSpec::default()
-        }),
+        },
         status: None,
     })
 }

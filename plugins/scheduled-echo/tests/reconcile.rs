@@ -59,7 +59,7 @@ fn new_scheduled_echo_wants_one_cron_job_running_echo() {
     assert_eq!(labels["app.kubernetes.io/managed-by"], "capstan");
     assert_eq!(labels["capstan.dev/plugin"], "scheduled-echo");
 
-    let spec = cron_job.spec.as_ref().unwrap();
+    let spec = &cron_job.spec;
     assert_eq!(spec.schedule, "30 2 * * *");
     assert_eq!(spec.concurrency_policy.as_deref(), Some("Forbid"));
     assert_eq!(spec.successful_jobs_history_limit, Some(3));
@@ -99,7 +99,7 @@ fn changed_schedule_updates_the_same_cron_job_in_place() {
     let r = run("scheduled-echo-changed.yaml", &["cronjob-scheduled.yaml"]).unwrap();
     let after = only_cron_job(&r);
     assert_eq!(after.metadata.name, before.metadata.name);
-    assert_eq!(after.spec.as_ref().unwrap().schedule, "*/15 9-17 * * MON-FRI");
+    assert_eq!(after.spec.schedule, "*/15 9-17 * * MON-FRI");
     assert_eq!(status(&r).observed_generation, Some(2));
     assert!(
         r.events.is_empty(),
@@ -194,7 +194,7 @@ fn valid_schedules_with_macros_names_lists_and_steps_are_accepted() {
         "59 23 31 12 6",
     ] {
         let r = run_inline("ok", "hi", schedule).unwrap_or_else(|e| panic!("{schedule:?}: {e}"));
-        assert_eq!(only_cron_job(&r).spec.unwrap().schedule, schedule);
+        assert_eq!(only_cron_job(&r).spec.schedule, schedule);
     }
 }
 

@@ -3,6 +3,9 @@
 //! misbehaviour; `spec.arg` parameterises some modes. Probing modes ("file", "env",
 //! "socket") report what they managed to do in `status.result`.
 
+// Natively (a workspace-wide `cargo test`) nothing is exported, so nothing is used.
+#![cfg_attr(not(target_family = "wasm"), allow(dead_code))]
+
 use capstan_sdk::bindings::capstan::reconciler::types::{
     KindRef, PluginMetadata, ReconcileError, Request, Response,
 };
