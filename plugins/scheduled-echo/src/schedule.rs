@@ -129,23 +129,25 @@ impl Field {
                 Some((range, step)) => (range, Some(step)),
                 None => (item, None),
             };
-            if range == "*" {
-                // Any step is fine after `*`; it is checked below.
-            } else if let Some((low, high)) = range.split_once('-') {
-                let (low, high) = (self.value(low, item)?, self.value(high, item)?);
-                if low > high {
-                    return Err(ScheduleError(format!(
-                        "{name} range {range} is reversed: the start must not exceed the end"
-                    )));
+            match range.split_once('-') {
+                _ if range == "*" => {}
+                Some((low, high)) => {
+                    let (low, high) = (self.value(low, item)?, self.value(high, item)?);
+                    if low > high {
+                        return Err(ScheduleError(format!(
+                            "{name} range {range} is reversed: the start must not exceed the end"
+                        )));
+                    }
                 }
-            } else {
-                self.value(range, item)?;
-                if let Some(step) = step {
-                    // robfig/cron reads `a/n` as `a-max/n` but standard cron does not; make it explicit.
-                    return Err(ScheduleError(format!(
-                        "{name} step {item} needs a range: write {range}-{}/{step} or */{step}",
-                        self.max
-                    )));
+                None => {
+                    self.value(range, item)?;
+                    if let Some(step) = step {
+                        // robfig/cron reads `a/n` as `a-max/n` but standard cron does not; make it explicit.
+                        return Err(ScheduleError(format!(
+                            "{name} step {item} needs a range: write {range}-{}/{step} or */{step}",
+                            self.max
+                        )));
+                    }
                 }
             }
             if let Some(step) = step {
@@ -173,16 +175,13 @@ impl Field {
                 ))),
             };
         }
-        match (
-            self.names.iter().position(|n| n.eq_ignore_ascii_case(token)),
-            self.names,
-        ) {
-            (Some(i), _) => Ok(self.min + i as u32),
-            (None, [first, .., last]) => Err(ScheduleError(format!(
-                "{name} {token:?} is not a number or a name {first}-{last}"
-            ))),
-            (None, _) => Err(ScheduleError(format!("{name} {token:?} is not a number"))),
+        if let Some(i) = self.names.iter().position(|n| n.eq_ignore_ascii_case(token)) {
+            return Ok(self.min + i as u32);
         }
+        Err(ScheduleError(match self.names {
+            [first, .., last] => format!("{name} {token:?} is not a number or a name {first}-{last}"),
+            _ => format!("{name} {token:?} is not a number"),
+        }))
     }
 
     /// The `n` of `/n`: a positive number no larger than the field's maximum.
