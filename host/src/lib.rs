@@ -3,6 +3,8 @@
 //! The host loads plugins with [`engine`], and drives them from the command line
 //! ([`cli`]).
 
+pub mod apply;
 pub mod cli;
+pub mod controller;
 pub mod engine;
 pub mod validate;

@@ -4,6 +4,7 @@ mod bench;
 mod dev;
 mod input;
 mod inspect;
+mod run;
 mod test;
 
 use std::path::PathBuf;
@@ -42,6 +43,8 @@ enum Command {
     Test(test::TestArgs),
     /// Measure dispatch latency and throughput of a plugin.
     Bench(bench::BenchArgs),
+    /// Reconcile objects in a cluster with the plugins in a directory.
+    Run(run::RunArgs),
     /// Run a local Kubernetes control plane built from pinned upstream sources.
     Dev(dev::DevArgs),
 }
@@ -83,6 +86,7 @@ pub fn main() -> ExitCode {
         Command::Test(args) => test::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Dev(args) => dev::run(args),
+        Command::Run(args) => run::run(args),
     };
     match result {
         Ok(code) => code,

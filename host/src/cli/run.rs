@@ -1,0 +1,108 @@
+//! `capstan run`: load every plugin and reconcile against the cluster until signalled.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::controller::{self, Options};
+use crate::engine::{Engine, EngineConfig, Limits, Plugin};
+
+/// Arguments of `capstan run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Directory whose `*.wasm` files are the plugins to run.
+    #[arg(long)]
+    plugins: PathBuf,
+    /// Watch only this namespace.
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Reconciles per plugin running at once.
+    #[arg(long, default_value_t = 16)]
+    concurrency: u16,
+    /// Reconcile every object at least this often, e.g. `10m`.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
+    resync: Duration,
+    /// Cluster-scoped child kinds plugins may create (`Kind` or `plural.group`), repeatable.
+    #[arg(long = "allow-cluster-kind")]
+    allow_cluster_kinds: Vec<String>,
+}
+
+fn load_plugins(engine: &Engine, dir: &PathBuf) -> anyhow::Result<Vec<Plugin>> {
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("cannot read plugin directory {}", dir.display()))?;
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
+        .collect();
+    paths.sort();
+    anyhow::ensure!(!paths.is_empty(), "no *.wasm plugins in {}", dir.display());
+    let plugins = paths
+        .iter()
+        .map(|p| {
+            engine
+                .load_file(p, Limits::default())
+                .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut names: Vec<&str> = plugins.iter().map(|p| p.metadata().name.as_str()).collect();
+    names.sort();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        anyhow::bail!("two plugins in {} are both named {}", dir.display(), w[0]);
+    }
+    Ok(plugins)
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let engine = Engine::new(EngineConfig::default())?;
+    let plugins = load_plugins(&engine, &args.plugins)?;
+    let options = Options {
+        namespace: args.namespace,
+        allowed_cluster_kinds: args.allow_cluster_kinds,
+        concurrency: args.concurrency,
+        resync: args.resync,
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        let client = kube::Client::try_default()
+            .await
+            .context("no Kubernetes configuration")?;
+        let (stop, _) = tokio::sync::broadcast::channel::<()>(1);
+        let mut tasks = tokio::task::JoinSet::new();
+        for plugin in plugins {
+            let mut rx = stop.subscribe();
+            let shutdown = async move {
+                let _ = rx.recv().await;
+            };
+            tasks.spawn(controller::run(client.clone(), plugin, options.clone(), shutdown));
+        }
+        let signal = shutdown_signal();
+        tokio::pin!(signal);
+        loop {
+            tokio::select! {
+                _ = &mut signal => {
+                    tracing::info!("shutting down: finishing in-flight reconciles");
+                    let _ = stop.send(());
+                    while let Some(done) = tasks.join_next().await {
+                        done??;
+                    }
+                    return Ok(ExitCode::SUCCESS);
+                }
+                Some(done) = tasks.join_next() => {
+                    // A controller that cannot start (e.g. an unserved kind) stops the host.
+                    done??;
+                }
+            }
+        }
+    })
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+    }
+}

@@ -1,0 +1,146 @@
+//! Per-plugin wiring: resolve kinds through discovery, watch the parent kind and the
+//! plugin's children (by label), map children to their controlling parent, and drive
+//! reconciles through kube-runtime's `Controller` — which deduplicates keys and never
+//! runs two reconciles of one object at once.
+
+mod backoff;
+mod reconcile;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use kube::Client;
+use kube::api::{Api, DynamicObject, GroupVersionKind};
+use kube::discovery::ApiResource;
+use kube::runtime::controller::{Config, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+
+use crate::engine::{Kind, Plugin};
+
+/// How one plugin is run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Watch only this namespace.
+    pub namespace: Option<String>,
+    /// Cluster-scoped child kinds the plugin may create (`Kind` or `plural.group`).
+    pub allowed_cluster_kinds: Vec<String>,
+    /// Reconciles of this plugin running at once.
+    pub concurrency: u16,
+    /// Reconcile every parent at least this often.
+    pub resync: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            namespace: None,
+            allowed_cluster_kinds: vec![],
+            concurrency: 16,
+            resync: Duration::from_secs(600),
+        }
+    }
+}
+
+/// A watched child kind and its cache.
+struct ChildKind {
+    kind: Kind,
+    resource: ApiResource,
+    store: Store<DynamicObject>,
+}
+
+/// Everything one plugin's reconciles share.
+struct Shared {
+    client: Client,
+    plugin: Plugin,
+    parent: ApiResource,
+    children: Vec<ChildKind>,
+    recorder: Recorder,
+    options: Options,
+    backoff: backoff::Backoff,
+}
+
+/// Resolve a plugin's kind through API discovery, with a clear error when it is not served.
+async fn resolve(client: &Client, kind: &Kind) -> anyhow::Result<ApiResource> {
+    let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
+    let (resource, _) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .with_context(|| format!("kind {kind} is not served by the API server"))?;
+    Ok(resource)
+}
+
+fn api(client: &Client, resource: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
+        None => Api::all_with(client.clone(), resource),
+    }
+}
+
+/// Run one plugin until `shutdown` resolves; in-flight reconciles finish first.
+pub async fn run(
+    client: Client,
+    plugin: Plugin,
+    options: Options,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let metadata = plugin.metadata().clone();
+    let name = metadata.name.clone();
+    let parent = resolve(&client, &metadata.parent).await?;
+    let namespace = options
+        .namespace
+        .as_deref()
+        .filter(|_| metadata.parent.namespaced);
+    let mut controller = Controller::new_with(
+        api(&client, &parent, namespace),
+        watcher::Config::default(),
+        parent.clone(),
+    )
+    .with_config(Config::default().concurrency(options.concurrency));
+
+    let mut children = Vec::new();
+    for kind in &metadata.children {
+        let resource = resolve(&client, kind).await?;
+        let writer = reflector::store::Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let config = watcher::Config::default().labels(&crate::apply::selector(&name));
+        let ns = options.namespace.as_deref().filter(|_| kind.namespaced);
+        let stream = reflector::reflector(writer, watcher(api(&client, &resource, ns), config))
+            .default_backoff()
+            .touched_objects();
+        controller = controller.owns_stream_with(stream, resource.clone());
+        children.push(ChildKind {
+            kind: kind.clone(),
+            resource,
+            store,
+        });
+    }
+
+    let reporter = Reporter {
+        controller: format!("capstan-{name}"),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let shared = Arc::new(Shared {
+        recorder: Recorder::new(client.clone(), reporter),
+        client,
+        plugin,
+        parent,
+        children,
+        options,
+        backoff: backoff::Backoff::default(),
+    });
+    tracing::info!(plugin = %name, parent = %metadata.parent, "controller started");
+    controller
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile::reconcile, reconcile::error_policy, shared)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "reconcile round ended with an error");
+            }
+        })
+        .await;
+    tracing::info!(plugin = %name, "controller stopped");
+    Ok(())
+}

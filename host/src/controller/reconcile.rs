@@ -1,0 +1,210 @@
+//! One reconcile: parent and owned children from cache → plugin in the sandbox →
+//! validated response → writes, events and the next requeue.
+
+use std::sync::Arc;
+
+use kube::api::DynamicObject;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
+use kube::{Resource, ResourceExt};
+use tracing::Instrument;
+
+use super::Shared;
+use crate::apply;
+use crate::engine::{DispatchError, EventType, Request};
+use crate::validate;
+
+/// Why a reconcile must be retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The plugin asked to retry.
+    #[error("plugin asked to retry: {0}")]
+    Retry(String),
+    /// The plugin faulted.
+    #[error("plugin fault: {0}")]
+    Fault(crate::engine::Fault),
+    /// The plugin's response broke the rules; nothing was applied.
+    #[error("response refused: {0}")]
+    Refused(validate::Refusal),
+    /// A Kubernetes API call failed.
+    #[error("API: {0}")]
+    Api(#[from] kube::Error),
+    /// The blocking dispatch task died.
+    #[error("dispatch task failed: {0}")]
+    Join(String),
+}
+
+fn key(parent: &DynamicObject) -> String {
+    match parent.namespace() {
+        Some(ns) => format!("{ns}/{}", parent.name_any()),
+        None => parent.name_any(),
+    }
+}
+
+/// kube-runtime's reconcile entry point.
+pub async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Action, Error> {
+    let span =
+        tracing::info_span!("reconcile", plugin = %shared.plugin.metadata().name, object = %key(&parent));
+    async move {
+        let action = reconcile_inner(&parent, &shared).await?;
+        shared.backoff.forget(&key(&parent));
+        Ok(action)
+    }
+    .instrument(span)
+    .await
+}
+
+/// kube-runtime's error policy: per-object exponential backoff, never giving up.
+pub fn error_policy(parent: Arc<DynamicObject>, error: &Error, shared: Arc<Shared>) -> Action {
+    let delay = shared.backoff.fail(&key(&parent));
+    tracing::warn!(plugin = %shared.plugin.metadata().name, object = %key(&parent), error = %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+async fn reconcile_inner(parent: &DynamicObject, shared: &Shared) -> Result<Action, Error> {
+    let metadata = shared.plugin.metadata();
+    let finalizer = metadata.finalizer.as_deref();
+    let has_finalizer = finalizer.is_some_and(|f| parent.finalizers().iter().any(|x| x == f));
+    let deleting = parent.meta().deletion_timestamp.is_some();
+    if deleting && !has_finalizer {
+        return Ok(Action::await_change());
+    }
+    if let (Some(f), false, false) = (finalizer, has_finalizer, deleting) {
+        let mut finalizers = parent.finalizers().to_vec();
+        finalizers.push(f.to_string());
+        apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
+        // The update wakes this parent again with the finalizer in place.
+        return Ok(Action::await_change());
+    }
+
+    let uid = parent.uid().unwrap_or_default();
+    let observed: Vec<(usize, Arc<DynamicObject>)> = shared
+        .children
+        .iter()
+        .enumerate()
+        .flat_map(|(i, c)| c.store.state().into_iter().map(move |o| (i, o)))
+        .filter(|(_, o)| {
+            o.owner_references()
+                .iter()
+                .any(|r| r.controller == Some(true) && r.uid == uid)
+        })
+        .collect();
+    let request = Request {
+        parent: serde_json::to_value(parent).unwrap_or_default(),
+        children: observed
+            .iter()
+            .map(|(_, o)| serde_json::to_value(&**o).unwrap_or_default())
+            .collect(),
+        finalizing: deleting,
+    };
+    let plugin = shared.plugin.clone();
+    let result = tokio::task::spawn_blocking(move || plugin.reconcile(&request))
+        .await
+        .map_err(|e| Error::Join(e.to_string()))?;
+
+    let response = match result {
+        Ok(response) => response,
+        Err(DispatchError::Retry(m)) => return Err(Error::Retry(m)),
+        Err(DispatchError::Fatal(m)) => {
+            warn(shared, parent, "ReconcileFailed", &m).await;
+            return Ok(Action::await_change());
+        }
+        Err(DispatchError::Fault(f)) => {
+            warn(shared, parent, "PluginFault", &format!("plugin {f}")).await;
+            return Err(Error::Fault(f));
+        }
+    };
+    let desired = validate::children(
+        metadata,
+        parent.namespace().as_deref(),
+        &response.children,
+        &shared.options.allowed_cluster_kinds,
+    )
+    .map_err(Error::Refused);
+    let desired = match desired {
+        Ok(d) => d,
+        Err(Error::Refused(r)) => {
+            warn(
+                shared,
+                parent,
+                "InvalidResponse",
+                &format!("nothing applied: {r}"),
+            )
+            .await;
+            return Err(Error::Refused(r));
+        }
+        Err(e) => return Err(e),
+    };
+
+    let name = &metadata.name;
+    for child in &desired {
+        let Some(c) = shared.children.iter().find(|c| c.kind == child.kind) else {
+            continue;
+        };
+        let object = apply::owned(child, parent, &shared.parent, name);
+        let current = observed.iter().find(|(i, o)| {
+            shared.children[*i].kind == child.kind
+                && o.name_any() == child.name
+                && o.namespace() == child.namespace
+        });
+        let unchanged = current.is_some_and(|(_, o)| {
+            serde_json::to_value(&**o).is_ok_and(|observed| apply::is_subset(&object, &observed))
+        });
+        if !unchanged {
+            apply::apply(&shared.client, &c.resource, child, &object, name).await?;
+        }
+    }
+    for (i, o) in &observed {
+        let kind = &shared.children[*i].kind;
+        let wanted = desired
+            .iter()
+            .any(|d| &d.kind == kind && d.name == o.name_any() && d.namespace == o.namespace());
+        if !wanted {
+            apply::prune(&shared.client, &shared.children[*i].resource, o).await?;
+        }
+    }
+    if let Some(status) = &response.status
+        && parent.data.get("status") != Some(status)
+    {
+        apply::status(&shared.client, &shared.parent, parent, status, name).await?;
+    }
+    for event in &response.events {
+        let kind = match event.event_type {
+            EventType::Normal => KubeEventType::Normal,
+            EventType::Warning => KubeEventType::Warning,
+        };
+        publish(shared, parent, kind, &event.reason, &event.message).await;
+    }
+    if deleting && response.finalized {
+        let finalizers = parent
+            .finalizers()
+            .iter()
+            .filter(|f| Some(f.as_str()) != finalizer)
+            .cloned()
+            .collect();
+        apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(
+        response.requeue_after.unwrap_or(shared.options.resync),
+    ))
+}
+
+async fn warn(shared: &Shared, parent: &DynamicObject, reason: &str, message: &str) {
+    publish(shared, parent, KubeEventType::Warning, reason, message).await;
+}
+
+/// Record an event; a failure to record is logged, never fatal to the reconcile.
+async fn publish(shared: &Shared, parent: &DynamicObject, kind: KubeEventType, reason: &str, message: &str) {
+    let event = KubeEvent {
+        type_: kind,
+        reason: reason.to_string(),
+        note: Some(message.chars().take(1024).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    let reference = parent.object_ref(&shared.parent);
+    if let Err(e) = shared.recorder.publish(&event, &reference).await {
+        tracing::warn!(error = %e, reason, "could not record event");
+    }
+}

@@ -1,0 +1,182 @@
+//! `capstan run` end to end against the real local control plane (controller-manager,
+//! scheduler and kwok's fake node running, so Jobs really complete).
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use capstan_testenv::Plane;
+use capstan_tests::{capstan_bin, plugin, workspace};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    PostParams,
+};
+use serde_json::json;
+
+/// A `capstan run` process, killed when the test ends however it ends.
+struct Host(Child);
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_host(plane: &Plane, plugins: &[&str], namespace: &str, dir: &Path) -> Result<Host> {
+    std::fs::create_dir_all(dir)?;
+    for p in plugins {
+        std::fs::copy(plugin(p), dir.join(format!("{p}.wasm")))?;
+    }
+    let log = std::fs::File::create(dir.join("host.log"))?;
+    let child = Command::new(capstan_bin())
+        .args([
+            "run",
+            "--plugins",
+            dir.to_str().unwrap(),
+            "--namespace",
+            namespace,
+        ])
+        .env("KUBECONFIG", plane.kubeconfig())
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .context("starting capstan run")?;
+    Ok(Host(child))
+}
+
+async fn eventually<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl AsyncFnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(v);
+        }
+        if start.elapsed() > timeout {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn echo_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("capstan.dev", "v1alpha1", "Echo"),
+        "echoes",
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_becomes_a_job_that_completes_and_follows_the_echo() -> Result<()> {
+    let plane = Plane::shared().await?;
+    let crd: CustomResourceDefinition = serde_yaml::from_str(&std::fs::read_to_string(
+        workspace().join("plugins/echo/crd.yaml"),
+    )?)?;
+    plane.install_crds(&[crd]).await?;
+    let ns = plane.namespace("run-echo").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
+    let _host = start_host(plane, &["echo"], &ns, &dir)?;
+    let client = plane.client().await?;
+    let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+
+    let echo: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "Echo",
+        "metadata": {"name": "hello"}, "spec": {"message": "hello from a test"},
+    }))?;
+    let created = echoes.create(&PostParams::default(), &echo).await?;
+    let uid = created.metadata.uid.clone().unwrap();
+
+    let job = eventually("the Echo's Job", Duration::from_secs(60), async || {
+        Ok(jobs.list(&ListParams::default()).await?.items.into_iter().next())
+    })
+    .await?;
+    let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("Echo", uid.as_str()));
+    assert_eq!(
+        (owner.controller, owner.block_owner_deletion),
+        (Some(true), Some(true))
+    );
+    let labels = job.metadata.labels.clone().unwrap();
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "capstan");
+    assert_eq!(labels["capstan.dev/plugin"], "echo");
+    let container = &job
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    assert_eq!(
+        container.command.as_deref().unwrap(),
+        ["echo", "hello from a test"]
+    );
+
+    let status = eventually("status Succeeded", Duration::from_secs(90), async || {
+        let e = echoes.get("hello").await?;
+        Ok((e.data["status"]["phase"] == "Succeeded").then(|| e.data["status"].clone()))
+    })
+    .await?;
+    assert_eq!(status["observedGeneration"], 1);
+    assert_eq!(status["jobName"].as_str(), job.metadata.name.as_deref());
+    let complete = jobs.get(job.metadata.name.as_deref().unwrap()).await?;
+    assert!(
+        complete
+            .status
+            .unwrap()
+            .conditions
+            .unwrap()
+            .iter()
+            .any(|c| c.type_ == "Complete" && c.status == "True")
+    );
+
+    // A new message is a new Job; the old one is pruned.
+    let patch = json!({"spec": {"message": "changed"}});
+    echoes
+        .patch("hello", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let old = job.metadata.name.clone().unwrap();
+    let new = eventually("the new Job alone", Duration::from_secs(60), async || {
+        let names: Vec<String> = jobs
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|j| j.metadata.name)
+            .collect();
+        Ok((names.len() == 1 && names[0] != old).then(|| names[0].clone()))
+    })
+    .await?;
+    eventually("status of generation 2", Duration::from_secs(90), async || {
+        let e = echoes.get("hello").await?;
+        let s = &e.data["status"];
+        Ok(
+            (s["observedGeneration"] == 2 && s["jobName"] == new.as_str() && s["phase"] == "Succeeded")
+                .then_some(()),
+        )
+    })
+    .await?;
+
+    // Deleting the Echo garbage-collects its Job.
+    echoes.delete("hello", &DeleteParams::background()).await?;
+    eventually("the Job to be collected", Duration::from_secs(60), async || {
+        Ok(jobs
+            .list(&ListParams::default())
+            .await?
+            .items
+            .is_empty()
+            .then_some(()))
+    })
+    .await?;
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
