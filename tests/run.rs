@@ -19,6 +19,29 @@ use serde_json::json;
 /// A `capstan run` process, killed when the test ends however it ends.
 struct Host(Child);
 
+/// The address a host logged for `what` ("metrics" or "health probes").
+fn bound_address(dir: &Path, what: &str) -> Option<String> {
+    let log = std::fs::read_to_string(dir.join("host.log")).ok()?;
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l["message"] == format!("serving {what}"))
+        .and_then(|l| l["address"].as_str().map(String::from))
+}
+
+/// A plain HTTP/1.0 GET: status line and body.
+fn http_get(addr: &str, path: &str) -> Result<(String, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    Ok((
+        head.lines().next().unwrap_or_default().to_string(),
+        body.to_string(),
+    ))
+}
+
 impl Drop for Host {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -39,6 +62,14 @@ fn start_host(plane: &Plane, plugins: &[&str], namespace: &str, dir: &Path) -> R
             dir.to_str().unwrap(),
             "--namespace",
             namespace,
+        ])
+        .args([
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--health-addr",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
         ])
         .env("KUBECONFIG", plane.kubeconfig())
         .env("RUST_LOG", "info")
@@ -165,6 +196,27 @@ async fn echo_becomes_a_job_that_completes_and_follows_the_echo() -> Result<()> 
         )
     })
     .await?;
+
+    // Operations endpoints: ready, and controller-runtime's metric names.
+    let health = eventually(
+        "the health address in the log",
+        Duration::from_secs(10),
+        async || Ok(bound_address(&dir, "health probes")),
+    )
+    .await?;
+    assert!(http_get(&health, "/readyz")?.0.contains("200"));
+    assert!(http_get(&health, "/healthz")?.0.contains("200"));
+    let metrics = bound_address(&dir, "metrics").context("metrics address logged")?;
+    let (status, body) = http_get(&metrics, "/metrics")?;
+    assert!(status.contains("200"), "{status}");
+    for needle in [
+        r#"controller_runtime_reconcile_total{controller="echo",result="success"}"#,
+        "controller_runtime_reconcile_time_seconds_bucket",
+        "capstan_wasm_dispatch_seconds_bucket",
+        r#"controller_runtime_max_concurrent_reconciles{controller="echo"} 16"#,
+    ] {
+        assert!(body.contains(needle), "{needle} missing from /metrics:\n{body}");
+    }
 
     // Deleting the Echo garbage-collects its Job.
     echoes.delete("hello", &DeleteParams::background()).await?;

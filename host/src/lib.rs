@@ -7,4 +7,5 @@ pub mod apply;
 pub mod cli;
 pub mod controller;
 pub mod engine;
+pub mod ops;
 pub mod validate;

@@ -1,5 +1,6 @@
 //! `capstan run`: load every plugin and reconcile against the cluster until signalled.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use clap::Args;
 
 use crate::controller::{self, Options};
 use crate::engine::{Engine, EngineConfig, Limits, Plugin};
+use crate::ops;
 
 /// Arguments of `capstan run`.
 #[derive(Args, Debug)]
@@ -28,6 +30,12 @@ pub struct RunArgs {
     /// Cluster-scoped child kinds plugins may create (`Kind` or `plural.group`), repeatable.
     #[arg(long = "allow-cluster-kind")]
     allow_cluster_kinds: Vec<String>,
+    /// Address of `/metrics` (port 0 picks a free port; the bound address is logged).
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// Address of `/healthz` and `/readyz`.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    health_addr: SocketAddr,
 }
 
 fn load_plugins(engine: &Engine, dir: &PathBuf) -> anyhow::Result<Vec<Plugin>> {
@@ -66,23 +74,43 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
+        let readiness = ops::server::Readiness::default();
+        ops::server::metrics(args.metrics_addr).await?;
+        ops::server::health(args.health_addr, readiness.clone()).await?;
         let client = kube::Client::try_default()
             .await
             .context("no Kubernetes configuration")?;
         let (stop, _) = tokio::sync::broadcast::channel::<()>(1);
         let mut tasks = tokio::task::JoinSet::new();
+        let mut synced = Vec::new();
         for plugin in plugins {
             let mut rx = stop.subscribe();
             let shutdown = async move {
                 let _ = rx.recv().await;
             };
-            tasks.spawn(controller::run(client.clone(), plugin, options.clone(), shutdown));
+            let (tx, done) = tokio::sync::oneshot::channel();
+            synced.push(done);
+            tasks.spawn(controller::run(
+                client.clone(),
+                plugin,
+                options.clone(),
+                shutdown,
+                tx,
+            ));
         }
+        let ready = readiness.clone();
+        tokio::spawn(async move {
+            if futures::future::try_join_all(synced).await.is_ok() {
+                tracing::info!("caches synced; ready");
+                ready.set(true);
+            }
+        });
         let signal = shutdown_signal();
         tokio::pin!(signal);
         loop {
             tokio::select! {
                 _ = &mut signal => {
+                    readiness.set(false);
                     tracing::info!("shutting down: finishing in-flight reconciles");
                     let _ = stop.send(());
                     while let Some(done) = tasks.join_next().await {

@@ -79,12 +79,14 @@ fn api(client: &Client, resource: &ApiResource, namespace: Option<&str>) -> Api<
     }
 }
 
-/// Run one plugin until `shutdown` resolves; in-flight reconciles finish first.
+/// Run one plugin until `shutdown` resolves; in-flight reconciles finish first. `synced`
+/// fires once the parent and child caches have listed.
 pub async fn run(
     client: Client,
     plugin: Plugin,
     options: Options,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    synced: tokio::sync::oneshot::Sender<()>,
 ) -> anyhow::Result<()> {
     let metadata = plugin.metadata().clone();
     let name = metadata.name.clone();
@@ -117,6 +119,24 @@ pub async fn run(
             store,
         });
     }
+
+    let mut stores: Vec<Store<DynamicObject>> = children.iter().map(|c| c.store.clone()).collect();
+    stores.push(controller.store());
+    tokio::spawn(async move {
+        for store in stores {
+            if store.wait_until_ready().await.is_err() {
+                return;
+            }
+        }
+        let _ = synced.send(());
+    });
+    let controller_label = crate::ops::metrics::ControllerLabel {
+        controller: name.clone(),
+    };
+    crate::ops::metrics::get()
+        .max_concurrent
+        .get_or_create(&controller_label)
+        .set(i64::from(options.concurrency));
 
     let reporter = Reporter {
         controller: format!("capstan-{name}"),

@@ -12,6 +12,7 @@ use tracing::Instrument;
 use super::Shared;
 use crate::apply;
 use crate::engine::{DispatchError, EventType, Request};
+use crate::ops::metrics::{ControllerLabel, FaultLabels, PluginLabel, QueueLabel};
 use crate::validate;
 
 /// Why a reconcile must be retried with backoff.
@@ -46,7 +47,24 @@ pub async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Resul
     let span =
         tracing::info_span!("reconcile", plugin = %shared.plugin.metadata().name, object = %key(&parent));
     async move {
-        let action = reconcile_inner(&parent, &shared).await?;
+        let name = &shared.plugin.metadata().name;
+        let metrics = crate::ops::metrics::get();
+        let workers = metrics
+            .active_workers
+            .get_or_create(&ControllerLabel {
+                controller: name.clone(),
+            })
+            .clone();
+        workers.inc();
+        let start = std::time::Instant::now();
+        let result = reconcile_inner(&parent, &shared).await;
+        workers.dec();
+        metrics.reconciled(
+            name,
+            if result.is_ok() { "success" } else { "error" },
+            start.elapsed(),
+        );
+        let action = result?;
         shared.backoff.forget(&key(&parent));
         Ok(action)
     }
@@ -56,6 +74,10 @@ pub async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Resul
 
 /// kube-runtime's error policy: per-object exponential backoff, never giving up.
 pub fn error_policy(parent: Arc<DynamicObject>, error: &Error, shared: Arc<Shared>) -> Action {
+    let queue = QueueLabel {
+        name: shared.plugin.metadata().name.clone(),
+    };
+    crate::ops::metrics::get().retries.get_or_create(&queue).inc();
     let delay = shared.backoff.fail(&key(&parent));
     tracing::warn!(plugin = %shared.plugin.metadata().name, object = %key(&parent), error = %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
@@ -98,9 +120,19 @@ async fn reconcile_inner(parent: &DynamicObject, shared: &Shared) -> Result<Acti
         finalizing: deleting,
     };
     let plugin = shared.plugin.clone();
+    let metrics = crate::ops::metrics::get();
+    let label = PluginLabel {
+        plugin: metadata.name.clone(),
+    };
+    let start = std::time::Instant::now();
     let result = tokio::task::spawn_blocking(move || plugin.reconcile(&request))
         .await
         .map_err(|e| Error::Join(e.to_string()))?;
+    metrics
+        .dispatch_time
+        .get_or_create(&label)
+        .observe(start.elapsed().as_secs_f64());
+    let writes = metrics.api_writes.get_or_create(&label).clone();
 
     let response = match result {
         Ok(response) => response,
@@ -110,6 +142,17 @@ async fn reconcile_inner(parent: &DynamicObject, shared: &Shared) -> Result<Acti
             return Ok(Action::await_change());
         }
         Err(DispatchError::Fault(f)) => {
+            let cause = FaultLabels {
+                plugin: metadata.name.clone(),
+                cause: f.cause().into(),
+            };
+            metrics.faults.get_or_create(&cause).inc();
+            if matches!(f, crate::engine::Fault::Panic(_) | crate::engine::Fault::Trap(_)) {
+                let controller = ControllerLabel {
+                    controller: metadata.name.clone(),
+                };
+                metrics.reconcile_panics.get_or_create(&controller).inc();
+            }
             warn(shared, parent, "PluginFault", &format!("plugin {f}")).await;
             return Err(Error::Fault(f));
         }
@@ -124,6 +167,7 @@ async fn reconcile_inner(parent: &DynamicObject, shared: &Shared) -> Result<Acti
     let desired = match desired {
         Ok(d) => d,
         Err(Error::Refused(r)) => {
+            metrics.refused.get_or_create(&label).inc();
             warn(
                 shared,
                 parent,
@@ -152,6 +196,7 @@ async fn reconcile_inner(parent: &DynamicObject, shared: &Shared) -> Result<Acti
         });
         if !unchanged {
             apply::apply(&shared.client, &c.resource, child, &object, name).await?;
+            writes.inc();
         }
     }
     for (i, o) in &observed {
@@ -161,12 +206,14 @@ async fn reconcile_inner(parent: &DynamicObject, shared: &Shared) -> Result<Acti
             .any(|d| &d.kind == kind && d.name == o.name_any() && d.namespace == o.namespace());
         if !wanted {
             apply::prune(&shared.client, &shared.children[*i].resource, o).await?;
+            writes.inc();
         }
     }
     if let Some(status) = &response.status
         && parent.data.get("status") != Some(status)
     {
         apply::status(&shared.client, &shared.parent, parent, status, name).await?;
+        writes.inc();
     }
     for event in &response.events {
         let kind = match event.event_type {
@@ -183,6 +230,7 @@ async fn reconcile_inner(parent: &DynamicObject, shared: &Shared) -> Result<Acti
             .cloned()
             .collect();
         apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
+        writes.inc();
         return Ok(Action::await_change());
     }
     Ok(Action::requeue(

@@ -1,0 +1,189 @@
+//! Prometheus metrics. Names and labels follow controller-runtime and client-go's
+//! workqueue so existing dashboards and alerts work unchanged; Wasm-specific ones are
+//! prefixed `capstan_`. One registry per process, one place that names every metric.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// `controller` label, as controller-runtime uses it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    /// Controller name: the plugin name.
+    pub controller: String,
+}
+
+/// `controller` and `result` labels of `controller_runtime_reconcile_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// Controller name.
+    pub controller: String,
+    /// success, error, requeue or requeue_after.
+    pub result: String,
+}
+
+/// `name` label of client-go's workqueue metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabel {
+    /// Queue name: the plugin name.
+    pub name: String,
+}
+
+/// Labels of Wasm fault counts.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FaultLabels {
+    /// Plugin name.
+    pub plugin: String,
+    /// Fault cause, see `Fault::cause`.
+    pub cause: String,
+}
+
+/// `plugin` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabel {
+    /// Plugin name.
+    pub plugin: String,
+}
+
+/// Every metric the host exports.
+pub struct Metrics {
+    registry: Registry,
+    /// controller_runtime_reconcile_total.
+    pub reconcile_total: Family<ResultLabels, Counter>,
+    /// controller_runtime_reconcile_errors_total.
+    pub reconcile_errors: Family<ControllerLabel, Counter>,
+    /// controller_runtime_reconcile_panics_total (plugin panics and other traps).
+    pub reconcile_panics: Family<ControllerLabel, Counter>,
+    /// controller_runtime_reconcile_time_seconds.
+    pub reconcile_time: Family<ControllerLabel, Histogram>,
+    /// controller_runtime_max_concurrent_reconciles.
+    pub max_concurrent: Family<ControllerLabel, Gauge>,
+    /// controller_runtime_active_workers.
+    pub active_workers: Family<ControllerLabel, Gauge>,
+    /// workqueue_retries_total: reconciles requeued with backoff.
+    pub retries: Family<QueueLabel, Counter>,
+    /// capstan_wasm_dispatch_seconds: one sandboxed call, instantiation included.
+    pub dispatch_time: Family<PluginLabel, Histogram>,
+    /// capstan_wasm_faults_total by cause.
+    pub faults: Family<FaultLabels, Counter>,
+    /// capstan_plugin_response_refused_total: responses refused by validation.
+    pub refused: Family<PluginLabel, Counter>,
+    /// capstan_api_writes_total: API writes made by reconciles.
+    pub api_writes: Family<PluginLabel, Counter>,
+}
+
+fn latency() -> Family<PluginLabel, Histogram> {
+    Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.000_01, 2.0, 20)))
+}
+
+/// The process-wide metrics.
+pub fn get() -> &'static Metrics {
+    static METRICS: OnceLock<Metrics> = OnceLock::new();
+    METRICS.get_or_init(|| {
+        let mut m = Metrics {
+            registry: Registry::default(),
+            reconcile_total: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_panics: Family::default(),
+            reconcile_time: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.000_5, 2.0, 18))
+            }),
+            max_concurrent: Family::default(),
+            active_workers: Family::default(),
+            retries: Family::default(),
+            dispatch_time: latency(),
+            faults: Family::default(),
+            refused: Family::default(),
+            api_writes: Family::default(),
+        };
+        let r = &mut m.registry;
+        // prometheus-client appends `_total` to counters itself.
+        r.register(
+            "controller_runtime_reconcile",
+            "Total number of reconciliations per controller",
+            m.reconcile_total.clone(),
+        );
+        r.register(
+            "controller_runtime_reconcile_errors",
+            "Total number of reconciliation errors per controller",
+            m.reconcile_errors.clone(),
+        );
+        r.register(
+            "controller_runtime_reconcile_panics",
+            "Total number of reconciliation panics per controller",
+            m.reconcile_panics.clone(),
+        );
+        r.register(
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation per controller",
+            m.reconcile_time.clone(),
+        );
+        r.register(
+            "controller_runtime_max_concurrent_reconciles",
+            "Maximum number of concurrent reconciles per controller",
+            m.max_concurrent.clone(),
+        );
+        r.register(
+            "controller_runtime_active_workers",
+            "Number of currently used workers per controller",
+            m.active_workers.clone(),
+        );
+        r.register(
+            "workqueue_retries",
+            "Total number of retries handled by workqueue",
+            m.retries.clone(),
+        );
+        r.register(
+            "capstan_wasm_dispatch_seconds",
+            "Time of one sandboxed plugin call, instantiation included",
+            m.dispatch_time.clone(),
+        );
+        r.register("capstan_wasm_faults", "Plugin faults by cause", m.faults.clone());
+        r.register(
+            "capstan_plugin_response_refused",
+            "Plugin responses refused by validation",
+            m.refused.clone(),
+        );
+        r.register(
+            "capstan_api_writes",
+            "API writes (apply, delete, status, finalizer) made by reconciles",
+            m.api_writes.clone(),
+        );
+        m
+    })
+}
+
+impl Metrics {
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Count one finished reconcile of `controller`.
+    pub fn reconciled(&self, controller: &str, result: &str, took: Duration) {
+        let label = ControllerLabel {
+            controller: controller.into(),
+        };
+        self.reconcile_total
+            .get_or_create(&ResultLabels {
+                controller: controller.into(),
+                result: result.into(),
+            })
+            .inc();
+        self.reconcile_time
+            .get_or_create(&label)
+            .observe(took.as_secs_f64());
+        if result == "error" {
+            self.reconcile_errors.get_or_create(&label).inc();
+        }
+    }
+}
