@@ -10,4 +10,12 @@ if command -v rustup >/dev/null; then
 fi
 scripts/k8s-build.sh all >/dev/null
 cargo build --profile plugin --target wasm32-wasip2 -p echo -p hostile
-cargo test --workspace
+
+# cargo prints one result line per test binary; finish with the total on one line.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace 2>&1 | tee "$log" || status=$?
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1) } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"

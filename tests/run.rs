@@ -232,3 +232,42 @@ async fn echo_becomes_a_job_that_completes_and_follows_the_echo() -> Result<()> 
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_plugins_or_unserved_kinds_are_one_line_and_exit_2() -> Result<()> {
+    let plane = Plane::shared().await?;
+    let dir = std::env::temp_dir().join(format!("capstan-run-bad-{}", std::process::id()));
+    let (core, unserved) = (dir.join("core"), dir.join("unserved"));
+    std::fs::create_dir_all(&core)?;
+    std::fs::write(core.join("core.wasm"), b"\0asm\x01\0\0\0")?;
+    std::fs::create_dir_all(&unserved)?;
+    // The hostile plugin reconciles `Hostile`, a kind this plane does not serve.
+    std::fs::copy(plugin("hostile"), unserved.join("hostile.wasm"))?;
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty)?;
+    for (plugins, needle) in [
+        (dir.join("missing"), "cannot read plugin directory"),
+        (empty, "no *.wasm plugins"),
+        (core, "not a component"),
+        (unserved, "is not served"),
+    ] {
+        let out = Command::new(capstan_bin())
+            .args([
+                "run",
+                "--plugins",
+                plugins.to_str().unwrap(),
+                "--metrics-addr",
+                "127.0.0.1:0",
+            ])
+            .args(["--health-addr", "127.0.0.1:0"])
+            .env("KUBECONFIG", plane.kubeconfig())
+            .env("RUST_LOG", "off")
+            .output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {stderr}", plugins.display());
+        assert!(stderr.contains(needle), "{}: {stderr}", plugins.display());
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
