@@ -271,3 +271,106 @@ async fn bad_plugins_or_unserved_kinds_are_one_line_and_exit_2() -> Result<()> {
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
+
+fn hostile_crd() -> Result<CustomResourceDefinition> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "hostiles.capstan.dev"},
+        "spec": {"group": "capstan.dev", "scope": "Namespaced",
+            "names": {"kind": "Hostile", "plural": "hostiles", "singular": "hostile"},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    }))?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_responses_write_nothing_and_a_faulting_object_does_not_block_others() -> Result<()> {
+    let plane = Plane::shared().await?;
+    plane.install_crds(&[hostile_crd()?]).await?;
+    let ns = plane.namespace("run-hostile").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
+    let _host = start_host(plane, &["hostile"], &ns, &dir)?;
+    let client = plane.client().await?;
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("capstan.dev", "v1alpha1", "Hostile"),
+        "hostiles",
+    );
+    let hostiles: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+    let modes = ["undeclared", "other-namespace", "cluster", "panic", "ok"];
+    for mode in modes {
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
+            "metadata": {"name": mode}, "spec": {"mode": mode, "arg": ns},
+        }))?;
+        hostiles.create(&PostParams::default(), &object).await?;
+    }
+
+    // The well-behaved object converges although its neighbour traps on every try.
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    eventually("the ok object's ConfigMap", Duration::from_secs(60), async || {
+        Ok(config_maps.get_opt("ok-0").await?)
+    })
+    .await?;
+
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let reasons = eventually(
+        "a Warning event on every bad object",
+        Duration::from_secs(60),
+        async || {
+            let list = events.list(&ListParams::default()).await?.items;
+            let warned = |name: &str, reason: &str| {
+                list.iter().any(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                        && e.type_.as_deref() == Some("Warning")
+                        && e.reason.as_deref() == Some(reason)
+                })
+            };
+            let all = ["undeclared", "other-namespace", "cluster"]
+                .iter()
+                .all(|m| warned(m, "InvalidResponse"))
+                && warned("panic", "PluginFault");
+            Ok(all.then_some(list.len()))
+        },
+    )
+    .await?;
+    assert!(reasons >= 4);
+
+    // Nothing of a refused response was written.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+    assert!(secrets.get_opt("stolen").await?.is_none());
+    let system_cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), "kube-system");
+    assert!(system_cms.get_opt("other-namespace-0").await?.is_none());
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    assert!(namespaces.get_opt(&format!("hostile-{ns}")).await?.is_none());
+
+    // The faulting object backs off and retries, visibly.
+    let metrics = bound_address(&dir, "metrics").context("metrics address logged")?;
+    let body = eventually(
+        "retries of the faulting object",
+        Duration::from_secs(30),
+        async || {
+            let body = http_get(&metrics, "/metrics")?.1;
+            let retried = body.lines().any(|l| {
+                l.starts_with(r#"workqueue_retries_total{name="hostile"}"#)
+                    && l.rsplit(' ')
+                        .next()
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .is_some_and(|v| v >= 3.0)
+            });
+            Ok(retried.then_some(body))
+        },
+    )
+    .await?;
+    assert!(
+        body.contains(r#"capstan_wasm_faults_total{plugin="hostile",cause="panic"}"#),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#"capstan_plugin_response_refused_total{plugin="hostile"}"#),
+        "{body}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}

@@ -20,7 +20,10 @@ impl Guest for Hostile {
             name: "hostile".into(),
             version: "0.0.0".into(),
             parent: kind("capstan.dev", "v1alpha1", "Hostile", "hostiles"),
-            children: vec![kind("", "v1", "ConfigMap", "configmaps")],
+            children: vec![
+                kind("", "v1", "ConfigMap", "configmaps"),
+                cluster_kind("", "v1", "Namespace", "namespaces"),
+            ],
             finalizer: None,
         }
     }
@@ -77,6 +80,16 @@ impl Guest for Hostile {
             }
             "children" => children.extend((0..10_000).map(|i| config_map(&parent, i).to_string())),
             "big-status" => status = Some(json!({ "blob": "y".repeat(6 << 20) })),
+            "undeclared" => children.push(
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "stolen"}, "stringData": {"k": "v"}})
+                    .to_string(),
+            ),
+            "other-namespace" => {
+                let mut cm = config_map(&parent, 0);
+                cm["metadata"]["namespace"] = "kube-system".into();
+                children.push(cm.to_string());
+            }
+            "cluster" => children.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("hostile-{arg}")}}).to_string()),
             "not-json" => children.push("this is not JSON".into()),
             "not-object" => children.push("[1, 2, 3]".into()),
             other => return Err(ReconcileError::Fatal(format!("unknown mode {other}"))),
@@ -102,6 +115,13 @@ fn kind(group: &str, version: &str, kind: &str, plural: &str) -> KindRef {
         kind: kind.into(),
         plural: plural.into(),
         namespaced: true,
+    }
+}
+
+fn cluster_kind(group: &str, version: &str, kind: &str, plural: &str) -> KindRef {
+    KindRef {
+        namespaced: false,
+        ..self::kind(group, version, kind, plural)
     }
 }
 
