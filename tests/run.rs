@@ -50,6 +50,16 @@ impl Drop for Host {
 }
 
 fn start_host(plane: &Plane, plugins: &[&str], namespace: &str, dir: &Path) -> Result<Host> {
+    start_host_with(plane, plugins, namespace, dir, &[])
+}
+
+fn start_host_with(
+    plane: &Plane,
+    plugins: &[&str],
+    namespace: &str,
+    dir: &Path,
+    extra: &[&str],
+) -> Result<Host> {
     std::fs::create_dir_all(dir)?;
     for p in plugins {
         std::fs::copy(plugin(p), dir.join(format!("{p}.wasm")))?;
@@ -71,6 +81,7 @@ fn start_host(plane: &Plane, plugins: &[&str], namespace: &str, dir: &Path) -> R
             "--log-format",
             "json",
         ])
+        .args(extra)
         .env("KUBECONFIG", plane.kubeconfig())
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
@@ -370,6 +381,68 @@ async fn refused_responses_write_nothing_and_a_faulting_object_does_not_block_ot
     assert!(
         body.contains(r#"capstan_plugin_response_refused_total{plugin="hostile"}"#),
         "{body}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
+/// The value of one sample line in a metrics text, 0 when absent.
+fn sample(body: &str, series: &str) -> f64 {
+    body.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steady_state_is_quiet_a_full_resync_of_50_echos_writes_nothing() -> Result<()> {
+    let plane = Plane::shared().await?;
+    let crd: CustomResourceDefinition = serde_yaml::from_str(&std::fs::read_to_string(
+        workspace().join("plugins/echo/crd.yaml"),
+    )?)?;
+    plane.install_crds(&[crd]).await?;
+    let ns = plane.namespace("run-quiet").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
+    let _host = start_host_with(plane, &["echo"], &ns, &dir, &["--resync", "3s"])?;
+    let client = plane.client().await?;
+    let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
+    for i in 0..50 {
+        let echo: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "Echo",
+            "metadata": {"name": format!("e{i}")}, "spec": {"message": format!("message {i}")},
+        }))?;
+        echoes.create(&PostParams::default(), &echo).await?;
+    }
+    eventually("50 Echos Succeeded", Duration::from_secs(180), async || {
+        let list = echoes.list(&ListParams::default()).await?.items;
+        Ok(list
+            .iter()
+            .all(|e| e.data["status"]["phase"] == "Succeeded")
+            .then_some(()))
+    })
+    .await?;
+    let metrics = bound_address(&dir, "metrics").context("metrics address logged")?;
+    let reconciles = r#"controller_runtime_reconcile_total{controller="echo",result="success"}"#;
+    let writes = r#"capstan_api_writes_total{plugin="echo"}"#;
+    // Let the last status writes' watch events settle before taking the baseline.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let before = http_get(&metrics, "/metrics")?.1;
+    // Two full resync periods: every Echo is reconciled again at least once.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let after = http_get(&metrics, "/metrics")?.1;
+    let resynced = sample(&after, reconciles) - sample(&before, reconciles);
+    assert!(
+        resynced >= 50.0,
+        "a full resync reconciled only {resynced} objects"
+    );
+    assert_eq!(
+        sample(&after, writes),
+        sample(&before, writes),
+        "steady state wrote to the API"
+    );
+    assert!(
+        sample(&after, writes) >= 150.0,
+        "sanity: convergence itself wrote (Job, status, events)"
     );
     std::fs::remove_dir_all(dir).ok();
     Ok(())

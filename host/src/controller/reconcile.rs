@@ -252,6 +252,10 @@ async fn publish(shared: &Shared, parent: &DynamicObject, kind: KubeEventType, r
         secondary: None,
     };
     let reference = parent.object_ref(&shared.parent);
+    let label = PluginLabel {
+        plugin: shared.plugin.metadata().name.clone(),
+    };
+    crate::ops::metrics::get().api_writes.get_or_create(&label).inc();
     if let Err(e) = shared.recorder.publish(&event, &reference).await {
         tracing::warn!(error = %e, reason, "could not record event");
     }
