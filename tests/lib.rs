@@ -31,11 +31,13 @@ pub fn plugin(name: &str) -> PathBuf {
             "echo",
             "-p",
             "hostile",
+            "-p",
+            "scheduled-echo",
         ])
     });
-    let path = target_dir()
-        .join("wasm32-wasip2/plugin")
-        .join(format!("{name}.wasm"));
+    // Cargo names the artifact after the crate, with '-' as '_'.
+    let file = format!("{}.wasm", name.replace('-', "_"));
+    let path = target_dir().join("wasm32-wasip2/plugin").join(file);
     assert!(path.exists(), "{} was not built", path.display());
     path
 }

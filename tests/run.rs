@@ -447,3 +447,85 @@ async fn steady_state_is_quiet_a_full_resync_of_50_echos_writes_nothing() -> Res
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduled_echo_becomes_a_cron_job_updated_in_place_beside_echo() -> Result<()> {
+    let plane = Plane::shared().await?;
+    let mut crds = Vec::new();
+    for plugin in ["echo", "scheduled-echo"] {
+        let text = std::fs::read_to_string(workspace().join("plugins").join(plugin).join("crd.yaml"))?;
+        crds.push(serde_yaml::from_str::<CustomResourceDefinition>(&text)?);
+    }
+    plane.install_crds(&crds).await?;
+    let ns = plane.namespace("run-sched").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
+    let _host = start_host(plane, &["echo", "scheduled-echo"], &ns, &dir)?;
+    let client = plane.client().await?;
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("capstan.dev", "v1alpha1", "ScheduledEcho"),
+        "scheduledechoes",
+    );
+    let parents: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+    let cron_jobs: Api<k8s_openapi::api::batch::v1::CronJob> = Api::namespaced(client.clone(), &ns);
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "ScheduledEcho",
+        "metadata": {"name": "tick"}, "spec": {"message": "tick", "schedule": "*/5 * * * *"},
+    }))?;
+    let created = parents.create(&PostParams::default(), &object).await?;
+    let first = eventually("the CronJob", Duration::from_secs(60), async || {
+        Ok(cron_jobs
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .next())
+    })
+    .await?;
+    let spec = first.spec.clone();
+    assert_eq!(spec.schedule, "*/5 * * * *");
+    assert_eq!(spec.concurrency_policy.as_deref(), Some("Forbid"));
+    assert_eq!(
+        first.metadata.owner_references.as_ref().unwrap()[0].uid,
+        created.metadata.uid.clone().unwrap()
+    );
+
+    // A new schedule updates the same CronJob in place.
+    let patch = json!({"spec": {"schedule": "0 * * * *"}});
+    parents
+        .patch("tick", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let updated = eventually(
+        "the CronJob's new schedule",
+        Duration::from_secs(60),
+        async || {
+            let list = cron_jobs.list(&ListParams::default()).await?.items;
+            Ok(list.into_iter().find(|c| c.spec.schedule == "0 * * * *"))
+        },
+    )
+    .await?;
+    assert_eq!(
+        updated.metadata.uid, first.metadata.uid,
+        "updated in place, not replaced"
+    );
+    assert_eq!(cron_jobs.list(&ListParams::default()).await?.items.len(), 1);
+
+    // An invalid schedule is fatal: a Warning event and the CronJob left as it was.
+    let patch = json!({"spec": {"schedule": "61 * * * *"}});
+    parents
+        .patch("tick", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let note = eventually("a ReconcileFailed event", Duration::from_secs(60), async || {
+        let list = events.list(&ListParams::default()).await?.items;
+        Ok(list
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("ReconcileFailed"))
+            .and_then(|e| e.note))
+    })
+    .await?;
+    assert!(note.contains("61"), "{note}");
+    let kept = cron_jobs.get(updated.metadata.name.as_deref().unwrap()).await?;
+    assert_eq!(kept.spec.schedule, "0 * * * *");
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
