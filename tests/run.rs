@@ -279,6 +279,31 @@ async fn bad_plugins_or_unserved_kinds_are_one_line_and_exit_2() -> Result<()> {
         assert!(stderr.contains(needle), "{}: {stderr}", plugins.display());
         assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
     }
+    let configs = [
+        ("plugins: [unclosed", "config.yaml"),
+        ("plugins:\n- path: echo.wasm\n  concurency: 2\n", "concurency"),
+        ("plugins:\n- path: missing.wasm\n", "cannot read"),
+    ];
+    for (text, needle) in configs {
+        let file = dir.join("config.yaml");
+        std::fs::write(&file, text)?;
+        let out = Command::new(capstan_bin())
+            .args([
+                "run",
+                "--config",
+                file.to_str().unwrap(),
+                "--metrics-addr",
+                "127.0.0.1:0",
+            ])
+            .args(["--health-addr", "127.0.0.1:0"])
+            .env("KUBECONFIG", plane.kubeconfig())
+            .env("RUST_LOG", "off")
+            .output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text}: {stderr}");
+        assert!(stderr.contains(needle), "{text}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    }
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
@@ -403,7 +428,20 @@ async fn steady_state_is_quiet_a_full_resync_of_50_echos_writes_nothing() -> Res
     plane.install_crds(&[crd]).await?;
     let ns = plane.namespace("run-quiet").await?;
     let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
-    let _host = start_host_with(plane, &["echo"], &ns, &dir, &["--resync", "3s"])?;
+    // The resync period comes from a config file entry for the plugin in the directory.
+    std::fs::create_dir_all(&dir)?;
+    let config = dir.join("capstan.yaml");
+    std::fs::write(
+        &config,
+        "plugins:\n- path: echo.wasm\n  resync: 3s\n  concurrency: 4\n",
+    )?;
+    let _host = start_host_with(
+        plane,
+        &["echo"],
+        &ns,
+        &dir,
+        &["--config", config.to_str().unwrap()],
+    )?;
     let client = plane.client().await?;
     let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
     for i in 0..50 {

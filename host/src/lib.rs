@@ -5,6 +5,7 @@
 
 pub mod apply;
 pub mod cli;
+pub mod config;
 pub mod controller;
 pub mod engine;
 pub mod ops;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
+use crate::config::{self, PluginConfig};
 use crate::controller::{self, Options};
 use crate::engine::{Engine, EngineConfig, Limits, Plugin};
 use crate::ops;
@@ -16,8 +17,11 @@ use crate::ops;
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// Directory whose `*.wasm` files are the plugins to run.
+    #[arg(long, required_unless_present = "config")]
+    plugins: Option<PathBuf>,
+    /// YAML file of per-plugin settings (path, limits, concurrency, resync, allowClusterKinds).
     #[arg(long)]
-    plugins: PathBuf,
+    config: Option<PathBuf>,
     /// Watch only this namespace.
     #[arg(long)]
     namespace: Option<String>,
@@ -38,40 +42,69 @@ pub struct RunArgs {
     health_addr: SocketAddr,
 }
 
-fn load_plugins(engine: &Engine, dir: &PathBuf) -> anyhow::Result<Vec<Plugin>> {
-    let entries =
-        std::fs::read_dir(dir).with_context(|| format!("cannot read plugin directory {}", dir.display()))?;
-    let mut paths: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
-        .collect();
-    paths.sort();
-    anyhow::ensure!(!paths.is_empty(), "no *.wasm plugins in {}", dir.display());
-    let plugins = paths
-        .iter()
-        .map(|p| {
-            engine
-                .load_file(p, Limits::default())
-                .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
+/// Every plugin to run with its options: the config file's entries, then every other
+/// `*.wasm` in the plugin directory with the command-line defaults.
+fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Vec<(Plugin, Options)>> {
+    let defaults = Options {
+        namespace: args.namespace.clone(),
+        allowed_cluster_kinds: args.allow_cluster_kinds.clone(),
+        concurrency: args.concurrency,
+        resync: args.resync,
+    };
+    let mut entries: Vec<PluginConfig> = match &args.config {
+        Some(path) => config::load(path)?.plugins,
+        None => Vec::new(),
+    };
+    if let Some(dir) = &args.plugins {
+        let listing = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot read plugin directory {}", dir.display()))?;
+        let mut paths: Vec<PathBuf> = listing
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
+            .collect();
+        paths.sort();
+        anyhow::ensure!(!paths.is_empty(), "no *.wasm plugins in {}", dir.display());
+        let configured: Vec<PathBuf> = entries
+            .iter()
+            .filter_map(|e| e.path.canonicalize().ok())
+            .collect();
+        for path in paths {
+            if !path.canonicalize().is_ok_and(|p| configured.contains(&p)) {
+                entries.push(PluginConfig {
+                    path,
+                    limits: Limits::default(),
+                    concurrency: None,
+                    resync: None,
+                    allow_cluster_kinds: Vec::new(),
+                });
+            }
+        }
+    }
+    anyhow::ensure!(!entries.is_empty(), "no plugins configured");
+    let plugins = entries
+        .into_iter()
+        .map(|e| {
+            let plugin = engine
+                .load_file(&e.path, e.limits)
+                .map_err(|err| anyhow::anyhow!("{}: {err}", e.path.display()))?;
+            let mut options = defaults.clone();
+            options.concurrency = e.concurrency.unwrap_or(options.concurrency);
+            options.resync = e.resync.unwrap_or(options.resync);
+            options.allowed_cluster_kinds.extend(e.allow_cluster_kinds);
+            Ok((plugin, options))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let mut names: Vec<&str> = plugins.iter().map(|p| p.metadata().name.as_str()).collect();
+    let mut names: Vec<&str> = plugins.iter().map(|(p, _)| p.metadata().name.as_str()).collect();
     names.sort();
     if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-        anyhow::bail!("two plugins in {} are both named {}", dir.display(), w[0]);
+        anyhow::bail!("two plugins are both named {}", w[0]);
     }
     Ok(plugins)
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let engine = Engine::new(EngineConfig::default())?;
-    let plugins = load_plugins(&engine, &args.plugins)?;
-    let options = Options {
-        namespace: args.namespace,
-        allowed_cluster_kinds: args.allow_cluster_kinds,
-        concurrency: args.concurrency,
-        resync: args.resync,
-    };
+    let plugins = load_plugins(&engine, &args)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         let readiness = ops::server::Readiness::default();
@@ -83,7 +116,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let (stop, _) = tokio::sync::broadcast::channel::<()>(1);
         let mut tasks = tokio::task::JoinSet::new();
         let mut synced = Vec::new();
-        for plugin in plugins {
+        for (plugin, options) in plugins {
             let mut rx = stop.subscribe();
             let shutdown = async move {
                 let _ = rx.recv().await;

@@ -1,0 +1,110 @@
+//! The `capstan run --config` file: per-plugin path, limits, concurrency, resync period
+//! and allowed cluster-scoped kinds.
+//!
+//! ```yaml
+//! plugins:
+//!   - path: echo.wasm            # relative to this file
+//!     concurrency: 8
+//!     resync: 5m
+//!     limits: { deadline: 500ms, memory: 33554432, responseBytes: 1048576, maxChildren: 10 }
+//!     allowClusterKinds: [Namespace]
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::Deserialize;
+
+use crate::engine::Limits;
+
+/// The whole file.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Config {
+    /// Plugins to run.
+    #[serde(default)]
+    pub plugins: Vec<PluginConfig>,
+}
+
+/// One plugin's settings; anything unset takes the command-line default.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PluginConfig {
+    /// The `.wasm` file, relative to the config file.
+    pub path: PathBuf,
+    /// Sandbox limits of each call.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Reconciles running at once.
+    pub concurrency: Option<u16>,
+    /// Reconcile every parent at least this often.
+    #[serde(default, with = "humantime_serde")]
+    pub resync: Option<Duration>,
+    /// Cluster-scoped child kinds this plugin may create.
+    #[serde(default)]
+    pub allow_cluster_kinds: Vec<String>,
+}
+
+/// Read and check a config file; plugin paths come back absolute or relative to the cwd.
+pub fn load(path: &Path) -> anyhow::Result<Config> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
+    let mut config: Config =
+        serde_yaml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    for plugin in &mut config.plugins {
+        plugin.path = base.join(&plugin.path);
+        if plugin.concurrency == Some(0) {
+            anyhow::bail!(
+                "{}: concurrency of {} must be at least 1",
+                path.display(),
+                plugin.path.display()
+            );
+        }
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> anyhow::Result<Config> {
+        let dir = std::env::temp_dir().join(format!("capstan-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let file = dir.join(format!("c{}.yaml", text.len()));
+        std::fs::write(&file, text)?;
+        load(&file)
+    }
+
+    #[test]
+    fn full_entry_parses_with_paths_relative_to_the_file() {
+        let c = parse(
+            "plugins:\n- path: echo.wasm\n  concurrency: 8\n  resync: 5m\n  limits: {deadline: 500ms, memory: 1048576}\n  allowClusterKinds: [Namespace]\n",
+        )
+        .unwrap();
+        let p = &c.plugins[0];
+        assert!(p.path.ends_with("echo.wasm") && p.path.is_absolute());
+        assert_eq!(p.resync, Some(Duration::from_secs(300)));
+        assert_eq!(p.limits.deadline, Duration::from_millis(500));
+        assert_eq!(
+            p.limits.max_children,
+            Limits::default().max_children,
+            "unset limits keep defaults"
+        );
+        assert_eq!(p.allow_cluster_kinds, ["Namespace"]);
+    }
+
+    #[test]
+    fn typos_and_malformed_yaml_are_errors() {
+        assert!(
+            parse("plugins:\n- path: a.wasm\n  concurency: 3\n")
+                .unwrap_err()
+                .to_string()
+                .contains("concurency")
+        );
+        assert!(parse("plugins: [unclosed").is_err());
+        assert!(parse("plugins:\n- path: a.wasm\n  concurrency: 0\n").is_err());
+    }
+}
