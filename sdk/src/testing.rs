@@ -125,3 +125,22 @@ impl Fixture {
 pub fn metadata<R: Reconciler>() -> (KindRef, Metadata) {
     crate::guest::full_metadata::<R>()
 }
+
+/// Assert that the committed file at `path` holds exactly `generated` (e.g. a CRD made
+/// from the Rust type). With `CAPSTAN_BLESS=1` in the environment it rewrites the file
+/// first, which is how such files are regenerated.
+///
+/// # Panics
+/// When the file is missing or stale, with the command that regenerates it.
+pub fn assert_generated(path: impl AsRef<Path>, generated: &str) {
+    let path = path.as_ref();
+    if std::env::var_os("CAPSTAN_BLESS").is_some() {
+        std::fs::write(path, generated).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    }
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "{} is stale: regenerate it with CAPSTAN_BLESS=1 cargo test",
+        path.display()
+    );
+}

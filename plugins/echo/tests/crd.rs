@@ -10,15 +10,7 @@ fn committed_crd_matches_the_rust_type() {
         "# Generated from plugins/echo/src/lib.rs by `CAPSTAN_BLESS=1 cargo test -p echo --test crd`; do not edit.\n{}",
         serde_yaml::to_string(&Echo::crd()).unwrap()
     );
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/crd.yaml");
-    if std::env::var_os("CAPSTAN_BLESS").is_some() {
-        std::fs::write(path, &generated).unwrap();
-    }
-    let committed = std::fs::read_to_string(path).unwrap_or_default();
-    assert!(
-        committed == generated,
-        "{path} is stale: regenerate it with CAPSTAN_BLESS=1 cargo test -p echo --test crd"
-    );
+    capstan_sdk::testing::assert_generated(concat!(env!("CARGO_MANIFEST_DIR"), "/crd.yaml"), &generated);
 }
 
 #[test]
