@@ -244,6 +244,22 @@ async fn echo_becomes_a_job_that_completes_and_follows_the_echo() -> Result<()> 
     Ok(())
 }
 
+/// `capstan run ARGS` must fail with exit 2 and one stderr line containing `needle`.
+fn expect_one_line_exit_2(plane: &Plane, args: &[&str], needle: &str) -> Result<()> {
+    let out = Command::new(capstan_bin())
+        .arg("run")
+        .args(args)
+        .args(["--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"])
+        .env("KUBECONFIG", plane.kubeconfig())
+        .env("RUST_LOG", "off")
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_plugins_or_unserved_kinds_are_one_line_and_exit_2() -> Result<()> {
     let plane = Plane::shared().await?;
@@ -262,22 +278,7 @@ async fn bad_plugins_or_unserved_kinds_are_one_line_and_exit_2() -> Result<()> {
         (core, "not a component"),
         (unserved, "is not served"),
     ] {
-        let out = Command::new(capstan_bin())
-            .args([
-                "run",
-                "--plugins",
-                plugins.to_str().unwrap(),
-                "--metrics-addr",
-                "127.0.0.1:0",
-            ])
-            .args(["--health-addr", "127.0.0.1:0"])
-            .env("KUBECONFIG", plane.kubeconfig())
-            .env("RUST_LOG", "off")
-            .output()?;
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{}: {stderr}", plugins.display());
-        assert!(stderr.contains(needle), "{}: {stderr}", plugins.display());
-        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+        expect_one_line_exit_2(plane, &["--plugins", plugins.to_str().unwrap()], needle)?;
     }
     let configs = [
         ("plugins: [unclosed", "config.yaml"),
@@ -287,22 +288,7 @@ async fn bad_plugins_or_unserved_kinds_are_one_line_and_exit_2() -> Result<()> {
     for (text, needle) in configs {
         let file = dir.join("config.yaml");
         std::fs::write(&file, text)?;
-        let out = Command::new(capstan_bin())
-            .args([
-                "run",
-                "--config",
-                file.to_str().unwrap(),
-                "--metrics-addr",
-                "127.0.0.1:0",
-            ])
-            .args(["--health-addr", "127.0.0.1:0"])
-            .env("KUBECONFIG", plane.kubeconfig())
-            .env("RUST_LOG", "off")
-            .output()?;
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{text}: {stderr}");
-        assert!(stderr.contains(needle), "{text}: {stderr}");
-        assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+        expect_one_line_exit_2(plane, &["--config", file.to_str().unwrap()], needle)?;
     }
     std::fs::remove_dir_all(dir).ok();
     Ok(())
