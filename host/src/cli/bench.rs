@@ -1,7 +1,6 @@
 //! `capstan bench`: latency and throughput of dispatching one fixture to a plugin, in a
 //! fresh instance per call (what the controller does) and in one reused instance.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -15,12 +14,8 @@ use crate::engine::{DispatchError, Plugin, Request};
 pub struct BenchArgs {
     #[command(flatten)]
     plugin: super::PluginArgs,
-    /// Parent object (the first document is used).
-    #[arg(long)]
-    parent: PathBuf,
-    /// Observed children passed with every call.
-    #[arg(long, num_args = 1..)]
-    children: Vec<PathBuf>,
+    #[command(flatten)]
+    fixtures: input::FixtureArgs,
     /// Calls per measurement.
     #[arg(short = 'n', long, default_value_t = 10_000)]
     iterations: usize,
@@ -32,12 +27,10 @@ pub struct BenchArgs {
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.iterations > 0, "-n must be at least 1");
     let plugin = args.plugin.load()?;
-    let parent = input::documents(&args.parent)?.into_iter().next();
-    let parent =
-        parent.ok_or_else(|| anyhow::anyhow!("{}: no parent object found", args.parent.display()))?;
+    let parent = args.fixtures.parents()?.swap_remove(0);
     let request = Request {
         parent,
-        children: input::all_documents(&args.children)?,
+        children: args.fixtures.children()?,
         finalizing: false,
     };
     match plugin.reconcile(&request) {

@@ -29,3 +29,32 @@ pub fn all_documents(paths: &[impl AsRef<Path>]) -> anyhow::Result<Vec<serde_jso
     }
     Ok(all)
 }
+
+/// The fixture files of `capstan test` and `capstan bench`.
+#[derive(clap::Args, Debug)]
+pub struct FixtureArgs {
+    /// Parent object(s), YAML or JSON (`test` reconciles each document, `bench` the first).
+    #[arg(long)]
+    pub parent: std::path::PathBuf,
+    /// Observed children, YAML or JSON, one or more documents per file.
+    #[arg(long, num_args = 1..)]
+    pub children: Vec<std::path::PathBuf>,
+}
+
+impl FixtureArgs {
+    /// The parent documents; at least one.
+    pub fn parents(&self) -> anyhow::Result<Vec<serde_json::Value>> {
+        let parents = documents(&self.parent)?;
+        anyhow::ensure!(
+            !parents.is_empty(),
+            "{}: no parent object found",
+            self.parent.display()
+        );
+        Ok(parents)
+    }
+
+    /// All observed children.
+    pub fn children(&self) -> anyhow::Result<Vec<serde_json::Value>> {
+        all_documents(&self.children)
+    }
+}

@@ -16,12 +16,8 @@ use crate::engine::{DispatchError, Request};
 pub struct TestArgs {
     #[command(flatten)]
     plugin: super::PluginArgs,
-    /// Parent object(s), YAML or JSON; each document is reconciled on its own.
-    #[arg(long)]
-    parent: PathBuf,
-    /// Observed children, YAML or JSON, one or more documents per file.
-    #[arg(long, num_args = 1..)]
-    children: Vec<PathBuf>,
+    #[command(flatten)]
+    fixtures: input::FixtureArgs,
     /// Reconcile as if the parent were being deleted (finalizer cleanup).
     #[arg(long)]
     finalizing: bool,
@@ -32,13 +28,8 @@ pub struct TestArgs {
 
 pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     let plugin = args.plugin.load()?;
-    let parents = input::documents(&args.parent)?;
-    anyhow::ensure!(
-        !parents.is_empty(),
-        "{}: no parent object found",
-        args.parent.display()
-    );
-    let children = input::all_documents(&args.children)?;
+    let parents = args.fixtures.parents()?;
+    let children = args.fixtures.children()?;
     let outcomes: Vec<Value> = parents
         .into_iter()
         .map(|parent| {
