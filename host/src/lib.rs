@@ -8,5 +8,8 @@ pub mod cli;
 pub mod config;
 pub mod controller;
 pub mod engine;
+pub mod leader;
 pub mod ops;
+pub mod reload;
+pub mod supervisor;
 pub mod validate;

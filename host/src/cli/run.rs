@@ -9,9 +9,12 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::config::{self, PluginConfig};
-use crate::controller::{self, Options};
+use crate::controller::Options;
 use crate::engine::{Engine, EngineConfig, Limits, Plugin};
+use crate::leader::{self, Leader};
 use crate::ops;
+use crate::reload;
+use crate::supervisor::Supervisor;
 
 /// Arguments of `capstan run`.
 #[derive(Args, Debug)]
@@ -40,29 +43,69 @@ pub struct RunArgs {
     /// Address of `/healthz` and `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8081")]
     health_addr: SocketAddr,
+    /// Watch plugin files: a replaced file is swapped in without a restart, a new one started.
+    #[arg(long)]
+    hot_reload: bool,
+    /// How often hot reload looks at the plugin files.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
+    reload_interval: Duration,
+    #[command(flatten)]
+    election: ElectionArgs,
+}
+
+/// Leader election (client-go's flags and defaults).
+#[derive(Args, Debug)]
+struct ElectionArgs {
+    /// Reconcile only while holding a Lease, so replicas can stand by.
+    #[arg(long)]
+    leader_elect: bool,
+    /// Lease name.
+    #[arg(long, default_value = "capstan")]
+    leader_election_id: String,
+    /// Lease namespace [default: $POD_NAMESPACE, else the kubeconfig's namespace].
+    #[arg(long)]
+    leader_election_namespace: Option<String>,
+    /// How long a Lease is valid after its last renewal.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "15s")]
+    lease_duration: Duration,
+    /// A leader that could not renew for this long stops reconciling.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    renew_deadline: Duration,
+    /// Time between attempts to acquire or renew the Lease.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
+    retry_period: Duration,
+}
+
+impl ElectionArgs {
+    /// The Lease settings, or `None` without `--leader-elect`.
+    fn settings(&self, default_namespace: &str) -> Option<leader::Settings> {
+        if !self.leader_elect {
+            return None;
+        }
+        let namespace = self
+            .leader_election_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|n| !n.is_empty()))
+            .unwrap_or_else(|| default_namespace.to_string());
+        let mut settings = leader::Settings::new(&self.leader_election_id, namespace, leader::identity());
+        settings.lease_duration = self.lease_duration;
+        settings.renew_deadline = self.renew_deadline;
+        settings.retry_period = self.retry_period;
+        Some(settings)
+    }
 }
 
 /// Every plugin to run with its options: the config file's entries, then every other
 /// `*.wasm` in the plugin directory with the command-line defaults.
-fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Vec<(Plugin, Options)>> {
-    let defaults = Options {
-        namespace: args.namespace.clone(),
-        allowed_cluster_kinds: args.allow_cluster_kinds.clone(),
-        concurrency: args.concurrency,
-        resync: args.resync,
-    };
+fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Vec<(PathBuf, Plugin, Options)>> {
+    let defaults = defaults(args);
     let mut entries: Vec<PluginConfig> = match &args.config {
         Some(path) => config::load(path)?.plugins,
         None => Vec::new(),
     };
     if let Some(dir) = &args.plugins {
-        let listing = std::fs::read_dir(dir)
+        let paths = reload::wasm_files(dir)
             .with_context(|| format!("cannot read plugin directory {}", dir.display()))?;
-        let mut paths: Vec<PathBuf> = listing
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
-            .collect();
-        paths.sort();
         anyhow::ensure!(!paths.is_empty(), "no *.wasm plugins in {}", dir.display());
         let configured: Vec<PathBuf> = entries
             .iter()
@@ -91,10 +134,13 @@ fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Vec<(Plugin, 
             options.concurrency = e.concurrency.unwrap_or(options.concurrency);
             options.resync = e.resync.unwrap_or(options.resync);
             options.allowed_cluster_kinds.extend(e.allow_cluster_kinds);
-            Ok((plugin, options))
+            Ok((e.path, plugin, options))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let mut names: Vec<&str> = plugins.iter().map(|(p, _)| p.metadata().name.as_str()).collect();
+    let mut names: Vec<&str> = plugins
+        .iter()
+        .map(|(_, p, _)| p.metadata().name.as_str())
+        .collect();
     names.sort();
     if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
         anyhow::bail!("two plugins are both named {}", w[0]);
@@ -102,7 +148,19 @@ fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Vec<(Plugin, 
     Ok(plugins)
 }
 
+fn defaults(args: &RunArgs) -> Options {
+    Options {
+        namespace: args.namespace.clone(),
+        allowed_cluster_kinds: args.allow_cluster_kinds.clone(),
+        concurrency: args.concurrency,
+        resync: args.resync,
+    }
+}
+
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    if let Some(settings) = args.election.settings("default") {
+        settings.validate()?;
+    }
     let engine = Engine::new(EngineConfig::default())?;
     let plugins = load_plugins(&engine, &args)?;
     let runtime = tokio::runtime::Runtime::new()?;
@@ -113,23 +171,22 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let client = kube::Client::try_default()
             .await
             .context("no Kubernetes configuration")?;
-        let (stop, _) = tokio::sync::broadcast::channel::<()>(1);
-        let mut tasks = tokio::task::JoinSet::new();
-        let mut synced = Vec::new();
-        for (plugin, options) in plugins {
-            let mut rx = stop.subscribe();
-            let shutdown = async move {
-                let _ = rx.recv().await;
-            };
-            let (tx, done) = tokio::sync::oneshot::channel();
-            synced.push(done);
-            tasks.spawn(controller::run(
-                client.clone(),
-                plugin,
-                options.clone(),
-                shutdown,
-                tx,
-            ));
+        let (leader, elector) = match args.election.settings(client.default_namespace()) {
+            Some(settings) => {
+                tracing::info!(lease = %settings.name, namespace = %settings.namespace, identity = %settings.identity, "leader election on");
+                let (leader, elector) = leader::start(client.clone(), settings);
+                (leader, Some(elector))
+            }
+            None => (Leader::always(), None),
+        };
+        let (failed, mut failures) = tokio::sync::mpsc::unbounded_channel();
+        let mut supervisor = Supervisor::new(client, engine, leader, failed);
+        let synced: Vec<_> = plugins
+            .into_iter()
+            .map(|(path, plugin, options)| supervisor.start(path, plugin, options))
+            .collect();
+        if let (true, Some(dir)) = (args.hot_reload, &args.plugins) {
+            supervisor.watch_dir(dir.clone(), defaults(&args));
         }
         let ready = readiness.clone();
         tokio::spawn(async move {
@@ -138,24 +195,30 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 ready.set(true);
             }
         });
+        let mut reload = tokio::time::interval(args.reload_interval);
+        reload.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let signal = shutdown_signal();
         tokio::pin!(signal);
-        loop {
+        let failure = loop {
             tokio::select! {
-                _ = &mut signal => {
-                    readiness.set(false);
-                    tracing::info!("shutting down: finishing in-flight reconciles");
-                    let _ = stop.send(());
-                    while let Some(done) = tasks.join_next().await {
-                        done??;
-                    }
-                    return Ok(ExitCode::SUCCESS);
-                }
-                Some(done) = tasks.join_next() => {
-                    // A controller that cannot start (e.g. an unserved kind) stops the host.
-                    done??;
-                }
+                _ = &mut signal => break None,
+                // A controller that cannot start (e.g. an unserved kind) stops the host.
+                Some(e) = failures.recv() => break Some(e),
+                _ = reload.tick(), if args.hot_reload => supervisor.reload().await,
             }
+        };
+        readiness.set(false);
+        tracing::info!("shutting down: finishing in-flight reconciles");
+        if let Some(elector) = &elector {
+            elector.stop_waiters();
+        }
+        supervisor.stop().await;
+        if let Some(elector) = elector {
+            elector.release().await;
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(ExitCode::SUCCESS),
         }
     })
 }

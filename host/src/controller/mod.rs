@@ -4,13 +4,14 @@
 //! runs two reconciles of one object at once.
 
 mod backoff;
+mod queue;
 mod reconcile;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::Client;
 use kube::api::{Api, DynamicObject, GroupVersionKind};
 use kube::discovery::ApiResource;
@@ -19,7 +20,11 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
+use kube::ResourceExt;
+use tokio::sync::watch;
+
 use crate::engine::{Kind, Plugin};
+use crate::leader::Leader;
 
 /// How one plugin is run.
 #[derive(Clone, Debug)]
@@ -55,12 +60,23 @@ struct ChildKind {
 /// Everything one plugin's reconciles share.
 struct Shared {
     client: Client,
-    plugin: Plugin,
+    /// The plugin version new reconciles use; hot reload replaces it.
+    plugin: watch::Receiver<Arc<Plugin>>,
     parent: ApiResource,
+    /// The parent cache: reconciles that waited for leadership re-read their object here.
+    cache: Store<DynamicObject>,
     children: Vec<ChildKind>,
     recorder: Recorder,
     options: Options,
     backoff: backoff::Backoff,
+    queue: Arc<queue::Queue>,
+    leader: Leader,
+}
+
+impl Shared {
+    fn plugin(&self) -> Arc<Plugin> {
+        self.plugin.borrow().clone()
+    }
 }
 
 /// Resolve a plugin's kind through API discovery, with a clear error when it is not served.
@@ -72,6 +88,15 @@ async fn resolve(client: &Client, kind: &Kind) -> anyhow::Result<ApiResource> {
     Ok(resource)
 }
 
+/// Check every kind of a plugin is served, before anything is started for it.
+pub async fn served(client: &Client, metadata: &crate::engine::Metadata) -> anyhow::Result<()> {
+    resolve(client, &metadata.parent).await?;
+    for kind in &metadata.children {
+        resolve(client, kind).await?;
+    }
+    Ok(())
+}
+
 fn api(client: &Client, resource: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
     match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
@@ -79,28 +104,51 @@ fn api(client: &Client, resource: &ApiResource, namespace: Option<&str>) -> Api<
     }
 }
 
+/// The queue key of an object: `namespace/name`, or `name` when cluster-scoped.
+fn key(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    }
+}
+
 /// Run one plugin until `shutdown` resolves; in-flight reconciles finish first. `synced`
-/// fires once the parent and child caches have listed.
+/// fires once the parent and child caches have listed. Only while `leader` leads do
+/// reconciles run; a new value in `plugin` (same kinds) is used from the next reconcile
+/// on, and every parent is reconciled once with it.
 pub async fn run(
     client: Client,
-    plugin: Plugin,
+    plugin: watch::Receiver<Arc<Plugin>>,
     options: Options,
+    leader: Leader,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
     synced: tokio::sync::oneshot::Sender<()>,
 ) -> anyhow::Result<()> {
-    let metadata = plugin.metadata().clone();
+    let metadata = plugin.borrow().metadata().clone();
     let name = metadata.name.clone();
     let parent = resolve(&client, &metadata.parent).await?;
+    let queue = Arc::new(queue::Queue::new(&name));
     let namespace = options
         .namespace
         .as_deref()
         .filter(|_| metadata.parent.namespaced);
-    let mut controller = Controller::new_with(
-        api(&client, &parent, namespace),
-        watcher::Config::default(),
-        parent.clone(),
+    let writer = reflector::store::Writer::new(parent.clone());
+    let cache = writer.as_reader();
+    let tracked = queue.clone();
+    let parents = reflector::reflector(
+        writer,
+        watcher(api(&client, &parent, namespace), watcher::Config::default()),
     )
-    .with_config(Config::default().concurrency(options.concurrency));
+    .inspect_ok(move |event| match event {
+        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+            tracked.add(key(o.namespace().as_deref(), &o.name_any()))
+        }
+        watcher::Event::Delete(o) => tracked.forget(&key(o.namespace().as_deref(), &o.name_any())),
+        watcher::Event::Init | watcher::Event::InitDone => {}
+    })
+    .applied_objects();
+    let mut controller = Controller::for_stream_with(parents, cache.clone(), parent.clone())
+        .with_config(Config::default().concurrency(options.concurrency));
 
     let mut children = Vec::new();
     for kind in &metadata.children {
@@ -109,9 +157,19 @@ pub async fn run(
         let store = writer.as_reader();
         let config = watcher::Config::default().labels(&crate::apply::selector(&name));
         let ns = options.namespace.as_deref().filter(|_| kind.namespaced);
+        let (tracked, owner) = (queue.clone(), parent.clone());
+        let namespaced = metadata.parent.namespaced;
         let stream = reflector::reflector(writer, watcher(api(&client, &resource, ns), config))
             .default_backoff()
-            .touched_objects();
+            .touched_objects()
+            .inspect_ok(move |child| {
+                let ns = child.namespace().filter(|_| namespaced);
+                for r in child.owner_references() {
+                    if r.kind == owner.kind && r.api_version == owner.api_version {
+                        tracked.add(key(ns.as_deref(), &r.name));
+                    }
+                }
+            });
         controller = controller.owns_stream_with(stream, resource.clone());
         children.push(ChildKind {
             kind: kind.clone(),
@@ -119,9 +177,20 @@ pub async fn run(
             store,
         });
     }
+    // A new plugin version reconciles every parent once.
+    let (tracked, all) = (queue.clone(), cache.clone());
+    let reloads = futures::stream::unfold(plugin.clone(), |mut rx| async move {
+        rx.changed().await.ok().map(|()| ((), rx))
+    })
+    .map(move |()| {
+        for o in all.state() {
+            tracked.add(key(o.namespace().as_deref(), &o.name_any()));
+        }
+    });
+    controller = controller.reconcile_all_on(reloads);
 
     let mut stores: Vec<Store<DynamicObject>> = children.iter().map(|c| c.store.clone()).collect();
-    stores.push(controller.store());
+    stores.push(cache.clone());
     tokio::spawn(async move {
         for store in stores {
             if store.wait_until_ready().await.is_err() {
@@ -147,9 +216,12 @@ pub async fn run(
         client,
         plugin,
         parent,
+        cache,
         children,
         options,
         backoff: backoff::Backoff::default(),
+        queue,
+        leader,
     });
     tracing::info!(plugin = %name, parent = %metadata.parent, "controller started");
     controller

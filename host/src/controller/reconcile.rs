@@ -2,16 +2,18 @@
 //! validated response → writes, events and the next requeue.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use tracing::Instrument;
 
 use super::Shared;
 use crate::apply;
-use crate::engine::{DispatchError, EventType, Request};
+use crate::engine::{DispatchError, EventType, Plugin, Request};
 use crate::ops::metrics::{ControllerLabel, FaultLabels, PluginLabel, QueueLabel};
 use crate::validate;
 
@@ -42,12 +44,27 @@ fn key(parent: &DynamicObject) -> String {
     }
 }
 
-/// kube-runtime's reconcile entry point.
+/// kube-runtime's reconcile entry point: waits for leadership, runs one reconcile with
+/// the current plugin version (cancelled if leadership is lost) and accounts for it.
 pub async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Action, Error> {
-    let span =
-        tracing::info_span!("reconcile", plugin = %shared.plugin.metadata().name, object = %key(&parent));
+    let object = key(&parent);
+    let dequeued = shared.queue.start(&object);
+    let plugin = shared.plugin();
+    let name = plugin.metadata().name.clone();
+    let span = tracing::info_span!("reconcile", plugin = %name, object = %object);
     async move {
-        let name = &shared.plugin.metadata().name;
+        let mut parent = parent;
+        if !shared.leader.is_leading() {
+            if !shared.leader.acquired().await {
+                return Ok(Action::await_change());
+            }
+            // It may have changed or gone while this process was a standby.
+            let reference = ObjectRef::from_obj_with(&*parent, shared.parent.clone());
+            match shared.cache.get(&reference) {
+                Some(fresh) => parent = fresh,
+                None => return Ok(Action::await_change()),
+            }
+        }
         let metrics = crate::ops::metrics::get();
         let workers = metrics
             .active_workers
@@ -56,17 +73,35 @@ pub async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Resul
             })
             .clone();
         workers.inc();
+        tracing::debug!("reconcile started");
         let start = std::time::Instant::now();
-        let result = reconcile_inner(&parent, &shared).await;
+        let result = tokio::select! {
+            r = reconcile_inner(&parent, &plugin, &shared) => Some(r),
+            () = shared.leader.lost() => None,
+        };
         workers.dec();
+        shared.queue.done(dequeued);
+        tracing::debug!("reconcile finished");
+        let Some(result) = result else {
+            // Fenced: a later reconcile waits for leadership to come back.
+            tracing::warn!("reconcile cancelled: leadership lost");
+            metrics.reconciled(&name, "requeue", start.elapsed());
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        };
         metrics.reconciled(
-            name,
+            &name,
             if result.is_ok() { "success" } else { "error" },
             start.elapsed(),
         );
-        let action = result?;
-        shared.backoff.forget(&key(&parent));
-        Ok(action)
+        let next = result?;
+        shared.backoff.forget(&object);
+        Ok(match next {
+            Some(after) => {
+                shared.queue.requeue(object, after);
+                Action::requeue(after)
+            }
+            None => Action::await_change(),
+        })
     }
     .instrument(span)
     .await
@@ -74,29 +109,37 @@ pub async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Resul
 
 /// kube-runtime's error policy: per-object exponential backoff, never giving up.
 pub fn error_policy(parent: Arc<DynamicObject>, error: &Error, shared: Arc<Shared>) -> Action {
-    let queue = QueueLabel {
-        name: shared.plugin.metadata().name.clone(),
-    };
-    crate::ops::metrics::get().retries.get_or_create(&queue).inc();
-    let delay = shared.backoff.fail(&key(&parent));
-    tracing::warn!(plugin = %shared.plugin.metadata().name, object = %key(&parent), error = %error, retry_in = ?delay, "reconcile failed");
+    let name = shared.plugin().metadata().name.clone();
+    crate::ops::metrics::get()
+        .retries
+        .get_or_create(&QueueLabel { name: name.clone() })
+        .inc();
+    let object = key(&parent);
+    let delay = shared.backoff.fail(&object);
+    tracing::warn!(plugin = %name, object = %object, error = %error, retry_in = ?delay, "reconcile failed");
+    shared.queue.requeue(object, delay);
     Action::requeue(delay)
 }
 
-async fn reconcile_inner(parent: &DynamicObject, shared: &Shared) -> Result<Action, Error> {
-    let metadata = shared.plugin.metadata();
+/// One reconcile; `Ok(Some(d))` asks to be called again after `d`, `Ok(None)` only on change.
+async fn reconcile_inner(
+    parent: &DynamicObject,
+    plugin: &Arc<Plugin>,
+    shared: &Shared,
+) -> Result<Option<Duration>, Error> {
+    let metadata = plugin.metadata();
     let finalizer = metadata.finalizer.as_deref();
     let has_finalizer = finalizer.is_some_and(|f| parent.finalizers().iter().any(|x| x == f));
     let deleting = parent.meta().deletion_timestamp.is_some();
     if deleting && !has_finalizer {
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     if let (Some(f), false, false) = (finalizer, has_finalizer, deleting) {
         let mut finalizers = parent.finalizers().to_vec();
         finalizers.push(f.to_string());
         apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
         // The update wakes this parent again with the finalizer in place.
-        return Ok(Action::await_change());
+        return Ok(None);
     }
 
     let uid = parent.uid().unwrap_or_default();
@@ -119,7 +162,7 @@ async fn reconcile_inner(parent: &DynamicObject, shared: &Shared) -> Result<Acti
             .collect(),
         finalizing: deleting,
     };
-    let plugin = shared.plugin.clone();
+    let plugin = plugin.clone();
     let metrics = crate::ops::metrics::get();
     let label = PluginLabel {
         plugin: metadata.name.clone(),
@@ -139,7 +182,7 @@ async fn reconcile_inner(parent: &DynamicObject, shared: &Shared) -> Result<Acti
         Err(DispatchError::Retry(m)) => return Err(Error::Retry(m)),
         Err(DispatchError::Fatal(m)) => {
             warn(shared, parent, "ReconcileFailed", &m).await;
-            return Ok(Action::await_change());
+            return Ok(None);
         }
         Err(DispatchError::Fault(f)) => {
             let cause = FaultLabels {
@@ -231,11 +274,9 @@ async fn reconcile_inner(parent: &DynamicObject, shared: &Shared) -> Result<Acti
             .collect();
         apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
         writes.inc();
-        return Ok(Action::await_change());
+        return Ok(None);
     }
-    Ok(Action::requeue(
-        response.requeue_after.unwrap_or(shared.options.resync),
-    ))
+    Ok(Some(response.requeue_after.unwrap_or(shared.options.resync)))
 }
 
 async fn warn(shared: &Shared, parent: &DynamicObject, reason: &str, message: &str) {
@@ -253,7 +294,7 @@ async fn publish(shared: &Shared, parent: &DynamicObject, kind: KubeEventType, r
     };
     let reference = parent.object_ref(&shared.parent);
     let label = PluginLabel {
-        plugin: shared.plugin.metadata().name.clone(),
+        plugin: shared.plugin().metadata().name.clone(),
     };
     crate::ops::metrics::get().api_writes.get_or_create(&label).inc();
     if let Err(e) = shared.recorder.publish(&event, &reference).await {

@@ -35,6 +35,13 @@ pub struct QueueLabel {
     pub name: String,
 }
 
+/// `name` label of `leader_election_master_status`: the Lease name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabel {
+    /// Lease name.
+    pub name: String,
+}
+
 /// Labels of Wasm fault counts.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FaultLabels {
@@ -42,6 +49,15 @@ pub struct FaultLabels {
     pub plugin: String,
     /// Fault cause, see `Fault::cause`.
     pub cause: String,
+}
+
+/// Labels of `capstan_plugin_reloads_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// Plugin name (empty when a new file could not be read as a plugin at all).
+    pub plugin: String,
+    /// reloaded, restarted, started or refused.
+    pub result: String,
 }
 
 /// `plugin` label.
@@ -68,6 +84,16 @@ pub struct Metrics {
     pub active_workers: Family<ControllerLabel, Gauge>,
     /// workqueue_retries_total: reconciles requeued with backoff.
     pub retries: Family<QueueLabel, Counter>,
+    /// workqueue_adds_total.
+    pub queue_adds: Family<QueueLabel, Counter>,
+    /// workqueue_depth.
+    pub queue_depth: Family<QueueLabel, Gauge>,
+    /// workqueue_queue_duration_seconds: from add to the start of the reconcile.
+    pub queue_duration: Family<QueueLabel, Histogram>,
+    /// workqueue_work_duration_seconds.
+    pub work_duration: Family<QueueLabel, Histogram>,
+    /// leader_election_master_status: 1 while this process leads.
+    pub leader: Family<LeaseLabel, Gauge>,
     /// capstan_wasm_dispatch_seconds: one sandboxed call, instantiation included.
     pub dispatch_time: Family<PluginLabel, Histogram>,
     /// capstan_wasm_faults_total by cause.
@@ -76,6 +102,13 @@ pub struct Metrics {
     pub refused: Family<PluginLabel, Counter>,
     /// capstan_api_writes_total: API writes made by reconciles.
     pub api_writes: Family<PluginLabel, Counter>,
+    /// capstan_plugin_reloads_total: hot reloads by result.
+    pub reloads: Family<ReloadLabels, Counter>,
+}
+
+/// client-go's workqueue buckets: 1 µs to 10 s, ×10.
+fn queue_latency() -> Family<QueueLabel, Histogram> {
+    Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.000_001, 10.0, 8)))
 }
 
 fn latency() -> Family<PluginLabel, Histogram> {
@@ -97,10 +130,16 @@ pub fn get() -> &'static Metrics {
             max_concurrent: Family::default(),
             active_workers: Family::default(),
             retries: Family::default(),
+            queue_adds: Family::default(),
+            queue_depth: Family::default(),
+            queue_duration: queue_latency(),
+            work_duration: queue_latency(),
+            leader: Family::default(),
             dispatch_time: latency(),
             faults: Family::default(),
             refused: Family::default(),
             api_writes: Family::default(),
+            reloads: Family::default(),
         };
         let r = &mut m.registry;
         // prometheus-client appends `_total` to counters itself.
@@ -140,6 +179,27 @@ pub fn get() -> &'static Metrics {
             m.retries.clone(),
         );
         r.register(
+            "workqueue_adds",
+            "Total number of adds handled by workqueue",
+            m.queue_adds.clone(),
+        );
+        r.register("workqueue_depth", "Current depth of workqueue", m.queue_depth.clone());
+        r.register(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested",
+            m.queue_duration.clone(),
+        );
+        r.register(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes",
+            m.work_duration.clone(),
+        );
+        r.register(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
+            m.leader.clone(),
+        );
+        r.register(
             "capstan_wasm_dispatch_seconds",
             "Time of one sandboxed plugin call, instantiation included",
             m.dispatch_time.clone(),
@@ -154,6 +214,11 @@ pub fn get() -> &'static Metrics {
             "capstan_api_writes",
             "API writes (apply, delete, status, finalizer) made by reconciles",
             m.api_writes.clone(),
+        );
+        r.register(
+            "capstan_plugin_reloads",
+            "Plugin files reloaded, restarted with new watches, started, or refused",
+            m.reloads.clone(),
         );
         m
     })
