@@ -1,4 +1,5 @@
-//! The committed CRD YAML is generated from the Rust type; this fails when it is stale.
+//! The committed CRD YAML (the plugin's and the Helm chart's copy) is generated from the
+//! Rust type; this fails when either is stale.
 //! Regenerate with `CAPSTAN_BLESS=1 cargo test -p echo --test crd`.
 
 use echo::Echo;
@@ -11,6 +12,14 @@ fn committed_crd_matches_the_rust_type() {
         serde_yaml::to_string(&Echo::crd()).unwrap()
     );
     capstan_sdk::testing::assert_generated(concat!(env!("CARGO_MANIFEST_DIR"), "/crd.yaml"), &generated);
+    // The Helm chart ships the same CRD (helm installs crds/ before anything else).
+    capstan_sdk::testing::assert_generated(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../charts/capstan/crds/echoes.capstan.dev.yaml"
+        ),
+        &generated,
+    );
 }
 
 #[test]

@@ -1,0 +1,185 @@
+{{/* Names and labels. */}}
+{{- define "capstan.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "capstan.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "capstan.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "capstan.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "capstan.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "capstan.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "capstan.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "capstan.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "capstan.leaseName" -}}
+{{- default (include "capstan.fullname" .) .Values.leaderElection.leaseName }}
+{{- end }}
+
+{{- define "capstan.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where things are mounted in the pod. The config file names each plugin relative to its
+own directory, so the same file works wherever the tree is laid out.
+*/}}
+{{- define "capstan.root" -}}/etc/capstan{{- end }}
+
+{{/* The .wasm file name of plugin (dict "name" NAME "plugin" PLUGIN) inside its volume. */}}
+{{- define "capstan.pluginFile" -}}
+{{- if .plugin.source.wasm -}}
+{{ .name }}.wasm
+{{- else -}}
+{{ default (printf "%s.wasm" .name) .plugin.source.file }}
+{{- end }}
+{{- end }}
+
+{{/* The config ConfigMap's name and each chart-made plugin ConfigMap's name. */}}
+{{- define "capstan.configName" -}}
+{{- printf "%s-config" (include "capstan.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "capstan.pluginConfigMapName" -}}
+{{- printf "%s-plugin-%s" (include "capstan.fullname" .root) .name | trunc 253 }}
+{{- end }}
+
+{{/*
+Checks that fail the render with one clear line instead of a host that cannot start.
+*/}}
+{{- define "capstan.validate" -}}
+{{- if not .Values.plugins }}
+{{- fail "no plugins: set plugins.<name> with a source, parent and children (`capstan inspect --helm-values PLUGIN.wasm` prints the entry)" }}
+{{- end }}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) }}
+{{- fail (printf "replicas is %d but leaderElection.enabled is false: more than one host needs leader election" (int .Values.replicas)) }}
+{{- end }}
+{{- range $name, $p := .Values.plugins }}
+{{- if hasKey $p.source "wasm" }}
+{{- $wasm := $p.source.wasm }}
+{{- if not (hasPrefix "\x00asm" $wasm) }}
+{{- fail (printf "plugins.%s.source.wasm is not a WebAssembly file: pass the file itself with --set-file plugins.%s.source.wasm=PATH" $name $name) }}
+{{- end }}
+{{- /* A binary that survives a JSON round trip unchanged is valid UTF-8: what helm's release record (JSON) makes of one, e.g. with --reuse-values. A real component is not. */}}
+{{- if eq (get (dict "w" $wasm | toJson | fromJson) "w") $wasm }}
+{{- fail (printf "plugins.%s.source.wasm was mangled (helm stores values as JSON text, so --reuse-values cannot carry a binary): pass it again with --set-file plugins.%s.source.wasm=PATH" $name $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+RBAC rules from the kinds the plugins declare, merged per (group, resource) with sorted
+verbs. Argument: (dict "plugins" PLUGINS "namespaced" BOOL) selects the rules for
+namespaced kinds (true) or cluster-scoped kinds (false). Renders a YAML list or nothing.
+*/}}
+{{- define "capstan.kindRules" -}}
+{{- $rules := dict }}
+{{- range $name, $p := .plugins }}
+{{- $parent := $p.parent }}
+{{- if eq $parent.namespaced $.namespaced }}
+{{- $verbs := list "get" "list" "watch" }}
+{{- if $p.finalizer }}{{- $verbs = append $verbs "patch" }}{{- end }}
+{{- $key := printf "%s|%s" $parent.group $parent.plural }}
+{{- $_ := set $rules $key (concat (get $rules $key | default list) $verbs) }}
+{{- $key = printf "%s|%s/status" $parent.group $parent.plural }}
+{{- $_ = set $rules $key (concat (get $rules $key | default list) (list "patch" "update")) }}
+{{- /* Children carry blockOwnerDeletion owner references to the parent, which the OwnerReferencesPermissionEnforcement admission plugin allows only with update on the parent's finalizers. */}}
+{{- $key = printf "%s|%s/finalizers" $parent.group $parent.plural }}
+{{- $_ = set $rules $key (concat (get $rules $key | default list) (list "update")) }}
+{{- end }}
+{{- range $child := $p.children | default list }}
+{{- if eq $child.namespaced $.namespaced }}
+{{- $key := printf "%s|%s" $child.group $child.plural }}
+{{- $_ := set $rules $key (concat (get $rules $key | default list) (list "create" "delete" "get" "list" "patch" "watch")) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $key := keys $rules | sortAlpha }}
+{{- $parts := splitList "|" $key }}
+- apiGroups: [{{ index $parts 0 | quote }}]
+  resources: [{{ index $parts 1 | quote }}]
+  verbs: {{ get $rules $key | uniq | sortAlpha | toJson }}
+{{- end }}
+{{- end }}
+
+{{/* Events the host records on parents (events.k8s.io, create and patch for series). */}}
+{{- define "capstan.eventRules" -}}
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{/*
+The `capstan run --config` file. Paths are relative to the file (mounted at
+<root>/config/config.yaml); each plugin's volume is mounted at <root>/plugins/<name>.
+Integers go through int64: helm reads YAML numbers as floats (6.7108864e+07).
+*/}}
+{{- define "capstan.config" -}}
+# Generated by the Capstan chart from .Values.plugins.
+plugins:
+{{- range $name, $p := .Values.plugins }}
+  - path: ../plugins/{{ $name }}/{{ include "capstan.pluginFile" (dict "name" $name "plugin" $p) }}
+    {{- with $p.limits }}
+    limits:
+      {{- with .deadline }}
+      deadline: {{ . }}
+      {{- end }}
+      {{- if hasKey . "memory" }}
+      memory: {{ int64 .memory }}
+      {{- end }}
+      {{- if hasKey . "responseBytes" }}
+      responseBytes: {{ int64 .responseBytes }}
+      {{- end }}
+      {{- if hasKey . "maxChildren" }}
+      maxChildren: {{ int64 .maxChildren }}
+      {{- end }}
+    {{- end }}
+    {{- if hasKey $p "concurrency" }}
+    concurrency: {{ int64 $p.concurrency }}
+    {{- end }}
+    {{- with $p.resync }}
+    resync: {{ . }}
+    {{- end }}
+    {{- with $p.allowClusterKinds }}
+    allowClusterKinds: {{ toJson . }}
+    {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* A digest over every chart-made plugin binary. */}}
+{{- define "capstan.pluginDigest" -}}
+{{- $all := list }}
+{{- range $name, $p := .Values.plugins }}
+{{- if $p.source.wasm }}{{- $all = append $all (printf "%s:%s" $name ($p.source.wasm | sha256sum)) }}{{- end }}
+{{- end }}
+{{- join "," $all | sha256sum }}
+{{- end }}
