@@ -1,6 +1,8 @@
 //! Shared helpers for Capstan's integration tests: building the Wasm plugins and
 //! locating the `capstan` binary, once per test process.
 
+pub mod host;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -38,6 +40,31 @@ pub fn plugin(name: &str) -> PathBuf {
     // Cargo names the artifact after the crate, with '-' as '_'.
     let file = format!("{}.wasm", name.replace('-', "_"));
     let path = target_dir().join("wasm32-wasip2/plugin").join(file);
+    assert!(path.exists(), "{} was not built", path.display());
+    path
+}
+
+/// Path of Echo built with its `canary` feature (Jobs labelled `capstan.dev/canary`), in
+/// a target dir of its own so it never replaces the plain `echo.wasm`.
+pub fn echo_canary() -> PathBuf {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    let dir = target_dir().join("canary");
+    BUILT.get_or_init(|| {
+        cargo(&[
+            "build",
+            "--profile",
+            "plugin",
+            "--target",
+            "wasm32-wasip2",
+            "-p",
+            "echo",
+            "--features",
+            "canary",
+            "--target-dir",
+            dir.to_str().expect("utf-8 target dir"),
+        ])
+    });
+    let path = dir.join("wasm32-wasip2/plugin/echo.wasm");
     assert!(path.exists(), "{} was not built", path.display());
     path
 }

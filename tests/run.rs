@@ -1,119 +1,23 @@
 //! `capstan run` end to end against the real local control plane (controller-manager,
 //! scheduler and kwok's fake node running, so Jobs really complete).
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use capstan_testenv::Plane;
+use capstan_tests::host::{
+    echo_resource, eventually, hostile_crd, http_get, sample, start_host, start_host_with,
+};
 use capstan_tests::{capstan_bin, plugin, workspace};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
     PostParams,
 };
 use serde_json::json;
-
-/// A `capstan run` process, killed when the test ends however it ends.
-struct Host(Child);
-
-/// The address a host logged for `what` ("metrics" or "health probes").
-fn bound_address(dir: &Path, what: &str) -> Option<String> {
-    let log = std::fs::read_to_string(dir.join("host.log")).ok()?;
-    log.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|l| l["message"] == format!("serving {what}"))
-        .and_then(|l| l["address"].as_str().map(String::from))
-}
-
-/// A plain HTTP/1.0 GET: status line and body.
-fn http_get(addr: &str, path: &str) -> Result<(String, String)> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr)?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text)?;
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    Ok((
-        head.lines().next().unwrap_or_default().to_string(),
-        body.to_string(),
-    ))
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_host(plane: &Plane, plugins: &[&str], namespace: &str, dir: &Path) -> Result<Host> {
-    start_host_with(plane, plugins, namespace, dir, &[])
-}
-
-fn start_host_with(
-    plane: &Plane,
-    plugins: &[&str],
-    namespace: &str,
-    dir: &Path,
-    extra: &[&str],
-) -> Result<Host> {
-    std::fs::create_dir_all(dir)?;
-    for p in plugins {
-        std::fs::copy(plugin(p), dir.join(format!("{p}.wasm")))?;
-    }
-    let log = std::fs::File::create(dir.join("host.log"))?;
-    let child = Command::new(capstan_bin())
-        .args([
-            "run",
-            "--plugins",
-            dir.to_str().unwrap(),
-            "--namespace",
-            namespace,
-        ])
-        .args([
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--health-addr",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-        ])
-        .args(extra)
-        .env("KUBECONFIG", plane.kubeconfig())
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .context("starting capstan run")?;
-    Ok(Host(child))
-}
-
-async fn eventually<T>(
-    what: &str,
-    timeout: Duration,
-    mut check: impl AsyncFnMut() -> Result<Option<T>>,
-) -> Result<T> {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await? {
-            return Ok(v);
-        }
-        if start.elapsed() > timeout {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-fn echo_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("capstan.dev", "v1alpha1", "Echo"),
-        "echoes",
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn echo_becomes_a_job_that_completes_and_follows_the_echo() -> Result<()> {
@@ -124,7 +28,7 @@ async fn echo_becomes_a_job_that_completes_and_follows_the_echo() -> Result<()> 
     plane.install_crds(&[crd]).await?;
     let ns = plane.namespace("run-echo").await?;
     let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
-    let _host = start_host(plane, &["echo"], &ns, &dir)?;
+    let host = start_host(plane, &["echo"], &ns, &dir)?;
     let client = plane.client().await?;
     let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
@@ -212,12 +116,12 @@ async fn echo_becomes_a_job_that_completes_and_follows_the_echo() -> Result<()> 
     let health = eventually(
         "the health address in the log",
         Duration::from_secs(10),
-        async || Ok(bound_address(&dir, "health probes")),
+        async || Ok(host.address("health probes")),
     )
     .await?;
     assert!(http_get(&health, "/readyz")?.0.contains("200"));
     assert!(http_get(&health, "/healthz")?.0.contains("200"));
-    let metrics = bound_address(&dir, "metrics").context("metrics address logged")?;
+    let metrics = host.address("metrics").context("metrics address logged")?;
     let (status, body) = http_get(&metrics, "/metrics")?;
     assert!(status.contains("200"), "{status}");
     for needle in [
@@ -294,25 +198,13 @@ async fn bad_plugins_or_unserved_kinds_are_one_line_and_exit_2() -> Result<()> {
     Ok(())
 }
 
-fn hostile_crd() -> Result<CustomResourceDefinition> {
-    Ok(serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "hostiles.capstan.dev"},
-        "spec": {"group": "capstan.dev", "scope": "Namespaced",
-            "names": {"kind": "Hostile", "plural": "hostiles", "singular": "hostile"},
-            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
-    }))?)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_responses_write_nothing_and_a_faulting_object_does_not_block_others() -> Result<()> {
     let plane = Plane::shared().await?;
     plane.install_crds(&[hostile_crd()?]).await?;
     let ns = plane.namespace("run-hostile").await?;
     let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
-    let _host = start_host(plane, &["hostile"], &ns, &dir)?;
+    let host = start_host(plane, &["hostile"], &ns, &dir)?;
     let client = plane.client().await?;
     let resource = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("capstan.dev", "v1alpha1", "Hostile"),
@@ -368,7 +260,7 @@ async fn refused_responses_write_nothing_and_a_faulting_object_does_not_block_ot
     assert!(namespaces.get_opt(&format!("hostile-{ns}")).await?.is_none());
 
     // The faulting object backs off and retries, visibly.
-    let metrics = bound_address(&dir, "metrics").context("metrics address logged")?;
+    let metrics = host.address("metrics").context("metrics address logged")?;
     let body = eventually(
         "retries of the faulting object",
         Duration::from_secs(30),
@@ -397,12 +289,74 @@ async fn refused_responses_write_nothing_and_a_faulting_object_does_not_block_ot
     Ok(())
 }
 
-/// The value of one sample line in a metrics text, 0 when absent.
-fn sample(body: &str, series: &str) -> f64 {
-    body.lines()
-        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or(0.0)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_finalizer_holds_deletion_until_the_plugin_says_finalized() -> Result<()> {
+    let plane = Plane::shared().await?;
+    plane.install_crds(&[hostile_crd()?]).await?;
+    let ns = plane.namespace("run-finalizer").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
+    let _host = start_host(plane, &["hostile"], &ns, &dir)?;
+    let client = plane.client().await?;
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("capstan.dev", "v1alpha1", "Hostile"),
+        "hostiles",
+    );
+    let hostiles: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+    for mode in ["ok", "hold"] {
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
+            "metadata": {"name": mode}, "spec": {"mode": mode},
+        }))?;
+        hostiles.create(&PostParams::default(), &object).await?;
+    }
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    for mode in ["ok", "hold"] {
+        eventually(
+            "the finalizer and the child",
+            Duration::from_secs(60),
+            async || {
+                let parent = hostiles.get(mode).await?;
+                let finalized = parent.finalizers().iter().any(|f| f == "capstan.dev/hostile");
+                Ok((finalized && config_maps.get_opt(&format!("{mode}-0")).await?.is_some()).then_some(()))
+            },
+        )
+        .await?;
+        hostiles.delete(mode, &DeleteParams::default()).await?;
+    }
+
+    // The plugin lets go of "ok": it is gone. "hold" is finalizing but stays.
+    eventually(
+        "the ok object to be deleted",
+        Duration::from_secs(60),
+        async || Ok(hostiles.get_opt("ok").await?.is_none().then_some(())),
+    )
+    .await?;
+    let held = eventually(
+        "the held object's plugin call",
+        Duration::from_secs(60),
+        async || {
+            let held = hostiles.get("hold").await?;
+            let called = held.data["status"]["result"] == "finalizing in mode hold";
+            Ok(called.then_some(held))
+        },
+    )
+    .await?;
+    assert!(held.metadata.deletion_timestamp.is_some());
+    assert!(held.finalizers().iter().any(|f| f == "capstan.dev/hostile"));
+
+    // Once the plugin says finalized, the finalizer goes and so does the object.
+    let patch = json!({"spec": {"mode": "ok"}});
+    hostiles
+        .patch("hold", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    eventually(
+        "the held object to be deleted",
+        Duration::from_secs(60),
+        async || Ok(hostiles.get_opt("hold").await?.is_none().then_some(())),
+    )
+    .await?;
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -421,7 +375,7 @@ async fn steady_state_is_quiet_a_full_resync_of_50_echos_writes_nothing() -> Res
         &config,
         "plugins:\n- path: echo.wasm\n  resync: 3s\n  concurrency: 4\n",
     )?;
-    let _host = start_host_with(
+    let host = start_host_with(
         plane,
         &["echo"],
         &ns,
@@ -445,7 +399,7 @@ async fn steady_state_is_quiet_a_full_resync_of_50_echos_writes_nothing() -> Res
             .then_some(()))
     })
     .await?;
-    let metrics = bound_address(&dir, "metrics").context("metrics address logged")?;
+    let metrics = host.address("metrics").context("metrics address logged")?;
     let reconciles = r#"controller_runtime_reconcile_total{controller="echo",result="success"}"#;
     let writes = r#"capstan_api_writes_total{plugin="echo"}"#;
     // Let the last status writes' watch events settle before taking the baseline.

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::{self, Options};
-use crate::engine::{Engine, Limits, Metadata, Plugin};
+use crate::engine::{Engine, Limits, Metadata, Plugin, Reconcile};
 use crate::leader::Leader;
 use crate::ops::metrics::{self, ReloadLabels};
 use crate::reload::{self, FileWatch};
@@ -21,7 +21,7 @@ struct Running {
     watch: FileWatch,
     limits: Limits,
     options: Options,
-    version: watch::Sender<Arc<Plugin>>,
+    version: watch::Sender<Arc<dyn Reconcile>>,
     stop: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -66,7 +66,7 @@ impl Supervisor {
     /// Start a controller for `plugin` loaded from `path`; the receiver fires once its caches synced.
     pub fn start(&mut self, path: PathBuf, plugin: Plugin, options: Options) -> oneshot::Receiver<()> {
         let limits = plugin.limits().clone();
-        let (version, rx) = watch::channel(Arc::new(plugin));
+        let (version, rx) = watch::channel(Arc::new(plugin) as Arc<dyn Reconcile>);
         let (synced, ready) = oneshot::channel();
         let stop = CancellationToken::new();
         let task = self.spawn(rx, options.clone(), stop.clone(), synced);
@@ -83,7 +83,7 @@ impl Supervisor {
 
     fn spawn(
         &self,
-        plugin: watch::Receiver<Arc<Plugin>>,
+        plugin: watch::Receiver<Arc<dyn Reconcile>>,
         options: Options,
         stop: CancellationToken,
         synced: oneshot::Sender<()>,
@@ -160,7 +160,7 @@ impl Supervisor {
         if same_kinds(old.metadata(), new.metadata()) {
             tracing::info!(plugin = %name, path = %path.display(), version = %new.metadata().version, "plugin reloaded");
             count(&name, "reloaded");
-            let _ = self.running[i].version.send(Arc::new(new));
+            let _ = self.running[i].version.send(Arc::new(new) as Arc<dyn Reconcile>);
             return;
         }
         if new.metadata().name != name && self.named(&new.metadata().name) {
@@ -176,7 +176,7 @@ impl Supervisor {
         let _ = task.await;
         tracing::info!(plugin = %new.metadata().name, path = %path.display(), "plugin kinds changed; restarted with new watches");
         count(&new.metadata().name, "restarted");
-        let (version, rx) = watch::channel(Arc::new(new));
+        let (version, rx) = watch::channel(Arc::new(new) as Arc<dyn Reconcile>);
         let stop = CancellationToken::new();
         let (synced, _) = oneshot::channel();
         let task = self.spawn(rx, self.running[i].options.clone(), stop.clone(), synced);

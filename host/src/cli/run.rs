@@ -171,6 +171,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let client = kube::Client::try_default()
             .await
             .context("no Kubernetes configuration")?;
+        tokio::spawn(ops::server::probe_api(client.clone(), readiness.clone(), Duration::from_secs(5)));
         let (leader, elector) = match args.election.settings(client.default_namespace()) {
             Some(settings) => {
                 tracing::info!(lease = %settings.name, namespace = %settings.namespace, identity = %settings.identity, "leader election on");

@@ -23,7 +23,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::ResourceExt;
 use tokio::sync::watch;
 
-use crate::engine::{Kind, Plugin};
+use crate::engine::{Kind, Reconcile};
 use crate::leader::Leader;
 
 /// How one plugin is run.
@@ -61,7 +61,7 @@ struct ChildKind {
 struct Shared {
     client: Client,
     /// The plugin version new reconciles use; hot reload replaces it.
-    plugin: watch::Receiver<Arc<Plugin>>,
+    plugin: watch::Receiver<Arc<dyn Reconcile>>,
     parent: ApiResource,
     /// The parent cache: reconciles that waited for leadership re-read their object here.
     cache: Store<DynamicObject>,
@@ -74,7 +74,7 @@ struct Shared {
 }
 
 impl Shared {
-    fn plugin(&self) -> Arc<Plugin> {
+    fn plugin(&self) -> Arc<dyn Reconcile> {
         self.plugin.borrow().clone()
     }
 }
@@ -118,7 +118,7 @@ fn key(namespace: Option<&str>, name: &str) -> String {
 /// on, and every parent is reconciled once with it.
 pub async fn run(
     client: Client,
-    plugin: watch::Receiver<Arc<Plugin>>,
+    plugin: watch::Receiver<Arc<dyn Reconcile>>,
     options: Options,
     leader: Leader,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,

@@ -13,7 +13,7 @@ use tracing::Instrument;
 
 use super::Shared;
 use crate::apply;
-use crate::engine::{DispatchError, EventType, Plugin, Request};
+use crate::engine::{DispatchError, EventType, Reconcile, Request};
 use crate::ops::metrics::{ControllerLabel, FaultLabels, PluginLabel, QueueLabel};
 use crate::validate;
 
@@ -124,7 +124,7 @@ pub fn error_policy(parent: Arc<DynamicObject>, error: &Error, shared: Arc<Share
 /// One reconcile; `Ok(Some(d))` asks to be called again after `d`, `Ok(None)` only on change.
 async fn reconcile_inner(
     parent: &DynamicObject,
-    plugin: &Arc<Plugin>,
+    plugin: &Arc<dyn Reconcile>,
     shared: &Shared,
 ) -> Result<Option<Duration>, Error> {
     let metadata = plugin.metadata();
@@ -138,6 +138,7 @@ async fn reconcile_inner(
         let mut finalizers = parent.finalizers().to_vec();
         finalizers.push(f.to_string());
         apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
+        count_write(&metadata.name);
         // The update wakes this parent again with the finalizer in place.
         return Ok(None);
     }
@@ -175,7 +176,6 @@ async fn reconcile_inner(
         .dispatch_time
         .get_or_create(&label)
         .observe(start.elapsed().as_secs_f64());
-    let writes = metrics.api_writes.get_or_create(&label).clone();
 
     let response = match result {
         Ok(response) => response,
@@ -239,7 +239,7 @@ async fn reconcile_inner(
         });
         if !unchanged {
             apply::apply(&shared.client, &c.resource, child, &object, name).await?;
-            writes.inc();
+            count_write(name);
         }
     }
     for (i, o) in &observed {
@@ -249,14 +249,14 @@ async fn reconcile_inner(
             .any(|d| &d.kind == kind && d.name == o.name_any() && d.namespace == o.namespace());
         if !wanted {
             apply::prune(&shared.client, &shared.children[*i].resource, o).await?;
-            writes.inc();
+            count_write(name);
         }
     }
     if let Some(status) = &response.status
         && parent.data.get("status") != Some(status)
     {
         apply::status(&shared.client, &shared.parent, parent, status, name).await?;
-        writes.inc();
+        count_write(name);
     }
     for event in &response.events {
         let kind = match event.event_type {
@@ -273,10 +273,20 @@ async fn reconcile_inner(
             .cloned()
             .collect();
         apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
-        writes.inc();
+        count_write(name);
         return Ok(None);
     }
     Ok(Some(response.requeue_after.unwrap_or(shared.options.resync)))
+}
+
+/// Count one API write of `plugin`'s reconciles.
+fn count_write(plugin: &str) {
+    crate::ops::metrics::get()
+        .api_writes
+        .get_or_create(&PluginLabel {
+            plugin: plugin.into(),
+        })
+        .inc();
 }
 
 async fn warn(shared: &Shared, parent: &DynamicObject, reason: &str, message: &str) {
@@ -293,10 +303,7 @@ async fn publish(shared: &Shared, parent: &DynamicObject, kind: KubeEventType, r
         secondary: None,
     };
     let reference = parent.object_ref(&shared.parent);
-    let label = PluginLabel {
-        plugin: shared.plugin().metadata().name.clone(),
-    };
-    crate::ops::metrics::get().api_writes.get_or_create(&label).inc();
+    count_write(&shared.plugin().metadata().name);
     if let Err(e) = shared.recorder.publish(&event, &reference).await {
         tracing::warn!(error = %e, reason, "could not record event");
     }

@@ -208,6 +208,25 @@ pub struct Plugin {
     metadata: Option<Metadata>,
 }
 
+/// What a controller dispatches reconciles to: a sandboxed [`Plugin`], or native code
+/// implementing the same contract (benchmarks compare the two).
+pub trait Reconcile: Send + Sync + 'static {
+    /// What the reconciler declares.
+    fn metadata(&self) -> &Metadata;
+    /// One reconcile.
+    fn reconcile(&self, request: &Request) -> Result<Response, DispatchError>;
+}
+
+impl Reconcile for Plugin {
+    fn metadata(&self) -> &Metadata {
+        Plugin::metadata(self)
+    }
+
+    fn reconcile(&self, request: &Request) -> Result<Response, DispatchError> {
+        Plugin::reconcile(self, request)
+    }
+}
+
 impl Plugin {
     /// What the plugin declared at load.
     pub fn metadata(&self) -> &Metadata {

@@ -8,19 +8,61 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;
 
-/// Readiness: plugins loaded and every cache synced.
-#[derive(Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+/// Readiness: plugins loaded, every cache synced, and the API server reachable.
+#[derive(Clone)]
+pub struct Readiness(Arc<[AtomicBool; 2]>);
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Readiness(Arc::new([AtomicBool::new(false), AtomicBool::new(true)]))
+    }
+}
 
 impl Readiness {
-    /// Mark the host ready (or not, e.g. during an outage).
+    /// Mark the caches synced (or not, e.g. while shutting down).
     pub fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::SeqCst);
+        self.0[0].store(ready, Ordering::SeqCst);
+    }
+
+    /// Record whether the API server answers.
+    pub fn set_api(&self, reachable: bool) {
+        self.0[1].store(reachable, Ordering::SeqCst);
     }
 
     /// Whether the host is ready.
     pub fn get(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.why_not().is_none()
+    }
+
+    /// What keeps the host from being ready.
+    pub fn why_not(&self) -> Option<&'static str> {
+        if !self.0[0].load(Ordering::SeqCst) {
+            Some("caches not synced")
+        } else if !self.0[1].load(Ordering::SeqCst) {
+            Some("API server unreachable")
+        } else {
+            None
+        }
+    }
+}
+
+/// Probe the API server every `period`; readiness follows whether it answers in time.
+pub async fn probe_api(client: kube::Client, ready: Readiness, period: std::time::Duration) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let answered = tokio::time::timeout(period, client.apiserver_version())
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if answered != ready.0[1].load(Ordering::SeqCst) {
+            if answered {
+                tracing::info!("API server reachable again");
+            } else {
+                tracing::warn!("API server unreachable; not ready");
+            }
+        }
+        ready.set_api(answered);
     }
 }
 
@@ -44,12 +86,11 @@ pub async fn health(addr: SocketAddr, ready: Readiness) -> anyhow::Result<Socket
     let routes = Router::new().route("/healthz", get(|| async { "ok" })).route(
         "/readyz",
         get(move || {
-            let ready = ready.get();
+            let why_not = ready.why_not();
             async move {
-                if ready {
-                    (StatusCode::OK, "ok")
-                } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+                match why_not {
+                    None => (StatusCode::OK, "ok"),
+                    Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
                 }
             }
         }),

@@ -119,10 +119,13 @@ pub fn desired_job(echo: &Echo) -> Result<Job, ReconcileError> {
         .ok_or_else(|| ReconcileError::fatal("Echo has no metadata.name"))?;
     let hash = spec_hash(&serde_json::to_vec(&echo.spec)?);
     let prefix: String = name.chars().take(MAX_JOB_NAME - hash.len() - 1).collect();
-    let labels = BTreeMap::from([
+    let mut labels = BTreeMap::from([
         ("app.kubernetes.io/managed-by".to_string(), "capstan".to_string()),
         ("capstan.dev/plugin".to_string(), "echo".to_string()),
     ]);
+    if cfg!(feature = "canary") {
+        labels.insert("capstan.dev/canary".into(), "true".into());
+    }
     Ok(Job {
         metadata: ObjectMeta {
             name: Some(format!("{}-{hash}", prefix.trim_end_matches(['-', '.']))),

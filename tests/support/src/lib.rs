@@ -19,6 +19,7 @@ mod certs;
 mod components;
 mod detached;
 mod kubeconfig;
+mod outage;
 mod plane;
 mod process;
 

@@ -70,11 +70,11 @@ impl PlaneConfig {
 /// `CAPSTAN_TEST_KUBECONFIG` set, a handle on an existing cluster).
 #[derive(Debug)]
 pub struct Plane {
-    dir: Option<PathBuf>,
+    pub(crate) dir: Option<PathBuf>,
     kubeconfig: PathBuf,
     server: Option<String>,
     ports: PortMap,
-    procs: Mutex<Vec<Proc>>,
+    pub(crate) procs: Mutex<Vec<Proc>>,
     temp: Mutex<Option<TempDir>>,
     controllers: bool,
     started_in: Option<Duration>,

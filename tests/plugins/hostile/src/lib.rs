@@ -24,7 +24,8 @@ impl Guest for Hostile {
                 kind("", "v1", "ConfigMap", "configmaps"),
                 cluster_kind("", "v1", "Namespace", "namespaces"),
             ],
-            finalizer: None,
+            // Deletion waits for the plugin: mode "hold" never lets go, every other mode does.
+            finalizer: Some("capstan.dev/hostile".into()),
         }
     }
 
@@ -36,7 +37,12 @@ impl Guest for Hostile {
         let mut children = vec![];
         let mut status = None;
         match mode.as_str() {
-            "ok" => children.push(config_map(&parent, 0).to_string()),
+            "ok" | "hold" => {
+                children.push(config_map(&parent, 0).to_string());
+                if request.finalizing {
+                    status = Some(json!({ "result": format!("finalizing in mode {mode}") }));
+                }
+            }
             "loop" => {
                 let mut n: u64 = 0;
                 loop {
@@ -99,7 +105,7 @@ impl Guest for Hostile {
             status: status.map(|s| s.to_string()),
             requeue_after_ms: None,
             events: vec![],
-            finalized: false,
+            finalized: request.finalizing && mode != "hold",
         })
     }
 }

@@ -1,0 +1,220 @@
+//! Running `capstan run` as a process in end-to-end tests: start it against a plane,
+//! read its JSON log and its metrics and probes, signal it, and wait for conditions.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use capstan_testenv::Plane;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+
+use crate::{capstan_bin, plugin};
+
+/// A `capstan run` process, killed when the test ends however it ends.
+pub struct Host {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Copy the named test plugins into `dir` as `<name>.wasm`.
+pub fn mount(plugins: &[&str], dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for p in plugins {
+        std::fs::copy(plugin(p), dir.join(format!("{p}.wasm")))?;
+    }
+    Ok(())
+}
+
+/// Start `capstan run` on `plugins` (copied into `dir`), watching `namespace`; logs go to `dir/host.log`.
+pub fn start_host(plane: &Plane, plugins: &[&str], namespace: &str, dir: &Path) -> Result<Host> {
+    start_host_with(plane, plugins, namespace, dir, &[])
+}
+
+/// [`start_host`] with extra arguments.
+pub fn start_host_with(
+    plane: &Plane,
+    plugins: &[&str],
+    namespace: &str,
+    dir: &Path,
+    extra: &[&str],
+) -> Result<Host> {
+    mount(plugins, dir)?;
+    let mut args = vec![
+        "--plugins",
+        dir.to_str().context("utf-8 path")?,
+        "--namespace",
+        namespace,
+    ];
+    args.extend_from_slice(extra);
+    Host::start(plane, &args, &dir.join("host.log"), &[])
+}
+
+impl Host {
+    /// Start `capstan run ARGS` with JSON logs (at `RUST_LOG=info` unless `env` says
+    /// otherwise) written to `log`, metrics and probes on free loopback ports.
+    pub fn start(plane: &Plane, args: &[&str], log: &Path, env: &[(&str, &str)]) -> Result<Host> {
+        let file = std::fs::File::create(log)?;
+        let mut command = Command::new(capstan_bin());
+        command
+            .arg("run")
+            .args(args)
+            .args(["--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"])
+            .args(["--log-format", "json"])
+            .env("KUBECONFIG", plane.kubeconfig())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(file);
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let child = command.spawn().context("starting capstan run")?;
+        Ok(Host {
+            child,
+            log: log.to_path_buf(),
+        })
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Send `signal` (e.g. `libc::SIGTERM`).
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+        unsafe {
+            libc::kill(self.child.id() as i32, signal);
+        }
+    }
+
+    /// Wait for the process to exit, at most `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> Result<ExitStatus> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if start.elapsed() > timeout {
+                bail!("capstan run did not exit within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The JSON log lines written so far.
+    pub fn log(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Whether a log line with this `message` was written.
+    pub fn logged(&self, message: &str) -> bool {
+        self.log().iter().any(|l| l["message"] == message)
+    }
+
+    /// The address the host logged for `what` ("metrics" or "health probes").
+    pub fn address(&self, what: &str) -> Option<String> {
+        self.log()
+            .into_iter()
+            .find(|l| l["message"] == format!("serving {what}"))
+            .and_then(|l| l["address"].as_str().map(String::from))
+    }
+
+    /// The `/metrics` text, once the endpoint is up.
+    pub async fn metrics(&self) -> Result<String> {
+        let addr = eventually("the metrics address", Duration::from_secs(30), async || {
+            Ok(self.address("metrics"))
+        })
+        .await?;
+        Ok(http_get(&addr, "/metrics")?.1)
+    }
+}
+
+/// A plain HTTP/1.0 GET: status line and body.
+pub fn http_get(addr: &str, path: &str) -> Result<(String, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    Ok((
+        head.lines().next().unwrap_or_default().to_string(),
+        body.to_string(),
+    ))
+}
+
+/// Poll `check` every 200 ms until it yields a value, failing after `timeout`.
+pub async fn eventually<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl AsyncFnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(v);
+        }
+        if start.elapsed() > timeout {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The Echo kind's API resource.
+pub fn echo_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("capstan.dev", "v1alpha1", "Echo"),
+        "echoes",
+    )
+}
+
+/// The value of one sample line in a metrics text, 0 when absent.
+pub fn sample(body: &str, series: &str) -> f64 {
+    body.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Install the CRD a plugin ships (`plugins/<name>/crd.yaml`).
+pub async fn install_plugin_crd(plane: &Plane, name: &str) -> Result<()> {
+    let path = crate::workspace().join("plugins").join(name).join("crd.yaml");
+    let crd = serde_yaml::from_str(&std::fs::read_to_string(&path)?)
+        .with_context(|| format!("{}", path.display()))?;
+    plane.install_crds(&[crd]).await
+}
+
+/// The Hostile test plugin's CRD: any spec goes.
+pub fn hostile_crd() -> Result<CustomResourceDefinition> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "hostiles.capstan.dev"},
+        "spec": {"group": "capstan.dev", "scope": "Namespaced",
+            "names": {"kind": "Hostile", "plural": "hostiles", "singular": "hostile"},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    }))?)
+}
+
+/// An Echo object.
+pub fn echo(name: &str, message: &str) -> Result<DynamicObject> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "Echo",
+        "metadata": {"name": name}, "spec": {"message": message},
+    }))?)
+}
