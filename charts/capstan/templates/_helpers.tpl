@@ -83,6 +83,12 @@ Checks that fail the render with one clear line instead of a host that cannot st
 {{- fail (printf "replicas is %d but leaderElection.enabled is false: more than one host needs leader election" (int .Values.replicas)) }}
 {{- end }}
 {{- range $name, $p := .Values.plugins }}
+{{- if eq (hasKey $p.source "wasm") (hasKey $p.source "volume") }}
+{{- fail (printf "plugins.%s.source needs exactly one of wasm (--set-file plugins.%s.source.wasm=PATH) or volume (any volume source, with file)" $name $name) }}
+{{- end }}
+{{- if and (hasKey $p.source "wasm") (hasKey $p.source "file") }}
+{{- fail (printf "plugins.%s.source.file goes with source.volume; a source.wasm ConfigMap holds %s.wasm" $name $name) }}
+{{- end }}
 {{- if hasKey $p.source "wasm" }}
 {{- $wasm := $p.source.wasm }}
 {{- if not (hasPrefix "\x00asm" $wasm) }}
