@@ -64,7 +64,8 @@ fn helm_bin() -> &'static Path {
 /// `helm ARGS` with its own config/cache/data dirs; only with `kubeconfig` may it reach
 /// a cluster. Ok(stdout) on success, Err(stderr) otherwise.
 fn helm(args: &[&str], kubeconfig: Option<&Path>) -> Result<String, String> {
-    let home = std::env::temp_dir().join(format!("capstan-helm-home-{}", std::process::id()));
+    // One stable home under target/tmp: nothing accumulates in /tmp.
+    let home = Path::new(env!("CARGO_TARGET_TMPDIR")).join("helm-home");
     let out = Command::new(helm_bin())
         .args(args)
         .env("HELM_CONFIG_HOME", home.join("config"))
