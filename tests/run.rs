@@ -150,13 +150,25 @@ async fn echo_becomes_a_job_that_completes_and_follows_the_echo() -> Result<()> 
 
 /// `capstan run ARGS` must fail with exit 2 and one stderr line containing `needle`.
 fn expect_one_line_exit_2(plane: &Plane, args: &[&str], needle: &str) -> Result<()> {
-    let out = Command::new(capstan_bin())
+    let mut child = Command::new(capstan_bin())
         .arg("run")
         .args(args)
         .args(["--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"])
         .env("KUBECONFIG", plane.kubeconfig())
         .env("RUST_LOG", "off")
-        .output()?;
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    // A host that does not fail must not hang the test.
+    let start = std::time::Instant::now();
+    while child.try_wait()?.is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            child.kill()?;
+            anyhow::bail!("{args:?}: still running after 60 s instead of exiting 2");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
     assert!(stderr.contains(needle), "{args:?}: {stderr}");
@@ -166,7 +178,8 @@ fn expect_one_line_exit_2(plane: &Plane, args: &[&str], needle: &str) -> Result<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_plugins_or_unserved_kinds_are_one_line_and_exit_2() -> Result<()> {
-    let plane = Plane::shared().await?;
+    // A plane of its own: on the shared one, other tests install the kind meant to be unserved.
+    let plane = &Plane::start(capstan_testenv::PlaneConfig::api_only()).await?;
     let dir = std::env::temp_dir().join(format!("capstan-run-bad-{}", std::process::id()));
     let (core, unserved) = (dir.join("core"), dir.join("unserved"));
     std::fs::create_dir_all(&core)?;

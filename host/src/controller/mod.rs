@@ -8,6 +8,7 @@ mod queue;
 mod reconcile;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -71,11 +72,31 @@ struct Shared {
     backoff: backoff::Backoff,
     queue: Arc<queue::Queue>,
     leader: Leader,
+    /// True once the parent and every child cache have listed.
+    synced: watch::Receiver<bool>,
 }
 
 impl Shared {
     fn plugin(&self) -> Arc<dyn Reconcile> {
         self.plugin.borrow().clone()
+    }
+}
+
+/// Counts the watch streams that have not finished their first list.
+struct SyncCount {
+    remaining: AtomicUsize,
+    done: watch::Sender<bool>,
+}
+
+impl SyncCount {
+    /// A callback for one stream's `InitDone`; only its first call counts (relists repeat it).
+    fn mark(self: &Arc<Self>) -> impl Fn() + Send + Sync + 'static {
+        let (sync, seen) = (self.clone(), AtomicBool::new(false));
+        move || {
+            if !seen.swap(true, Ordering::SeqCst) && sync.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
+                let _ = sync.done.send(true);
+            }
+        }
     }
 }
 
@@ -134,7 +155,13 @@ pub async fn run(
         .filter(|_| metadata.parent.namespaced);
     let writer = reflector::store::Writer::new(parent.clone());
     let cache = writer.as_reader();
+    let (synced_tx, synced_rx) = watch::channel(false);
+    let sync = Arc::new(SyncCount {
+        remaining: AtomicUsize::new(1 + metadata.children.len()),
+        done: synced_tx,
+    });
     let tracked = queue.clone();
+    let listed = sync.mark();
     let parents = reflector::reflector(
         writer,
         watcher(api(&client, &parent, namespace), watcher::Config::default()),
@@ -144,7 +171,8 @@ pub async fn run(
             tracked.add(key(o.namespace().as_deref(), &o.name_any()))
         }
         watcher::Event::Delete(o) => tracked.forget(&key(o.namespace().as_deref(), &o.name_any())),
-        watcher::Event::Init | watcher::Event::InitDone => {}
+        watcher::Event::InitDone => listed(),
+        watcher::Event::Init => {}
     })
     .applied_objects();
     let mut controller = Controller::for_stream_with(parents, cache.clone(), parent.clone())
@@ -159,8 +187,14 @@ pub async fn run(
         let ns = options.namespace.as_deref().filter(|_| kind.namespaced);
         let (tracked, owner) = (queue.clone(), parent.clone());
         let namespaced = metadata.parent.namespaced;
+        let listed = sync.mark();
         let stream = reflector::reflector(writer, watcher(api(&client, &resource, ns), config))
             .default_backoff()
+            .inspect_ok(move |event| {
+                if matches!(event, watcher::Event::InitDone) {
+                    listed();
+                }
+            })
             .touched_objects()
             .inspect_ok(move |child| {
                 let ns = child.namespace().filter(|_| namespaced);
@@ -189,15 +223,13 @@ pub async fn run(
     });
     controller = controller.reconcile_all_on(reloads);
 
-    let mut stores: Vec<Store<DynamicObject>> = children.iter().map(|c| c.store.clone()).collect();
-    stores.push(cache.clone());
+    // kube-runtime's Store::wait_until_ready wakes only its most recent waiter, and the
+    // controller waits on the parent store itself: count first lists from the streams.
+    let mut listed = synced_rx.clone();
     tokio::spawn(async move {
-        for store in stores {
-            if store.wait_until_ready().await.is_err() {
-                return;
-            }
+        if listed.wait_for(|s| *s).await.is_ok() {
+            let _ = synced.send(());
         }
-        let _ = synced.send(());
     });
     let controller_label = crate::ops::metrics::ControllerLabel {
         controller: name.clone(),
@@ -222,6 +254,7 @@ pub async fn run(
         backoff: backoff::Backoff::default(),
         queue,
         leader,
+        synced: synced_rx,
     });
     tracing::info!(plugin = %name, parent = %metadata.parent, "controller started");
     controller

@@ -54,6 +54,12 @@ pub async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Resul
     let span = tracing::info_span!("reconcile", plugin = %name, object = %object);
     async move {
         let mut parent = parent;
+        // The parent cache is complete (kube-runtime waits for it), the child caches may
+        // not be yet: a plugin must never see a partial list of its children.
+        let mut synced = shared.synced.clone();
+        if synced.wait_for(|s| *s).await.is_err() {
+            return Ok(Action::await_change());
+        }
         if !shared.leader.is_leading() {
             if !shared.leader.acquired().await {
                 return Ok(Action::await_change());
