@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use capstan::controller::{self, Options};
 use capstan::engine::{
-    DispatchError, Engine, EngineConfig, Event, EventType, Kind, Limits, Metadata, Reconcile, Request, Response,
+    DispatchError, Engine, EngineConfig, Event, EventType, Kind, Limits, Metadata, Reconcile, Request,
+    Response,
 };
 use capstan::leader::Leader;
 use capstan_sdk::bindings::capstan::reconciler::types as wit;
@@ -108,7 +109,15 @@ async fn serve(mode: &str, namespace: &str) -> Result<()> {
         ..Options::default()
     };
     let (synced, _) = tokio::sync::oneshot::channel();
-    controller::run(client, plugin, options, Leader::always(), std::future::pending(), synced).await
+    controller::run(
+        client,
+        plugin,
+        options,
+        Leader::always(),
+        std::future::pending(),
+        synced,
+    )
+    .await
 }
 
 /// Peak resident set of `pid` (VmHWM), in MiB.
@@ -130,7 +139,11 @@ fn quantile(body: &str, metric: &str, q: f64) -> f64 {
         .filter(|l| l.starts_with(&prefix))
         .filter_map(|l| {
             let le = l.split("le=\"").nth(1)?.split('"').next()?;
-            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
             Some((le, l.rsplit(' ').next()?.parse().ok()?))
         })
         .collect();
@@ -169,7 +182,10 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
             let echoes = echoes.clone();
             async move {
                 echoes
-                    .create(&PostParams::default(), &echo(&format!("e{i}"), &format!("hello {i}"))?)
+                    .create(
+                        &PostParams::default(),
+                        &echo(&format!("e{i}"), &format!("hello {i}"))?,
+                    )
                     .await?;
                 anyhow::Ok(())
             }
@@ -220,7 +236,10 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
     let stdout = child.stdout.take().context("child stdout")?;
     let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
     let metrics = loop {
-        let line = lines.next_line().await?.context("the host exited before serving metrics")?;
+        let line = lines
+            .next_line()
+            .await?
+            .context("the host exited before serving metrics")?;
         if let Some(addr) = line.strip_prefix("METRICS ") {
             break addr.to_string();
         }
@@ -290,7 +309,14 @@ fn main() -> Result<()> {
         println!("{n} Echos created before the host starts; API server + etcd on loopback; 2 cores");
         println!(
             "{:<7} {:>10} {:>12} {:>13} {:>13} {:>9} {:>9} {:>9}",
-            "mode", "jobs (s)", "statuses (s)", "reconciles/s", "writes/Echo", "p50 (ms)", "p99 (ms)", "RSS (MiB)"
+            "mode",
+            "jobs (s)",
+            "statuses (s)",
+            "reconciles/s",
+            "writes/Echo",
+            "p50 (ms)",
+            "p99 (ms)",
+            "RSS (MiB)"
         );
         let mut rows = Vec::new();
         for mode in ["wasm", "native"] {
