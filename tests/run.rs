@@ -129,9 +129,28 @@ async fn echo_becomes_a_job_that_completes_and_follows_the_echo() -> Result<()> 
         "controller_runtime_reconcile_time_seconds_bucket",
         "capstan_wasm_dispatch_seconds_bucket",
         r#"controller_runtime_max_concurrent_reconciles{controller="echo"} 16"#,
+        r#"workqueue_depth{name="echo"}"#,
+        r#"workqueue_queue_duration_seconds_count{name="echo"}"#,
+        r#"workqueue_work_duration_seconds_count{name="echo"}"#,
     ] {
         assert!(body.contains(needle), "{needle} missing from /metrics:\n{body}");
     }
+    // Created, Job created, Job progressing, status written, message edited, ...: each
+    // trigger while the key is not waiting is one add; every add is one reconcile start.
+    let adds = sample(&body, r#"workqueue_adds_total{name="echo"}"#);
+    let reconciles = sample(
+        &body,
+        r#"controller_runtime_reconcile_total{controller="echo",result="success"}"#,
+    );
+    assert!(adds >= 3.0, "workqueue_adds_total {adds}");
+    let errors = sample(
+        &body,
+        r#"controller_runtime_reconcile_total{controller="echo",result="error"}"#,
+    );
+    assert!(
+        adds <= reconciles + errors + 1.0,
+        "adds {adds} vs reconciles {reconciles}"
+    );
 
     // Deleting the Echo garbage-collects its Job.
     echoes.delete("hello", &DeleteParams::background()).await?;

@@ -4,6 +4,9 @@
 //! Echo, reconcile latency and the host's peak RSS — once with echo.wasm in the sandbox
 //! and once with the identical Echo code compiled natively, so the sandbox's share shows.
 //!
+//! Then failover with the default lease settings: `kill -9` of the leader → first
+//! reconcile by the standby, and SIGTERM → standby leads.
+//!
 //! `cargo bench -p capstan-tests --bench e2e`. The host runs as a child process (this
 //! binary with `--serve`) so its RSS is its own.
 
@@ -20,9 +23,10 @@ use capstan::engine::{
 use capstan::leader::Leader;
 use capstan_sdk::bindings::capstan::reconciler::types as wit;
 use capstan_testenv::{Plane, PlaneConfig};
-use capstan_tests::host::{echo, echo_resource, install_plugin_crd, sample};
+use capstan_tests::host::{Host, echo, echo_resource, eventually, install_plugin_crd, mount, sample};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::runtime::watcher;
 
@@ -285,6 +289,83 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
     })
 }
 
+/// Failover with the default lease settings (15 s / 10 s / 2 s), `capstan run` processes:
+/// `kill -9` of the leader → first reconcile by the standby, and SIGTERM → standby leads.
+async fn failover(plane: &Plane) -> Result<()> {
+    let client = plane.client().await?;
+    let ns = plane.namespace("bench-failover").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-bench-{ns}"));
+    mount(&["echo"], &dir)?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let holder = async || -> Result<Option<String>> {
+        Ok(leases
+            .get_opt("capstan")
+            .await?
+            .and_then(|l| l.spec?.holder_identity))
+    };
+    let start = |id: &str| {
+        let args = [
+            "--plugins",
+            dir.to_str().unwrap_or_default(),
+            "--namespace",
+            &ns,
+            "--leader-elect",
+            "--leader-election-namespace",
+            &ns,
+        ];
+        Host::start(plane, &args, &dir.join(format!("{id}.log")), &[("POD_NAME", id)])
+    };
+    let ready = async |host: &Host| {
+        eventually("the host ready", Duration::from_secs(60), async || {
+            Ok(host.logged("caches synced; ready").then_some(()))
+        })
+        .await
+    };
+    let mut hosts = vec![("a", start("a")?), ("b", start("b")?)];
+    for (_, h) in &hosts {
+        ready(h).await?;
+    }
+    let leader = eventually("a leader", Duration::from_secs(60), async || holder().await).await?;
+    let i = hosts
+        .iter()
+        .position(|(id, _)| *id == leader)
+        .context("leader is ours")?;
+    let (_, killed) = hosts.remove(i);
+    killed.signal(libc::SIGKILL);
+    let t = Instant::now();
+    let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
+    echoes
+        .create(&PostParams::default(), &echo("after-kill", "hi")?)
+        .await?;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    eventually(
+        "the standby's first reconcile",
+        Duration::from_secs(60),
+        async || Ok(jobs.list(&Default::default()).await?.items.into_iter().next()),
+    )
+    .await?;
+    let after_kill = t.elapsed();
+    hosts.push(("c", start("c")?));
+    ready(&hosts[1].1).await?;
+    hosts[0].1.signal(libc::SIGTERM);
+    let t = Instant::now();
+    loop {
+        if holder().await?.as_deref() == Some("c") {
+            break;
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            bail!("no hand-over after SIGTERM");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let after_term = t.elapsed();
+    println!("failover, --lease-duration 15s --renew-deadline 10s --retry-period 2s:");
+    println!("  kill -9 of the leader → first reconcile by the standby: {after_kill:.2?}");
+    println!("  SIGTERM of the leader → standby leads:                 {after_term:.2?}");
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let runtime = tokio::runtime::Runtime::new()?;
@@ -338,6 +419,6 @@ fn main() -> Result<()> {
             "wasm / native, time to all statuses: {:.2}×",
             rows[0].statuses.as_secs_f64() / rows[1].statuses.as_secs_f64()
         );
-        anyhow::Ok(())
+        failover(&plane).await
     })
 }
