@@ -10,23 +10,31 @@ use axum::routing::get;
 
 /// Readiness: plugins loaded, every cache synced, and the API server reachable.
 #[derive(Clone)]
-pub struct Readiness(Arc<[AtomicBool; 2]>);
+pub struct Readiness(Arc<Conditions>);
+
+struct Conditions {
+    synced: AtomicBool,
+    api: AtomicBool,
+}
 
 impl Default for Readiness {
     fn default() -> Self {
-        Readiness(Arc::new([AtomicBool::new(false), AtomicBool::new(true)]))
+        Readiness(Arc::new(Conditions {
+            synced: AtomicBool::new(false),
+            api: AtomicBool::new(true),
+        }))
     }
 }
 
 impl Readiness {
     /// Mark the caches synced (or not, e.g. while shutting down).
     pub fn set(&self, ready: bool) {
-        self.0[0].store(ready, Ordering::SeqCst);
+        self.0.synced.store(ready, Ordering::SeqCst);
     }
 
-    /// Record whether the API server answers.
-    pub fn set_api(&self, reachable: bool) {
-        self.0[1].store(reachable, Ordering::SeqCst);
+    /// Record whether the API server answers; returns what was recorded before.
+    pub fn set_api(&self, reachable: bool) -> bool {
+        self.0.api.swap(reachable, Ordering::SeqCst)
     }
 
     /// Whether the host is ready.
@@ -36,9 +44,9 @@ impl Readiness {
 
     /// What keeps the host from being ready.
     pub fn why_not(&self) -> Option<&'static str> {
-        if !self.0[0].load(Ordering::SeqCst) {
+        if !self.0.synced.load(Ordering::SeqCst) {
             Some("caches not synced")
-        } else if !self.0[1].load(Ordering::SeqCst) {
+        } else if !self.0.api.load(Ordering::SeqCst) {
             Some("API server unreachable")
         } else {
             None
@@ -55,14 +63,13 @@ pub async fn probe_api(client: kube::Client, ready: Readiness, period: std::time
         let answered = tokio::time::timeout(period, client.apiserver_version())
             .await
             .is_ok_and(|r| r.is_ok());
-        if answered != ready.0[1].load(Ordering::SeqCst) {
+        if ready.set_api(answered) != answered {
             if answered {
                 tracing::info!("API server reachable again");
             } else {
                 tracing::warn!("API server unreachable; not ready");
             }
         }
-        ready.set_api(answered);
     }
 }
 
