@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use capstan_testenv::{Plane, PlaneConfig};
 use capstan_tests::host::{
-    Host, echo, echo_resource, eventually, hostile_crd, http_get, install_plugin_crd, mount, sample,
+    Host, echo, echo_resource, eventually, hostile_crd, hostile_resource, http_get, install_plugin_crd,
+    mount, sample, scheduled_echo_resource,
 };
 use capstan_tests::{echo_canary, plugin};
 use k8s_openapi::api::batch::v1::Job;
@@ -432,14 +433,7 @@ async fn a_hostile_plugin_beside_echo_does_not_hold_echo_back() -> Result<()> {
     let client = plane.client().await?;
     let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let hostiles: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        &ns,
-        &kube::api::ApiResource::from_gvk_with_plural(
-            &kube::api::GroupVersionKind::gvk("capstan.dev", "v1alpha1", "Hostile"),
-            "hostiles",
-        ),
-    );
+    let hostiles: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &hostile_resource());
     let batch = async |from: usize| -> Result<Duration> {
         let start = Instant::now();
         for i in from..from + 20 {
@@ -601,14 +595,7 @@ async fn a_replaced_plugin_file_is_swapped_in_without_a_restart() -> Result<()> 
             .then_some(()))
     })
     .await?;
-    let scheduled: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        &ns,
-        &kube::api::ApiResource::from_gvk_with_plural(
-            &kube::api::GroupVersionKind::gvk("capstan.dev", "v1alpha1", "ScheduledEcho"),
-            "scheduledechoes",
-        ),
-    );
+    let scheduled: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &scheduled_echo_resource());
     let object: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "capstan.dev/v1alpha1", "kind": "ScheduledEcho",
         "metadata": {"name": "tick"}, "spec": {"message": "hi", "schedule": "*/5 * * * *"},

@@ -11,10 +11,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use capstan_testenv::{Plane, Versions, cache_root};
+use capstan_tests::host::{echo_resource, eventually, http_get, scheduled_echo_resource};
 use capstan_tests::{capstan_bin, plugin, workspace};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -314,23 +315,6 @@ fn forbidden<T: std::fmt::Debug>(what: &str, result: kube::Result<T>) {
     match result {
         Err(e) if api_error(&e) == Some(403) => {}
         other => panic!("{what}: expected 403 Forbidden, got {other:?}"),
-    }
-}
-
-async fn eventually<T>(
-    what: &str,
-    timeout: Duration,
-    mut check: impl AsyncFnMut() -> Result<Option<T>>,
-) -> Result<T> {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await? {
-            return Ok(v);
-        }
-        if start.elapsed() > timeout {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -978,29 +962,6 @@ impl PodOnThisMachine {
     }
 }
 
-fn http_get(addr: &str, path: &str) -> Result<String> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr)?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text)?;
-    Ok(text)
-}
-
-fn echo_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("capstan.dev", "v1alpha1", "Echo"),
-        "echoes",
-    )
-}
-
-fn scheduled_echo_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("capstan.dev", "v1alpha1", "ScheduledEcho"),
-        "scheduledechoes",
-    )
-}
-
 /// Creates an Echo (as admin) and waits for its Job and for status Succeeded.
 async fn echo_converges(
     admin: &kube::Client,
@@ -1269,7 +1230,7 @@ async fn installed_chart_runs_the_host_as_its_service_account_with_leader_electi
     )
     .await?;
     let metrics = host.metrics_address().context("metrics address logged")?;
-    let body = http_get(&metrics, "/metrics")?;
+    let body = http_get(&metrics, "/metrics")?.1;
     assert!(
         body.contains(r#"leader_election_master_status{name="capstan-leader"} 1"#),
         "{body}"

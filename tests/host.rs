@@ -174,12 +174,24 @@ pub async fn eventually<T>(
     }
 }
 
+/// The API resource of a `capstan.dev/v1alpha1` kind.
+fn capstan_resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("capstan.dev", "v1alpha1", kind), plural)
+}
+
 /// The Echo kind's API resource.
 pub fn echo_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("capstan.dev", "v1alpha1", "Echo"),
-        "echoes",
-    )
+    capstan_resource("Echo", "echoes")
+}
+
+/// The ScheduledEcho kind's API resource.
+pub fn scheduled_echo_resource() -> ApiResource {
+    capstan_resource("ScheduledEcho", "scheduledechoes")
+}
+
+/// The Hostile test plugin's API resource.
+pub fn hostile_resource() -> ApiResource {
+    capstan_resource("Hostile", "hostiles")
 }
 
 /// The value of one sample line in a metrics text, 0 when absent.

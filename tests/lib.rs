@@ -22,21 +22,7 @@ fn target_dir() -> PathBuf {
 /// `wasm32-wasip2`) on first use so a plain `cargo test` works.
 pub fn plugin(name: &str) -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        cargo(&[
-            "build",
-            "--profile",
-            "plugin",
-            "--target",
-            "wasm32-wasip2",
-            "-p",
-            "echo",
-            "-p",
-            "hostile",
-            "-p",
-            "scheduled-echo",
-        ])
-    });
+    BUILT.get_or_init(|| build_plugins(&["-p", "echo", "-p", "hostile", "-p", "scheduled-echo"]));
     // Cargo names the artifact after the crate, with '-' as '_'.
     let file = format!("{}.wasm", name.replace('-', "_"));
     let path = target_dir().join("wasm32-wasip2/plugin").join(file);
@@ -50,12 +36,7 @@ pub fn echo_canary() -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
     let dir = target_dir().join("canary");
     BUILT.get_or_init(|| {
-        cargo(&[
-            "build",
-            "--profile",
-            "plugin",
-            "--target",
-            "wasm32-wasip2",
+        build_plugins(&[
             "-p",
             "echo",
             "--features",
@@ -74,6 +55,13 @@ pub fn capstan_bin() -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| cargo(&["build", "-p", "capstan", "--bin", "capstan"]));
     target_dir().join("debug/capstan")
+}
+
+/// `cargo build` for Wasm plugins (`plugin` profile, `wasm32-wasip2`) with `args`.
+fn build_plugins(args: &[&str]) {
+    let mut all = vec!["build", "--profile", "plugin", "--target", "wasm32-wasip2"];
+    all.extend_from_slice(args);
+    cargo(&all);
 }
 
 fn cargo(args: &[&str]) {

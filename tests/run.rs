@@ -7,16 +7,14 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use capstan_testenv::Plane;
 use capstan_tests::host::{
-    echo_resource, eventually, hostile_crd, http_get, sample, start_host, start_host_with,
+    echo_resource, eventually, hostile_crd, hostile_resource, http_get, sample, scheduled_echo_resource,
+    start_host, start_host_with,
 };
 use capstan_tests::{capstan_bin, plugin, workspace};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-    PostParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,10 +236,7 @@ async fn refused_responses_write_nothing_and_a_faulting_object_does_not_block_ot
     let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
     let host = start_host(plane, &["hostile"], &ns, &dir)?;
     let client = plane.client().await?;
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("capstan.dev", "v1alpha1", "Hostile"),
-        "hostiles",
-    );
+    let resource = hostile_resource();
     let hostiles: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
     let modes = ["undeclared", "other-namespace", "cluster", "panic", "ok"];
     for mode in modes {
@@ -329,10 +324,7 @@ async fn a_declared_finalizer_holds_deletion_until_the_plugin_says_finalized() -
     let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
     let _host = start_host(plane, &["hostile"], &ns, &dir)?;
     let client = plane.client().await?;
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("capstan.dev", "v1alpha1", "Hostile"),
-        "hostiles",
-    );
+    let resource = hostile_resource();
     let hostiles: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
     for mode in ["ok", "hold"] {
         let object: DynamicObject = serde_json::from_value(json!({
@@ -471,10 +463,7 @@ async fn scheduled_echo_becomes_a_cron_job_updated_in_place_beside_echo() -> Res
     let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
     let _host = start_host(plane, &["echo", "scheduled-echo"], &ns, &dir)?;
     let client = plane.client().await?;
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("capstan.dev", "v1alpha1", "ScheduledEcho"),
-        "scheduledechoes",
-    );
+    let resource = scheduled_echo_resource();
     let parents: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
     let cron_jobs: Api<k8s_openapi::api::batch::v1::CronJob> = Api::namespaced(client.clone(), &ns);
     let object: DynamicObject = serde_json::from_value(json!({
