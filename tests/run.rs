@@ -224,6 +224,20 @@ async fn bad_plugins_or_unserved_kinds_are_one_line_and_exit_2() -> Result<()> {
         std::fs::write(&file, text)?;
         expect_one_line_exit_2(plane, &["--config", file.to_str().unwrap()], needle)?;
     }
+    // Lease timings that would let two leaders overlap are refused before anything starts.
+    let echo_dir = dir.join("echo");
+    capstan_tests::host::mount(&["echo"], &echo_dir)?;
+    let plugins = echo_dir.to_str().unwrap();
+    let overlap = [
+        "--plugins",
+        plugins,
+        "--leader-elect",
+        "--lease-duration",
+        "10s",
+        "--renew-deadline",
+        "12s",
+    ];
+    expect_one_line_exit_2(plane, &overlap, "must be shorter than --lease-duration")?;
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
