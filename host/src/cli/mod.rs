@@ -49,6 +49,45 @@ enum Command {
     Dev(dev::DevArgs),
 }
 
+/// Where compiled plugins are cached; shared by every command that loads plugins.
+#[derive(Args, Debug)]
+struct CacheArgs {
+    /// Keep compiled plugins here between runs [default: $XDG_CACHE_HOME/capstan/wasm or
+    /// ~/.cache/capstan/wasm]. Must be writable only by the host: its files run as code.
+    #[arg(long, env = "CAPSTAN_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Compile every plugin on every start instead (overrides `CAPSTAN_CACHE_DIR`).
+    #[arg(long)]
+    no_cache: bool,
+}
+
+impl CacheArgs {
+    /// An engine using the chosen cache; an unusable default cache only costs speed.
+    fn engine(&self) -> anyhow::Result<Engine> {
+        let config = |cache_dir| EngineConfig {
+            cache_dir,
+            ..EngineConfig::default()
+        };
+        if self.no_cache {
+            return Engine::new(config(None));
+        }
+        if let Some(dir) = &self.cache_dir {
+            return Engine::new(config(Some(dir.clone())));
+        }
+        let default = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .map(|base| base.join("capstan/wasm"));
+        if let Some(dir) = default {
+            match Engine::new(config(Some(dir))) {
+                Ok(engine) => return Ok(engine),
+                Err(e) => tracing::warn!("compiling without a cache: {e:#}"),
+            }
+        }
+        Engine::new(config(None))
+    }
+}
+
 /// Options shared by commands that load one plugin.
 #[derive(Args, Debug)]
 struct PluginArgs {
@@ -60,11 +99,13 @@ struct PluginArgs {
     /// Linear memory cap per call, in MiB.
     #[arg(long, default_value_t = 64)]
     memory_mib: usize,
+    #[command(flatten)]
+    cache: CacheArgs,
 }
 
 impl PluginArgs {
     fn load(&self) -> anyhow::Result<Plugin> {
-        let engine = Engine::new(EngineConfig::default())?;
+        let engine = self.cache.engine()?;
         let limits = Limits {
             deadline: self.deadline,
             memory: self.memory_mib << 20,

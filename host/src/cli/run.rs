@@ -10,7 +10,7 @@ use clap::Args;
 
 use crate::config::{self, PluginConfig};
 use crate::controller::Options;
-use crate::engine::{Engine, EngineConfig, Limits, Plugin};
+use crate::engine::{Engine, Limits, Plugin};
 use crate::leader::{self, Leader};
 use crate::ops;
 use crate::reload;
@@ -51,6 +51,8 @@ pub struct RunArgs {
     reload_interval: Duration,
     #[command(flatten)]
     election: ElectionArgs,
+    #[command(flatten)]
+    cache: super::CacheArgs,
 }
 
 /// Leader election (client-go's flags and defaults).
@@ -161,7 +163,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(settings) = args.election.settings("default") {
         settings.validate()?;
     }
-    let engine = Engine::new(EngineConfig::default())?;
+    let engine = args.cache.engine()?;
     let plugins = load_plugins(&engine, &args)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {

@@ -4,6 +4,7 @@
 use wasmtime::component::Component;
 
 use super::bindings::{PLUGIN_EXPORT, PLUGIN_EXPORT_PREFIX, WIT_PACKAGE};
+use super::cache::CompileCache;
 use super::types::{Kind, Metadata};
 
 /// Why a plugin could not be loaded.
@@ -46,8 +47,12 @@ pub enum LoadError {
     Limits(String),
 }
 
-/// Check what the bytes are, then compile the component.
-pub(crate) fn compile(engine: &wasmtime::Engine, bytes: &[u8]) -> Result<Component, LoadError> {
+/// Check what the bytes are, then compile the component (or take it from `cache`).
+pub(crate) fn compile(
+    engine: &wasmtime::Engine,
+    cache: Option<&CompileCache>,
+    bytes: &[u8],
+) -> Result<Component, LoadError> {
     if bytes.starts_with(b"(") || bytes.starts_with(b";;") {
         // WAT text; wasmtime parses it, which tests and experiments rely on.
     } else if !bytes.starts_with(b"\0asm") || bytes.len() < 8 {
@@ -55,8 +60,11 @@ pub(crate) fn compile(engine: &wasmtime::Engine, bytes: &[u8]) -> Result<Compone
     } else if bytes[4..8] == [1, 0, 0, 0] {
         return Err(LoadError::CoreModule);
     }
-    let component =
-        Component::new(engine, bytes).map_err(|e| LoadError::Invalid(one_line(&format!("{e:#}"))))?;
+    let component = match cache {
+        Some(cache) => cache.component(engine, bytes),
+        None => Component::new(engine, bytes),
+    }
+    .map_err(|e| LoadError::Invalid(one_line(&format!("{e:#}"))))?;
     check_exports(&component, engine)?;
     Ok(component)
 }

@@ -19,6 +19,7 @@
 //! ```
 
 mod bindings;
+mod cache;
 mod fault;
 mod load;
 mod sandbox;
@@ -48,6 +49,8 @@ pub struct EngineConfig {
     pub max_instances: u32,
     /// The largest memory limit any plugin may be given.
     pub max_memory: usize,
+    /// Where compiled components are kept between runs; `None` compiles every load.
+    pub cache_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for EngineConfig {
@@ -55,6 +58,7 @@ impl Default for EngineConfig {
         EngineConfig {
             max_instances: 256,
             max_memory: 1 << 30,
+            cache_dir: None,
         }
     }
 }
@@ -105,11 +109,19 @@ pub struct Engine {
     inner: wasmtime::Engine,
     linker: Arc<Linker<State>>,
     config: EngineConfig,
+    cache: Option<cache::CompileCache>,
 }
 
 impl Engine {
     /// An engine with a pooling allocator sized by `config` and a running deadline clock.
     pub fn new(config: EngineConfig) -> anyhow::Result<Engine> {
+        let cache = match &config.cache_dir {
+            Some(dir) => Some(
+                cache::CompileCache::open(dir)
+                    .map_err(|e| anyhow::anyhow!("compile cache {}: {e}", dir.display()))?,
+            ),
+            None => None,
+        };
         let mut pool = wasmtime::PoolingAllocationConfig::new();
         // A Rust component holds a handful of core instances and tables but one memory.
         pool.total_component_instances(config.max_instances)
@@ -147,6 +159,7 @@ impl Engine {
             inner,
             linker: Arc::new(linker),
             config,
+            cache,
         })
     }
 
@@ -160,7 +173,7 @@ impl Engine {
     /// Load, validate and precompile a plugin from bytes, and read its metadata.
     pub fn load(&self, bytes: &[u8], limits: Limits) -> Result<Plugin, LoadError> {
         self.check_limits(&limits)?;
-        let component = load::compile(&self.inner, bytes)?;
+        let component = load::compile(&self.inner, self.cache.as_ref(), bytes)?;
         let pre = self
             .linker
             .instantiate_pre(&component)
