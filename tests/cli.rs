@@ -132,6 +132,54 @@ fn inspect_shows_metadata_and_contract() {
 }
 
 #[test]
+fn compiled_plugins_are_cached_and_an_unusable_default_cache_only_costs_speed() {
+    let dir = std::env::temp_dir().join(format!("capstan-cli-cache-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    let echo = plugin("echo");
+    let entries = || -> Vec<PathBuf> {
+        std::fs::read_dir(&dir)
+            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default()
+    };
+    let cache = ["--cache-dir", path(&dir)];
+    let first = capstan(&[&["inspect", path(&echo)][..], &cache].concat());
+    assert!(first.status.success());
+    let written = entries();
+    assert_eq!(written.len(), 1, "{written:?}");
+    assert!(written[0].extension().is_some_and(|e| e == "cwasm"));
+    // A cache hit answers the same, and `test` shares the entry with `inspect`.
+    let again = capstan(&[&["inspect", path(&echo)][..], &cache].concat());
+    assert_eq!(again.stdout, first.stdout);
+    let fixture = echo_fixture("echo.yaml");
+    let expect = golden("new");
+    let test = [
+        "test",
+        path(&echo),
+        "--parent",
+        path(&fixture),
+        "--expect",
+        path(&expect),
+    ];
+    let out = capstan(&[&test[..], &cache].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(entries(), written);
+    let out = capstan(&[&test[..], &["--no-cache"]].concat());
+    assert!(out.status.success());
+
+    // A read-only home (as in a locked-down container) falls back to compiling.
+    let out = Command::new(capstan_bin())
+        .args(test)
+        .env("HOME", "/proc/capstan-no-home")
+        .env_remove("XDG_CACHE_HOME")
+        .env_remove("CAPSTAN_CACHE_DIR")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("compiling without a cache"));
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
 fn bad_input_is_one_line_and_exit_2() {
     let dir = std::env::temp_dir().join(format!("capstan-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -169,6 +217,10 @@ fn bad_input_is_one_line_and_exit_2() {
         (
             vec!["bench", path(&echo), "--parent", path(&fixture), "-n", "0"],
             "at least 1",
+        ),
+        (
+            vec!["inspect", path(&echo), "--cache-dir", path(&text)],
+            "compile cache",
         ),
     ];
     for (args, needle) in cases {

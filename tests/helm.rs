@@ -279,6 +279,12 @@ fn assert_pod_shape(deployment: &Value) {
     ] {
         assert!(args.iter().any(|x| x == a), "{a} missing from {args:?}");
     }
+    // Compiled plugins go to an emptyDir, so a restarted container does not compile again.
+    assert!(
+        args.iter().any(|a| a == "--cache-dir=/var/cache/capstan"),
+        "{args:?}"
+    );
+    assert!(volume(deployment, "compile-cache")["emptyDir"]["sizeLimit"].is_string());
     // No subPath mounts: kubelet would never update them, and hot reload would see nothing.
     for m in c["volumeMounts"].as_array().unwrap() {
         assert!(m.get("subPath").is_none(), "{m}");
@@ -872,6 +878,8 @@ impl PodOnThisMachine {
                     .with_context(|| format!("no local content for image {reference}"))?;
                 std::fs::create_dir_all(&dir)?;
                 std::fs::copy(file, dir.join(file.file_name().unwrap()))?;
+            } else if v.empty_dir.is_some() {
+                std::fs::create_dir_all(&dir)?;
             } else {
                 bail!("volume {} has a source this test does not lay out", v.name);
             }
@@ -1350,6 +1358,16 @@ async fn installed_chart_runs_the_host_as_its_service_account_with_leader_electi
     .await
     .with_context(|| host.log_text())?;
     echo_converges(&admin, &mut host, &apps, "after-reload").await?;
+    let cached = std::fs::read_dir(host.root.join("var/cache/capstan"))?
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+        })
+        .count();
+    assert_eq!(
+        cached, 3,
+        "echo, its upgrade and scheduled-echo compiled into the cache volume"
+    );
 
     drop(host);
     std::fs::remove_dir_all(dir).ok();
