@@ -77,10 +77,12 @@ impl CompileCache {
         self.dir.join(format!("{wasm}-{:016x}.cwasm", settings.finish()))
     }
 
-    /// Write through a temporary file and rename, so readers never see half an entry even
-    /// when several hosts share the directory.
+    /// Write through a temporary file of this writer's own and rename, so readers never see
+    /// half an entry even when several threads or hosts compile the same component at once.
     fn store(&self, path: &Path, compiled: &[u8]) -> std::io::Result<()> {
-        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = path.with_extension(format!("tmp.{}.{n}", std::process::id()));
         std::fs::write(&tmp, compiled)?;
         std::fs::rename(&tmp, path).inspect_err(|_| {
             let _ = std::fs::remove_file(&tmp);
@@ -140,6 +142,20 @@ mod tests {
         assert_eq!(entries(&dir), written, "a hit writes no new entry");
         let after = std::fs::metadata(&written[0]).unwrap().modified().unwrap();
         assert!(after > before, "a hit marks the entry used");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn concurrent_compiles_of_one_component_all_load() {
+        let dir = temp_dir("race");
+        let engine = wasmtime::Engine::default();
+        let cache = CompileCache::open(&dir).unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| cache.component(&engine, COMPONENT.as_bytes()).unwrap());
+            }
+        });
+        assert_eq!(entries(&dir).len(), 1, "no temporary files left behind");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
