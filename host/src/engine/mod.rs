@@ -311,8 +311,9 @@ impl Instance {
     /// Call `reconcile` and validate the answer against the limits.
     pub fn reconcile(&mut self, request: &Request) -> Result<Response, DispatchError> {
         let wire = wit::Request {
-            parent: request.parent.to_string(),
-            children: request.children.iter().map(|c| c.to_string()).collect(),
+            // Not `Display`, which writes through `fmt::Formatter` piece by piece.
+            parent: json(&request.parent),
+            children: request.children.iter().map(json).collect(),
             finalizing: request.finalizing,
         };
         arm_deadline(&mut self.store, self.limits.deadline);
@@ -393,6 +394,10 @@ fn validate(raw: wit::Response, limits: &Limits) -> Result<Response, Fault> {
         events: raw.events.into_iter().map(Event::from).collect(),
         finalized: raw.finalized,
     })
+}
+
+fn json(value: &serde_json::Value) -> String {
+    serde_json::to_string(value).expect("a Value has string keys, so it always serializes")
 }
 
 /// `namespace/name` (or `name`) of an object, for logs.
