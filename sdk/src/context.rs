@@ -2,19 +2,20 @@
 
 use kube_core::Resource;
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 
 use crate::{KindRef, ReconcileError, metadata::Scope};
 
 /// Inputs of one reconcile other than the parent itself.
 #[derive(Clone, Debug, Default)]
 pub struct Context {
-    children: Vec<serde_json::Value>,
+    children: Vec<Box<RawValue>>,
     finalizing: bool,
 }
 
 impl Context {
     /// A context holding these observed children (JSON objects with apiVersion and kind).
-    pub fn new(children: Vec<serde_json::Value>, finalizing: bool) -> Self {
+    pub fn new(children: Vec<Box<RawValue>>, finalizing: bool) -> Self {
         Context { children, finalizing }
     }
 
@@ -23,8 +24,8 @@ impl Context {
         self.finalizing
     }
 
-    /// Every observed child, untyped.
-    pub fn raw_children(&self) -> &[serde_json::Value] {
+    /// Every observed child as JSON text; each is parsed only when asked for.
+    pub fn raw_children(&self) -> &[Box<RawValue>] {
         &self.children
     }
 
@@ -35,14 +36,16 @@ impl Context {
         K::Scope: Scope,
     {
         let kind = KindRef::of::<K>();
-        self.children
-            .iter()
-            .filter(|c| kind.matches(c))
-            .map(|c| {
-                K::deserialize(c)
-                    .map_err(|e| ReconcileError::fatal(format!("observed {} does not parse: {e}", kind.kind)))
-            })
-            .collect()
+        let unparsable = |e: serde_json::Error| {
+            ReconcileError::fatal(format!("observed {} does not parse: {e}", kind.kind))
+        };
+        let mut typed = Vec::new();
+        for child in &self.children {
+            if kind.describes(child)? {
+                typed.push(serde_json::from_str(child.get()).map_err(unparsable)?);
+            }
+        }
+        Ok(typed)
     }
 }
 
@@ -53,6 +56,13 @@ mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
     use k8s_openapi::api::rbac::v1::ClusterRole;
     use serde_json::json;
+
+    fn raw(values: Vec<serde_json::Value>) -> Vec<Box<RawValue>> {
+        values
+            .iter()
+            .map(|v| serde_json::value::to_raw_value(v).unwrap())
+            .collect()
+    }
 
     #[test]
     fn kinds_come_from_types_with_their_scope() {
@@ -69,24 +79,27 @@ mod tests {
     #[test]
     fn typed_children_are_filtered_by_api_version_and_kind() {
         let ctx = Context::new(
-            vec![
+            raw(vec![
                 json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "a"}}),
                 json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}}),
                 json!({"apiVersion": "batch/v2", "kind": "Job", "metadata": {"name": "other-version"}}),
-            ],
+                json!({"apiVersion": "v1/Job", "kind": "Job", "metadata": {"name": "not-core"}}),
+            ]),
             false,
         );
         let jobs = ctx.children::<Job>().unwrap();
         assert_eq!(jobs.len(), 1);
         assert_eq!(jobs[0].metadata.name.as_deref(), Some("a"));
         assert_eq!(ctx.children::<ConfigMap>().unwrap().len(), 1);
-        assert_eq!(ctx.raw_children().len(), 3);
+        assert_eq!(ctx.raw_children().len(), 4);
     }
 
     #[test]
     fn a_child_that_does_not_parse_is_fatal() {
         let ctx = Context::new(
-            vec![json!({"apiVersion": "batch/v1", "kind": "Job", "spec": "nonsense"})],
+            raw(vec![
+                json!({"apiVersion": "batch/v1", "kind": "Job", "spec": "nonsense"}),
+            ]),
             false,
         );
         assert!(matches!(ctx.children::<Job>(), Err(ReconcileError::Fatal(_))));

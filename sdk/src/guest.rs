@@ -1,6 +1,8 @@
 //! Glue between the generated WIT bindings and the typed [`Reconciler`] API; used by
 //! [`crate::export!`], not meant to be called directly.
 
+use serde_json::value::RawValue;
+
 use crate::bindings::capstan::reconciler::types as wit;
 use crate::{Context, EventType, KindRef, ReconcileError, Reconciler, Response};
 
@@ -11,21 +13,20 @@ pub fn run<R: Reconciler>(
     children: Vec<serde_json::Value>,
     finalizing: bool,
 ) -> Result<Response, ReconcileError> {
-    let children: Vec<String> = children.iter().map(json).collect();
-    respond::<R>(&json(&parent), &children, finalizing)
+    respond::<R>(&json(&parent), children.iter().map(json).collect(), finalizing)
 }
 
 /// Parse the request's texts and call `R`.
 fn respond<R: Reconciler>(
     parent: &str,
-    children: &[String],
+    children: Vec<String>,
     finalizing: bool,
 ) -> Result<Response, ReconcileError> {
     let parent = parse_parent::<R>(parent)?;
     let children = children
-        .iter()
+        .into_iter()
         .map(|c| {
-            serde_json::from_str(c).map_err(|e| ReconcileError::fatal(format!("child is not JSON: {e}")))
+            RawValue::from_string(c).map_err(|e| ReconcileError::fatal(format!("child is not JSON: {e}")))
         })
         .collect::<Result<_, _>>()?;
     R::reconcile(parent, &Context::new(children, finalizing))
@@ -50,10 +51,10 @@ pub fn metadata<R: Reconciler>() -> wit::PluginMetadata {
 
 /// `reconcile` export.
 pub fn reconcile<R: Reconciler>(request: wit::Request) -> Result<wit::Response, wit::ReconcileError> {
-    let result = respond::<R>(&request.parent, &request.children, request.finalizing);
+    let result = respond::<R>(&request.parent, request.children, request.finalizing);
     match result {
         Ok(r) => Ok(wit::Response {
-            children: r.children.iter().map(json).collect(),
+            children: r.children.iter().map(|c| c.get().to_owned()).collect(),
             status: r.status.as_ref().map(json),
             requeue_after_ms: r
                 .requeue_after

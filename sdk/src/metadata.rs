@@ -58,8 +58,36 @@ impl KindRef {
 
     /// True when a JSON object's `apiVersion` and `kind` name this kind.
     pub fn matches(&self, object: &serde_json::Value) -> bool {
-        object.get("kind").and_then(|k| k.as_str()) == Some(self.kind.as_str())
-            && object.get("apiVersion").and_then(|v| v.as_str()) == Some(self.api_version().as_str())
+        let text = |key| object.get(key).and_then(|v| v.as_str()).unwrap_or_default();
+        self.is(text("apiVersion"), text("kind"))
+    }
+
+    /// True when a JSON text's `apiVersion` and `kind` name this kind; reads only those two.
+    pub(crate) fn describes(
+        &self,
+        object: &serde_json::value::RawValue,
+    ) -> Result<bool, crate::ReconcileError> {
+        /// Just enough of an object to tell its kind without building the rest.
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct TypeMeta<'a> {
+            #[serde(default, borrow)]
+            api_version: std::borrow::Cow<'a, str>,
+            #[serde(default, borrow)]
+            kind: std::borrow::Cow<'a, str>,
+        }
+        let meta: TypeMeta = serde_json::from_str(object.get())
+            .map_err(|e| crate::ReconcileError::fatal(format!("child is not an object: {e}")))?;
+        Ok(self.is(&meta.api_version, &meta.kind))
+    }
+
+    /// True for this `apiVersion` and `kind`.
+    pub(crate) fn is(&self, api_version: &str, kind: &str) -> bool {
+        kind == self.kind
+            && match api_version.split_once('/') {
+                Some((group, version)) => group == self.group && version == self.version,
+                None => self.group.is_empty() && api_version == self.version,
+            }
     }
 }
 

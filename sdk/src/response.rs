@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use kube_core::Resource;
 use serde::{Serialize, de::DeserializeOwned};
+use serde_json::value::RawValue;
 
 use crate::{KindRef, ReconcileError, metadata::Scope};
 
@@ -49,10 +50,11 @@ impl Event {
 
 /// The full desired state for one parent: the host applies these children, prunes the
 /// rest, writes the status and records the events.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub struct Response {
-    /// Desired children as JSON objects.
-    pub children: Vec<serde_json::Value>,
+    /// Desired children as JSON text: serialized once, straight from their types, since
+    /// building a `Value` first costs more than the rest of a small reconcile.
+    pub children: Vec<Box<RawValue>>,
     /// The parent's new status, if it should change.
     pub status: Option<serde_json::Value>,
     /// Look at this parent again after this long.
@@ -71,7 +73,7 @@ impl Response {
 
     /// Add a desired child. Its `apiVersion` and `kind` come from its type.
     pub fn child<K: Serialize>(mut self, child: &K) -> Result<Self, ReconcileError> {
-        self.children.push(serde_json::to_value(child)?);
+        self.children.push(serde_json::value::to_raw_value(child)?);
         Ok(self)
     }
 
@@ -106,15 +108,49 @@ impl Response {
         K::Scope: Scope,
     {
         let kind = KindRef::of::<K>();
-        self.children
+        let mut typed = Vec::new();
+        for child in &self.children {
+            if kind.describes(child)? {
+                typed.push(serde_json::from_str(child.get())?);
+            }
+        }
+        Ok(typed)
+    }
+
+    /// The desired children as JSON values, for assertions in tests.
+    pub fn children_json(&self) -> Result<Vec<serde_json::Value>, ReconcileError> {
+        Ok(self
+            .children
             .iter()
-            .filter(|c| kind.matches(c))
-            .map(|c| Ok(K::deserialize(c)?))
-            .collect()
+            .map(|c| serde_json::from_str(c.get()))
+            .collect::<Result<_, _>>()?)
     }
 
     /// The status as `S`, for assertions in tests.
     pub fn status_as<S: DeserializeOwned>(&self) -> Result<Option<S>, ReconcileError> {
         Ok(self.status.as_ref().map(S::deserialize).transpose()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    #[test]
+    fn children_are_kept_as_their_json_and_read_back_typed_or_untyped() {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("cm".into());
+        let mut job = Job::default();
+        job.metadata.name = Some("job".into());
+        let r = Response::new().child(&cm).unwrap().child(&job).unwrap();
+        assert_eq!(r.children[0].get(), serde_json::to_string(&cm).unwrap());
+        let jobs = r.children_of::<Job>().unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].metadata.name.as_deref(), Some("job"));
+        let all = r.children_json().unwrap();
+        assert_eq!(all[0]["kind"], "ConfigMap");
+        assert_eq!(all[1]["apiVersion"], "batch/v1");
     }
 }
