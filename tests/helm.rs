@@ -450,7 +450,16 @@ fn typos_and_unusable_plugins_fail_helm_with_one_clear_message() {
     let single = ci_values("single-values.yaml");
     let chart = chart();
     let chart = chart.to_str().unwrap();
+    let big_file = std::env::temp_dir().join(format!("capstan-big-{}.wasm", std::process::id()));
+    let mut bytes = b"\0asm\x0d\0\x01\0".to_vec();
+    bytes.resize(1_100_000, 0xff);
+    std::fs::write(&big_file, bytes).unwrap();
+    let big = wasm_from("echo", &big_file);
     let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--set-file", &big],
+            "a ConfigMap holds at most 1048576: ship it in a volume",
+        ),
         (
             vec!["--set", "replicaz=2"],
             "additional properties 'replicaz' not allowed",
@@ -505,6 +514,7 @@ fn typos_and_unusable_plugins_fail_helm_with_one_clear_message() {
         panic!("no plugins must fail");
     };
     assert!(err.contains("capstan inspect --helm-values"), "{err}");
+    std::fs::remove_file(big_file).ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -98,6 +98,10 @@ Checks that fail the render with one clear line instead of a host that cannot st
 {{- if eq (get (dict "w" $wasm | toJson | fromJson) "w") $wasm }}
 {{- fail (printf "plugins.%s.source.wasm was mangled (helm stores values as JSON text, so --reuse-values cannot carry a binary): pass it again with --set-file plugins.%s.source.wasm=PATH" $name $name) }}
 {{- end }}
+{{- /* After the mangling check: a mangled binary grows by U+FFFD replacements. */}}
+{{- if gt (len $wasm) 1048576 }}
+{{- fail (printf "plugins.%s.source.wasm is %d bytes but a ConfigMap holds at most 1048576: ship it in a volume (plugins.%s.source.volume)" $name (len $wasm) $name) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}
