@@ -1,31 +1,29 @@
 # syntax=docker/dockerfile:1
-# The Capstan host as a small static, non-root image: one musl-static binary on
-# distroless/static (CA certificates, /etc/passwd with uid 65532, no shell, no libc).
+# The Capstan host as a small non-root image: one glibc binary on distroless/cc
+# (glibc, libgcc, CA certificates, /etc/passwd with uid 65532, no shell).
 # Plugins are not baked in; the Helm chart mounts them (ConfigMap or any volume).
 #
 #   docker build -t ghcr.io/capstan-dev/capstan:0.1.0 .
 #
-# .ci/run builds the same binary the same way (there is no container engine in CI):
-#   CC_x86_64_unknown_linux_musl=musl-gcc CARGO_PROFILE_RELEASE_STRIP=symbols \
-#     cargo build --release --locked --target x86_64-unknown-linux-musl -p capstan --bin capstan
+# Not musl-static: every reconcile allocates JSON trees, and musl's allocator made Echo's
+# dispatch 1.3× slower on one thread (44 vs 34 µs) and 4× slower per call on two (152 vs
+# 36 µs: one global lock). Swapping in mimalloc doubled the host's peak RSS instead.
+#
+# .ci/run builds the binary the same way and checks it needs only what distroless/cc has.
 
 ARG RUST_VERSION=1.95
+# Builder and runtime are both Debian 12, so the binary's glibc symbols exist at runtime.
 FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends musl-tools \
-    && rm -rf /var/lib/apt/lists/* \
-    && rustup target add x86_64-unknown-linux-musl
 WORKDIR /src
 COPY . .
-# ring's C and assembly need a musl C compiler; everything else is Rust. Symbols stripped:
-# 31 MB instead of 40 (most of it Wasmtime and Cranelift).
-ENV CC_x86_64_unknown_linux_musl=musl-gcc CARGO_PROFILE_RELEASE_STRIP=symbols
+# Symbols stripped: most of the binary is Wasmtime and Cranelift.
+ENV CARGO_PROFILE_RELEASE_STRIP=symbols
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --target x86_64-unknown-linux-musl -p capstan --bin capstan \
-    && cp target/x86_64-unknown-linux-musl/release/capstan /capstan
+    cargo build --release --locked -p capstan --bin capstan \
+    && cp target/release/capstan /capstan
 
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /capstan /usr/local/bin/capstan
 # The chart runs as 65532 too (runAsNonRoot needs a numeric user).
 USER 65532:65532
