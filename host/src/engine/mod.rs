@@ -21,6 +21,7 @@
 mod bindings;
 mod cache;
 mod fault;
+mod limits;
 mod load;
 mod sandbox;
 mod types;
@@ -33,6 +34,7 @@ use wasmtime::component::Linker;
 
 pub use bindings::WIT_PACKAGE;
 pub use fault::Fault;
+pub use limits::Limits;
 pub use load::LoadError;
 pub use types::{Event, EventType, Kind, Metadata, Request, Response};
 
@@ -59,32 +61,6 @@ impl Default for EngineConfig {
             max_instances: 256,
             max_memory: 1 << 30,
             cache_dir: None,
-        }
-    }
-}
-
-/// Per-plugin limits on one call.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct Limits {
-    /// Wall-clock deadline of one call.
-    #[serde(with = "humantime_serde")]
-    pub deadline: Duration,
-    /// Linear memory cap in bytes.
-    pub memory: usize,
-    /// Cap on the total bytes of JSON in one response.
-    pub response_bytes: usize,
-    /// Cap on the number of children in one response.
-    pub max_children: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            deadline: Duration::from_secs(1),
-            memory: 64 << 20,
-            response_bytes: 4 << 20,
-            max_children: 1000,
         }
     }
 }
@@ -328,7 +304,7 @@ impl Instance {
         let result = result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
         self.store.data().flush_output();
         match result? {
-            Ok(response) => Ok(validate(response, &self.limits)?),
+            Ok(response) => Ok(limits::validate(response, &self.limits)?),
             Err(wit::ReconcileError::Retry(m)) => Err(DispatchError::Retry(m)),
             Err(wit::ReconcileError::Fatal(m)) => Err(DispatchError::Fatal(m)),
         }
@@ -351,52 +327,6 @@ fn fault_of(store: &Store<State>, err: &wasmtime::Error, deadline: Duration) -> 
             stderr: &stderr,
         },
     )
-}
-
-/// Enforce the caps and parse the JSON texts of a raw response.
-fn validate(raw: wit::Response, limits: &Limits) -> Result<Response, Fault> {
-    if raw.children.len() > limits.max_children {
-        return Err(Fault::TooManyChildren {
-            count: raw.children.len(),
-            cap: limits.max_children,
-        });
-    }
-    let size = raw
-        .children
-        .iter()
-        .chain(&raw.status)
-        .map(String::len)
-        .sum::<usize>()
-        + raw
-            .events
-            .iter()
-            .map(|e| e.reason.len() + e.message.len())
-            .sum::<usize>();
-    if size > limits.response_bytes {
-        return Err(Fault::ResponseTooLarge {
-            size,
-            cap: limits.response_bytes,
-        });
-    }
-    let object = |text: &str, what: &str| -> Result<serde_json::Value, Fault> {
-        match serde_json::from_str(text) {
-            Ok(v @ serde_json::Value::Object(_)) => Ok(v),
-            Ok(_) => Err(Fault::MalformedResponse(format!("{what} is not a JSON object"))),
-            Err(e) => Err(Fault::MalformedResponse(format!("{what} is not JSON: {e}"))),
-        }
-    };
-    Ok(Response {
-        children: raw
-            .children
-            .iter()
-            .enumerate()
-            .map(|(i, c)| object(c, &format!("child {i}")))
-            .collect::<Result<_, _>>()?,
-        status: raw.status.as_deref().map(|s| object(s, "status")).transpose()?,
-        requeue_after: raw.requeue_after_ms.map(Duration::from_millis),
-        events: raw.events.into_iter().map(Event::from).collect(),
-        finalized: raw.finalized,
-    })
 }
 
 fn json(value: &serde_json::Value) -> String {

@@ -1,0 +1,79 @@
+//! What one call may use and return: the per-plugin [`Limits`] and their enforcement on
+//! a raw response before the host believes any of it.
+
+use std::time::Duration;
+
+use super::bindings::capstan::reconciler::types as wit;
+use super::{Event, Fault, Response};
+
+/// Per-plugin limits on one call.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Limits {
+    /// Wall-clock deadline of one call.
+    #[serde(with = "humantime_serde")]
+    pub deadline: Duration,
+    /// Linear memory cap in bytes.
+    pub memory: usize,
+    /// Cap on the total bytes of JSON in one response.
+    pub response_bytes: usize,
+    /// Cap on the number of children in one response.
+    pub max_children: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            deadline: Duration::from_secs(1),
+            memory: 64 << 20,
+            response_bytes: 4 << 20,
+            max_children: 1000,
+        }
+    }
+}
+
+/// Enforce the caps and parse the JSON texts of a raw response.
+pub(crate) fn validate(raw: wit::Response, limits: &Limits) -> Result<Response, Fault> {
+    if raw.children.len() > limits.max_children {
+        return Err(Fault::TooManyChildren {
+            count: raw.children.len(),
+            cap: limits.max_children,
+        });
+    }
+    let size = raw
+        .children
+        .iter()
+        .chain(&raw.status)
+        .map(String::len)
+        .sum::<usize>()
+        + raw
+            .events
+            .iter()
+            .map(|e| e.reason.len() + e.message.len())
+            .sum::<usize>();
+    if size > limits.response_bytes {
+        return Err(Fault::ResponseTooLarge {
+            size,
+            cap: limits.response_bytes,
+        });
+    }
+    let object = |text: &str, what: &str| -> Result<serde_json::Value, Fault> {
+        match serde_json::from_str(text) {
+            Ok(v @ serde_json::Value::Object(_)) => Ok(v),
+            Ok(_) => Err(Fault::MalformedResponse(format!("{what} is not a JSON object"))),
+            Err(e) => Err(Fault::MalformedResponse(format!("{what} is not JSON: {e}"))),
+        }
+    };
+    Ok(Response {
+        children: raw
+            .children
+            .iter()
+            .enumerate()
+            .map(|(i, c)| object(c, &format!("child {i}")))
+            .collect::<Result<_, _>>()?,
+        status: raw.status.as_deref().map(|s| object(s, "status")).transpose()?,
+        requeue_after: raw.requeue_after_ms.map(Duration::from_millis),
+        events: raw.events.into_iter().map(Event::from).collect(),
+        finalized: raw.finalized,
+    })
+}
