@@ -189,6 +189,9 @@ fn bad_input_is_one_line_and_exit_2() {
     std::fs::write(&text, "hello").unwrap();
     let broken = dir.join("broken.yaml");
     std::fs::write(&broken, "apiVersion: [unclosed").unwrap();
+    let shared = dir.join("shared-cache");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
     let echo = plugin("echo");
     let fixture = echo_fixture("echo.yaml");
     let cases: Vec<(Vec<&str>, &str)> = vec![
@@ -221,6 +224,10 @@ fn bad_input_is_one_line_and_exit_2() {
         (
             vec!["inspect", path(&echo), "--cache-dir", path(&text)],
             "compile cache",
+        ),
+        (
+            vec!["inspect", path(&echo), "--cache-dir", path(&shared)],
+            "not private to this user",
         ),
     ];
     for (args, needle) in cases {

@@ -281,7 +281,8 @@ fn assert_pod_shape(deployment: &Value) {
     }
     // Compiled plugins go to an emptyDir, so a restarted container does not compile again.
     assert!(
-        args.iter().any(|a| a == "--cache-dir=/var/cache/capstan"),
+        args.iter()
+            .any(|a| a == "--cache-dir=/var/cache/capstan/compiled"),
         "{args:?}"
     );
     assert!(volume(deployment, "compile-cache")["emptyDir"]["sizeLimit"].is_string());
@@ -1368,7 +1369,7 @@ async fn installed_chart_runs_the_host_as_its_service_account_with_leader_electi
     .await
     .with_context(|| host.log_text())?;
     echo_converges(&admin, &mut host, &apps, "after-reload").await?;
-    let cached = std::fs::read_dir(host.root.join("var/cache/capstan"))?
+    let cached = std::fs::read_dir(host.root.join("var/cache/capstan/compiled"))?
         .filter(|e| {
             e.as_ref()
                 .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "cwasm"))

@@ -19,16 +19,37 @@ use wasmtime::component::Component;
 const UNUSED_FOR: Duration = Duration::from_secs(14 * 24 * 3600);
 
 /// A directory of precompiled components. Whoever can write to it can run code in the
-/// host, so it must be private to the host (an `emptyDir`, or a per-user cache).
+/// host, so [`CompileCache::open`] insists it is private to this user.
 #[derive(Clone, Debug)]
 pub(crate) struct CompileCache {
     dir: PathBuf,
 }
 
 impl CompileCache {
-    /// Use (and create) `dir`.
+    /// Use `dir`, creating it private to this user; refuse one that others could write to,
+    /// since a planted entry would run as code in the host.
     pub(crate) fn open(dir: &Path) -> std::io::Result<CompileCache> {
-        std::fs::create_dir_all(dir)?;
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+        if let Some(parent) = dir.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            other => other?,
+        }
+        let meta = std::fs::metadata(dir)?;
+        let mode = meta.permissions().mode() & 0o777;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        if !meta.is_dir() {
+            return Err(std::io::Error::other("not a directory"));
+        }
+        if meta.uid() != euid || mode & 0o022 != 0 {
+            return Err(std::io::Error::other(format!(
+                "not private to this user (owner uid {}, mode {mode:o}); its files would run as code in the host",
+                meta.uid()
+            )));
+        }
         Ok(CompileCache {
             dir: dir.to_path_buf(),
         })
@@ -126,6 +147,21 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().path())
             .collect()
+    }
+
+    #[test]
+    fn the_directory_is_created_private_and_a_shared_one_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("private");
+        CompileCache::open(&dir.join("cache")).unwrap();
+        let mode = std::fs::metadata(dir.join("cache")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let shared = dir.join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = CompileCache::open(&shared).unwrap_err().to_string();
+        assert!(err.contains("not private to this user"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
