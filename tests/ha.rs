@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use capstan_testenv::{Plane, PlaneConfig};
 use capstan_tests::host::{
-    Host, echo, echo_resource, eventually, hostile_crd, hostile_resource, http_get, install_plugin_crd,
-    mount, sample, scheduled_echo_resource,
+    Host, echo, echo_resource, eventually, first_listed, hostile_crd, hostile_resource, http_get,
+    install_plugin_crd, mount, sample, scheduled_echo_resource,
 };
 use capstan_tests::{echo_canary, plugin};
 use k8s_openapi::api::batch::v1::Job;
@@ -602,15 +602,7 @@ async fn a_replaced_plugin_file_is_swapped_in_without_a_restart() -> Result<()> 
     }))?;
     scheduled.create(&PostParams::default(), &object).await?;
     let cron_jobs: Api<k8s_openapi::api::batch::v1::CronJob> = Api::namespaced(client.clone(), &ns);
-    eventually("the CronJob", Duration::from_secs(30), async || {
-        Ok(cron_jobs
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .next())
-    })
-    .await?;
+    first_listed("the CronJob", &cron_jobs, Duration::from_secs(30)).await?;
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }

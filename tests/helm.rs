@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use capstan_testenv::{Plane, Versions, cache_root};
-use capstan_tests::host::{echo_resource, eventually, http_get, scheduled_echo_resource};
+use capstan_tests::host::{echo_resource, eventually, first_listed, http_get, scheduled_echo_resource};
 use capstan_tests::{capstan_bin, plugin, workspace};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -1235,19 +1235,7 @@ async fn installed_chart_runs_the_host_as_its_service_account_with_leader_electi
     }))?;
     scheduled.create(&PostParams::default(), &object).await?;
     let cronjobs: Api<CronJob> = Api::namespaced(admin.clone(), &apps);
-    eventually(
-        "the ScheduledEcho's CronJob",
-        Duration::from_secs(60),
-        async || {
-            Ok(cronjobs
-                .list(&ListParams::default())
-                .await?
-                .items
-                .into_iter()
-                .next())
-        },
-    )
-    .await?;
+    first_listed("the ScheduledEcho's CronJob", &cronjobs, Duration::from_secs(60)).await?;
     let metrics = host.metrics_address().context("metrics address logged")?;
     let body = http_get(&metrics, "/metrics")?.1;
     assert!(

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use capstan_testenv::Plane;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 
 use crate::{capstan_bin, plugin};
 
@@ -154,6 +154,17 @@ pub fn http_get(addr: &str, path: &str) -> Result<(String, String)> {
         head.lines().next().unwrap_or_default().to_string(),
         body.to_string(),
     ))
+}
+
+/// The first object `api` lists, once there is one, failing after `timeout`.
+pub async fn first_listed<K>(what: &str, api: &Api<K>, timeout: Duration) -> Result<K>
+where
+    K: kube::Resource + Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    eventually(what, timeout, async || {
+        Ok(api.list(&ListParams::default()).await?.items.into_iter().next())
+    })
+    .await
 }
 
 /// Poll `check` every 200 ms until it yields a value, failing after `timeout`.

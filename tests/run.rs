@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use capstan_testenv::Plane;
 use capstan_tests::host::{
-    echo_resource, eventually, hostile_crd, hostile_resource, http_get, sample, scheduled_echo_resource,
-    start_host, start_host_with,
+    echo_resource, eventually, first_listed, hostile_crd, hostile_resource, http_get, sample,
+    scheduled_echo_resource, start_host, start_host_with,
 };
 use capstan_tests::{capstan_bin, plugin, workspace};
 use k8s_openapi::api::batch::v1::Job;
@@ -38,10 +38,7 @@ async fn echo_becomes_a_job_that_completes_and_follows_the_echo() -> Result<()> 
     let created = echoes.create(&PostParams::default(), &echo).await?;
     let uid = created.metadata.uid.clone().unwrap();
 
-    let job = eventually("the Echo's Job", Duration::from_secs(60), async || {
-        Ok(jobs.list(&ListParams::default()).await?.items.into_iter().next())
-    })
-    .await?;
+    let job = first_listed("the Echo's Job", &jobs, Duration::from_secs(60)).await?;
     let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
     assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("Echo", uid.as_str()));
     assert_eq!(
@@ -485,15 +482,7 @@ async fn scheduled_echo_becomes_a_cron_job_updated_in_place_beside_echo() -> Res
         "metadata": {"name": "tick"}, "spec": {"message": "tick", "schedule": "*/5 * * * *"},
     }))?;
     let created = parents.create(&PostParams::default(), &object).await?;
-    let first = eventually("the CronJob", Duration::from_secs(60), async || {
-        Ok(cron_jobs
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .next())
-    })
-    .await?;
+    let first = first_listed("the CronJob", &cron_jobs, Duration::from_secs(60)).await?;
     let spec = first.spec.clone();
     assert_eq!(spec.schedule, "*/5 * * * *");
     assert_eq!(spec.concurrency_policy.as_deref(), Some("Forbid"));

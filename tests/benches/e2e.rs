@@ -24,7 +24,9 @@ use capstan::engine::{
 use capstan::leader::Leader;
 use capstan_sdk::bindings::capstan::reconciler::types as wit;
 use capstan_testenv::{Plane, PlaneConfig};
-use capstan_tests::host::{Host, echo, echo_resource, eventually, install_plugin_crd, mount, sample};
+use capstan_tests::host::{
+    Host, echo, echo_resource, eventually, first_listed, install_plugin_crd, mount, sample,
+};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -349,12 +351,7 @@ async fn failover(plane: &Plane) -> Result<()> {
         .create(&PostParams::default(), &echo("after-kill", "hi")?)
         .await?;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    eventually(
-        "the standby's first reconcile",
-        Duration::from_secs(60),
-        async || Ok(jobs.list(&Default::default()).await?.items.into_iter().next()),
-    )
-    .await?;
+    first_listed("the standby's first reconcile", &jobs, Duration::from_secs(60)).await?;
     let after_kill = t.elapsed();
     hosts.push(("c", start("c")?));
     ready(&hosts[1].1).await?;
