@@ -35,6 +35,29 @@ impl Context {
         K: Resource<DynamicType = ()> + DeserializeOwned,
         K::Scope: Scope,
     {
+        self.children_as::<K, K>()
+    }
+
+    /// The observed children of kind `K`, each parsed as `V`: a partial view such as
+    /// [`Observed`](crate::Observed), which skips what the plugin does not read.
+    ///
+    /// ```
+    /// # use capstan_sdk::Context;
+    /// use capstan_sdk::Observed;
+    /// use k8s_openapi::api::batch::v1::{Job, JobStatus};
+    ///
+    /// # let ctx = Context::default();
+    /// let jobs = ctx.children_as::<Job, Observed<JobStatus>>()?;
+    /// let succeeded = jobs.iter().filter_map(|j| j.status.as_ref()?.succeeded).sum::<i32>();
+    /// # assert_eq!(succeeded, 0);
+    /// # Ok::<(), capstan_sdk::ReconcileError>(())
+    /// ```
+    pub fn children_as<K, V>(&self) -> Result<Vec<V>, ReconcileError>
+    where
+        K: Resource<DynamicType = ()>,
+        K::Scope: Scope,
+        V: DeserializeOwned,
+    {
         let kind = KindRef::of::<K>();
         let unparsable = |e: serde_json::Error| {
             ReconcileError::fatal(format!("observed {} does not parse: {e}", kind.kind))
@@ -92,6 +115,38 @@ mod tests {
         assert_eq!(jobs[0].metadata.name.as_deref(), Some("a"));
         assert_eq!(ctx.children::<ConfigMap>().unwrap().len(), 1);
         assert_eq!(ctx.raw_children().len(), 4);
+    }
+
+    #[test]
+    fn views_read_only_their_fields_of_the_matching_kind() {
+        use crate::Observed;
+        use k8s_openapi::api::batch::v1::JobStatus;
+        let ctx = Context::new(
+            raw(vec![
+                json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "a", "uid": "u"},
+                    "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+                    "status": {"succeeded": 1}}),
+                json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "fresh"}}),
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}}),
+            ]),
+            false,
+        );
+        let jobs = ctx.children_as::<Job, Observed<JobStatus>>().unwrap();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!(jobs[0].metadata.name.as_deref(), Some("a"));
+        assert_eq!(jobs[0].metadata.uid.as_deref(), Some("u"));
+        assert_eq!(jobs[0].status.as_ref().and_then(|s| s.succeeded), Some(1));
+        assert_eq!(jobs[1].status, None);
+        let wrong_shape = Context::new(
+            raw(vec![
+                json!({"apiVersion": "batch/v1", "kind": "Job", "status": {"succeeded": "x"}}),
+            ]),
+            false,
+        );
+        assert!(matches!(
+            wrong_shape.children_as::<Job, Observed<JobStatus>>(),
+            Err(ReconcileError::Fatal(_))
+        ));
     }
 
     #[test]

@@ -47,6 +47,7 @@ mod error;
 pub mod guest;
 pub mod log;
 mod metadata;
+mod observed;
 mod response;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -54,6 +55,7 @@ pub mod testing;
 pub use context::Context;
 pub use error::ReconcileError;
 pub use metadata::{KindRef, Metadata, Scope};
+pub use observed::{Observed, ObservedMeta};
 pub use response::{Event, EventType, Response};
 
 /// Re-exported so plugins name the same versions the SDK was built with.

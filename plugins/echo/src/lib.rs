@@ -3,8 +3,8 @@
 //! The Job's name carries a hash of the spec: Job templates are immutable, so a changed
 //! message yields a new Job and the host prunes the old one.
 
-use capstan_sdk::{Context, Event, Metadata, ReconcileError, Reconciler, Response};
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use capstan_sdk::{Context, Event, Metadata, Observed, ReconcileError, Reconciler, Response};
+use k8s_openapi::api::batch::v1::{Job, JobSpec, JobStatus};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::CustomResource;
@@ -83,10 +83,12 @@ impl Reconciler for EchoReconciler {
         let job = desired_job(&echo)?;
         let job_name = job.metadata.name.clone();
         let observed = ctx
-            .children::<Job>()?
+            // Only name and status: the full Job type would carry the pod template's
+            // deserializers into the plugin for nothing.
+            .children_as::<Job, Observed<JobStatus>>()?
             .into_iter()
             .find(|j| j.metadata.name == job_name);
-        let phase = observed.as_ref().map_or(Phase::Pending, phase_of);
+        let phase = observed.map_or(Phase::Pending, |j| phase_of(&j.status.unwrap_or_default()));
 
         let mut response = Response::new().child(&job)?.status(&EchoStatus {
             job_name,
@@ -155,8 +157,7 @@ pub fn desired_job(echo: &Echo) -> Result<Job, ReconcileError> {
 }
 
 /// Phase of an observed Job from its conditions and counters.
-pub fn phase_of(job: &Job) -> Phase {
-    let status = job.status.clone().unwrap_or_default();
+pub fn phase_of(status: &JobStatus) -> Phase {
     let condition = |t: &str| {
         status
             .conditions

@@ -6,8 +6,8 @@
 
 pub mod schedule;
 
-use capstan_sdk::{Context, Event, Metadata, ReconcileError, Reconciler, Response};
-use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, JobSpec, JobTemplateSpec};
+use capstan_sdk::{Context, Event, Metadata, Observed, ReconcileError, Reconciler, Response};
+use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, CronJobStatus, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::CustomResource;
@@ -92,7 +92,7 @@ impl Reconciler for ScheduledEchoReconciler {
         let cron_job = desired_cron_job(&echo)?;
         let name = cron_job.metadata.name.clone();
         let observed = ctx
-            .children::<CronJob>()?
+            .children_as::<CronJob, Observed<CronJobStatus>>()?
             .into_iter()
             .find(|c| c.metadata.name == name);
 
