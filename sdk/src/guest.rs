@@ -54,7 +54,12 @@ pub fn reconcile<R: Reconciler>(request: wit::Request) -> Result<wit::Response, 
     let result = respond::<R>(&request.parent, request.children, request.finalizing);
     match result {
         Ok(r) => Ok(wit::Response {
-            children: r.children.iter().map(|c| c.get().to_owned()).collect(),
+            // The text moves from `RawValue` to `String` without a copy.
+            children: r
+                .children
+                .into_iter()
+                .map(|c| Box::<str>::from(c).into_string())
+                .collect(),
             status: r.status.as_ref().map(json),
             requeue_after_ms: r
                 .requeue_after

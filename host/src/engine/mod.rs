@@ -243,12 +243,16 @@ impl Plugin {
     pub fn reconcile(&self, request: &Request) -> Result<Response, DispatchError> {
         let key = object_key(&request.parent);
         let _span = tracing::debug_span!("dispatch", plugin = %self.name, object = %key).entered();
-        self.instantiate(&key)?.reconcile(request)
+        self.instance_for(key)?.reconcile(request)
     }
 
     /// A fresh instance; reused across calls only by benchmarks.
     pub fn instantiate(&self, object: &str) -> Result<Instance, Fault> {
-        let state = State::new(self.name.clone(), object.to_string(), self.limits.memory);
+        self.instance_for(object.to_string())
+    }
+
+    fn instance_for(&self, object: String) -> Result<Instance, Fault> {
+        let state = State::new(self.name.clone(), object, self.limits.memory);
         let mut store = Store::new(&self.engine.inner, state);
         store.limiter(|s| &mut s.limiter);
         arm_deadline(&mut store, self.limits.deadline);

@@ -21,7 +21,9 @@ const LOG_LINE_BYTES: usize = 8 * 1024;
 
 /// Store data of one sandboxed call.
 pub(crate) struct State {
-    wasi: WasiCtx,
+    /// Built on the first WASI call: most reconciles make none, and building one (clocks,
+    /// random, stdio, socket policy) is a tenth of a fresh instance's set-up.
+    wasi: Option<WasiCtx>,
     table: ResourceTable,
     pub limiter: Limiter,
     pub stdout: Capture,
@@ -34,25 +36,15 @@ pub(crate) struct State {
 impl State {
     /// A sandbox with no filesystem, environment, arguments, network or stdin.
     pub fn new(plugin: Arc<str>, object: String, memory_limit: usize) -> State {
-        let stdout = Capture::default();
-        let stderr = Capture::default();
-        let wasi = WasiCtxBuilder::new()
-            .stdout(stdout.clone())
-            .stderr(stderr.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .socket_addr_check(|_, _| Box::pin(async { false }))
-            .build();
         State {
-            wasi,
+            wasi: None,
             table: ResourceTable::new(),
             limiter: Limiter {
                 limit: memory_limit,
                 denied: None,
             },
-            stdout,
-            stderr,
+            stdout: Capture::default(),
+            stderr: Capture::default(),
             plugin,
             object,
             log_lines: 0,
@@ -79,11 +71,24 @@ impl State {
 
 impl WasiView for State {
     fn ctx(&mut self) -> WasiCtxView<'_> {
+        let (stdout, stderr) = (&self.stdout, &self.stderr);
         WasiCtxView {
-            ctx: &mut self.wasi,
+            ctx: self.wasi.get_or_insert_with(|| deny_all(stdout, stderr)),
             table: &mut self.table,
         }
     }
+}
+
+/// No filesystem, environment, arguments, network or stdin; stdout and stderr captured.
+fn deny_all(stdout: &Capture, stderr: &Capture) -> WasiCtx {
+    WasiCtxBuilder::new()
+        .stdout(stdout.clone())
+        .stderr(stderr.clone())
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .socket_addr_check(|_, _| Box::pin(async { false }))
+        .build()
 }
 
 impl host::Host for State {
