@@ -24,10 +24,10 @@ pub fn field_manager(plugin: &str) -> String {
     format!("capstan/{plugin}")
 }
 
-/// The child as it will be applied: plugin object plus owner reference and labels.
-pub fn owned(child: &Child, parent: &DynamicObject, parent_ar: &ApiResource, plugin: &str) -> Value {
-    let mut object = child.object.clone();
-    let meta = &mut object["metadata"];
+/// Make the child what will be applied: the plugin's object plus the owner reference and
+/// Capstan's labels.
+pub fn own(child: &mut Child, parent: &DynamicObject, parent_ar: &ApiResource, plugin: &str) {
+    let meta = &mut child.object["metadata"];
     meta["ownerReferences"] = json!([{
         "apiVersion": parent_ar.api_version,
         "kind": parent_ar.kind,
@@ -41,7 +41,6 @@ pub fn owned(child: &Child, parent: &DynamicObject, parent_ar: &ApiResource, plu
     }
     meta["labels"][MANAGED_BY.0] = MANAGED_BY.1.into();
     meta["labels"][PLUGIN_LABEL] = plugin.into();
-    object
 }
 
 /// True when every field of `desired` is present with the same value in `observed`:
@@ -65,17 +64,11 @@ fn api(client: &Client, ar: &ApiResource, namespace: Option<&str>) -> Api<Dynami
     }
 }
 
-/// Server-side apply one child.
-pub async fn apply(
-    client: &Client,
-    ar: &ApiResource,
-    child: &Child,
-    object: &Value,
-    plugin: &str,
-) -> kube::Result<()> {
+/// Server-side apply one child, as made by [`own`].
+pub async fn apply(client: &Client, ar: &ApiResource, child: &Child, plugin: &str) -> kube::Result<()> {
     let params = PatchParams::apply(&field_manager(plugin)).force();
     api(client, ar, child.namespace.as_deref())
-        .patch(&child.name, &params, &Patch::Apply(object))
+        .patch(&child.name, &params, &Patch::Apply(&child.object))
         .await?;
     Ok(())
 }

@@ -38,12 +38,12 @@ pub struct Refusal {
 pub fn children(
     metadata: &Metadata,
     parent_namespace: Option<&str>,
-    desired: &[serde_json::Value],
+    desired: Vec<serde_json::Value>,
     allowed_cluster_kinds: &[String],
 ) -> Result<Vec<Child>, Refusal> {
     let mut seen = HashSet::new();
     desired
-        .iter()
+        .into_iter()
         .enumerate()
         .map(|(index, object)| {
             let kind_name = object["kind"].as_str().unwrap_or("?");
@@ -59,7 +59,7 @@ pub fn children(
             let kind = metadata
                 .children
                 .iter()
-                .find(|k| k.matches(object))
+                .find(|k| k.matches(&object))
                 .ok_or_else(|| {
                     refuse(format!(
                         "{} {kind_name} is not a declared child kind",
@@ -105,7 +105,7 @@ pub fn children(
             if !seen.insert((kind.clone(), name.clone())) {
                 return Err(refuse("appears twice".into()));
             }
-            let mut object = object.clone();
+            let mut object = object;
             if let Some(ns) = &namespace {
                 object["metadata"]["namespace"] = ns.clone().into();
             }
@@ -149,7 +149,7 @@ mod tests {
 
     fn check(objects: Vec<serde_json::Value>, allowed: &[&str]) -> Result<Vec<Child>, Refusal> {
         let allowed: Vec<String> = allowed.iter().map(|s| s.to_string()).collect();
-        children(&meta(), Some("team-a"), &objects, &allowed)
+        children(&meta(), Some("team-a"), objects, &allowed)
     }
 
     fn cm(name: &str, ns: Option<&str>) -> serde_json::Value {

@@ -175,9 +175,14 @@ async fn reconcile_inner(
         plugin: metadata.name.clone(),
     };
     let start = std::time::Instant::now();
-    let result = tokio::task::spawn_blocking(move || plugin.reconcile(&request))
-        .await
-        .map_err(|e| Error::Join(e.to_string()))?;
+    // The request comes back: its observed children, already JSON, serve the
+    // unchanged-check below instead of converting every observed object a second time.
+    let (request, result) = tokio::task::spawn_blocking(move || {
+        let result = plugin.reconcile(&request);
+        (request, result)
+    })
+    .await
+    .map_err(|e| Error::Join(e.to_string()))?;
     metrics
         .dispatch_time
         .get_or_create(&label)
@@ -209,11 +214,11 @@ async fn reconcile_inner(
     let desired = validate::children(
         metadata,
         parent.namespace().as_deref(),
-        &response.children,
+        response.children,
         &shared.options.allowed_cluster_kinds,
     )
     .map_err(Error::Refused);
-    let desired = match desired {
+    let mut desired = match desired {
         Ok(d) => d,
         Err(Error::Refused(r)) => {
             metrics.refused.get_or_create(&label).inc();
@@ -230,21 +235,19 @@ async fn reconcile_inner(
     };
 
     let name = &metadata.name;
-    for child in &desired {
+    for child in &mut desired {
         let Some(c) = shared.children.iter().find(|c| c.kind == child.kind) else {
             continue;
         };
-        let object = apply::owned(child, parent, &shared.parent, name);
-        let current = observed.iter().find(|(i, o)| {
+        apply::own(child, parent, &shared.parent, name);
+        let current = observed.iter().zip(&request.children).find(|((i, o), _)| {
             shared.children[*i].kind == child.kind
                 && o.name_any() == child.name
                 && o.namespace() == child.namespace
         });
-        let unchanged = current.is_some_and(|(_, o)| {
-            serde_json::to_value(&**o).is_ok_and(|observed| apply::is_subset(&object, &observed))
-        });
+        let unchanged = current.is_some_and(|(_, json)| apply::is_subset(&child.object, json));
         if !unchanged {
-            apply::apply(&shared.client, &c.resource, child, &object, name).await?;
+            apply::apply(&shared.client, &c.resource, child, name).await?;
             count_write(name);
         }
     }
