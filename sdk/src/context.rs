@@ -62,13 +62,7 @@ impl Context {
         let unparsable = |e: serde_json::Error| {
             ReconcileError::fatal(format!("observed {} does not parse: {e}", kind.kind))
         };
-        let mut typed = Vec::new();
-        for child in &self.children {
-            if kind.describes(child)? {
-                typed.push(serde_json::from_str(child.get()).map_err(unparsable)?);
-            }
-        }
-        Ok(typed)
+        kind.parse_all(&self.children, unparsable)
     }
 }
 

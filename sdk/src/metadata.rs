@@ -81,6 +81,22 @@ impl KindRef {
         Ok(self.is(&meta.api_version, &meta.kind))
     }
 
+    /// Those of `objects` that are of this kind, each parsed as `V`; a parse error goes
+    /// through `unparsable`.
+    pub(crate) fn parse_all<V: serde::de::DeserializeOwned>(
+        &self,
+        objects: &[Box<serde_json::value::RawValue>],
+        unparsable: impl Fn(serde_json::Error) -> crate::ReconcileError,
+    ) -> Result<Vec<V>, crate::ReconcileError> {
+        let mut typed = Vec::new();
+        for object in objects {
+            if self.describes(object)? {
+                typed.push(serde_json::from_str(object.get()).map_err(&unparsable)?);
+            }
+        }
+        Ok(typed)
+    }
+
     /// True for this `apiVersion` and `kind`.
     pub(crate) fn is(&self, api_version: &str, kind: &str) -> bool {
         kind == self.kind

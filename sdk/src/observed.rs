@@ -11,13 +11,11 @@ use serde::Deserialize;
 /// which makes a plugin a third larger and, optimised, several times costlier for the
 /// host to compile.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(bound = "S: Deserialize<'de>")]
 pub struct Observed<S> {
     /// Identity of the child.
     #[serde(default)]
     pub metadata: ObservedMeta,
     /// The child's status, if the API server or its controller wrote one.
-    #[serde(default = "none")]
     pub status: Option<S>,
 }
 
@@ -32,9 +30,4 @@ pub struct ObservedMeta {
     pub uid: Option<String>,
     /// `metadata.generation`.
     pub generation: Option<i64>,
-}
-
-// `#[serde(default)]` on a generic `Option<S>` would ask for `S: Default`.
-fn none<S>() -> Option<S> {
-    None
 }

@@ -107,14 +107,7 @@ impl Response {
         K: Resource<DynamicType = ()> + DeserializeOwned,
         K::Scope: Scope,
     {
-        let kind = KindRef::of::<K>();
-        let mut typed = Vec::new();
-        for child in &self.children {
-            if kind.describes(child)? {
-                typed.push(serde_json::from_str(child.get())?);
-            }
-        }
-        Ok(typed)
+        KindRef::of::<K>().parse_all(&self.children, ReconcileError::from)
     }
 
     /// The desired children as JSON values, for assertions in tests.
