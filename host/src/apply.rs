@@ -1,6 +1,11 @@
 //! Desired state → API writes: server-side apply of children with Capstan's owner
 //! reference and labels, pruning with a UID precondition, status through the status
-//! subresource. A write whose result would equal what is observed is skipped.
+//! subresource.
+//!
+//! A child apply is skipped only when it would change nothing: the child carries the
+//! digest of exactly the object about to be applied (so the plugin has neither added nor
+//! dropped a field since the last apply, which server-side apply would act on) and every
+//! desired value is still what is observed (nobody else has changed one).
 
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy};
 use kube::discovery::ApiResource;
@@ -13,6 +18,8 @@ use crate::validate::Child;
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "capstan");
 /// Label naming the plugin that owns a child.
 pub const PLUGIN_LABEL: &str = "capstan.dev/plugin";
+/// Annotation holding the digest of the object last applied for a child.
+pub const APPLIED_ANNOTATION: &str = "capstan.dev/applied";
 
 /// Label selector for the children of one plugin.
 pub fn selector(plugin: &str) -> String {
@@ -24,8 +31,8 @@ pub fn field_manager(plugin: &str) -> String {
     format!("capstan/{plugin}")
 }
 
-/// Make the child what will be applied: the plugin's object plus the owner reference and
-/// Capstan's labels.
+/// Make the child what will be applied: the plugin's object plus the owner reference,
+/// Capstan's labels, and the digest of all of that in [`APPLIED_ANNOTATION`].
 pub fn own(child: &mut Child, parent: &DynamicObject, parent_ar: &ApiResource, plugin: &str) {
     let meta = &mut child.object["metadata"];
     meta["ownerReferences"] = json!([{
@@ -41,11 +48,86 @@ pub fn own(child: &mut Child, parent: &DynamicObject, parent_ar: &ApiResource, p
     }
     meta["labels"][MANAGED_BY.0] = MANAGED_BY.1.into();
     meta["labels"][PLUGIN_LABEL] = plugin.into();
+    let digest = digest(&child.object);
+    let meta = &mut child.object["metadata"];
+    if !meta["annotations"].is_object() {
+        meta["annotations"] = json!({});
+    }
+    meta["annotations"][APPLIED_ANNOTATION] = digest.into();
 }
 
-/// True when every field of `desired` is present with the same value in `observed`:
-/// applying it would change nothing the plugin cares about.
-pub fn is_subset(desired: &Value, observed: &Value) -> bool {
+/// SHA-256 of an object's JSON, as 32 hex digits. serde_json's maps are sorted (no
+/// `preserve_order`), so equal objects always give equal digests.
+fn digest(object: &Value) -> String {
+    use sha2::Digest;
+    struct Hasher(sha2::Sha256);
+    impl std::io::Write for Hasher {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.update(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut hasher = Hasher(sha2::Sha256::new());
+    serde_json::to_writer(&mut hasher, object).expect("a Value always serializes");
+    hasher.0.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// True when applying `desired` (made by [`own`]) over `observed` would change nothing:
+/// the last apply was of this very object and its values still hold.
+pub fn unchanged(desired: &Value, observed: &Value) -> bool {
+    let applied = |o: &Value| {
+        o["metadata"]["annotations"][APPLIED_ANNOTATION]
+            .as_str()
+            .map(str::to_owned)
+    };
+    applied(desired).is_some() && applied(desired) == applied(observed) && is_subset(desired, observed)
+}
+
+/// Whether an existing object is a child of `parent_uid` made by `plugin`: its controller
+/// owner reference names the parent and its label names the plugin. Anything else belongs
+/// to someone else and is never adopted.
+pub fn controlled_by(object: &DynamicObject, parent_uid: &str, plugin: &str) -> bool {
+    object.labels().get(PLUGIN_LABEL).map(String::as_str) == Some(plugin)
+        && object
+            .owner_references()
+            .iter()
+            .any(|r| r.controller == Some(true) && r.uid == parent_uid)
+}
+
+/// Who controls an existing object, for a message: its controller and managing plugin.
+pub fn controller_of(object: &DynamicObject) -> String {
+    let controller = object
+        .owner_references()
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .map(|r| format!("{} {} (uid {})", r.kind, r.name, r.uid));
+    let plugin = object.labels().get(PLUGIN_LABEL);
+    match (controller, plugin) {
+        (Some(c), Some(p)) => format!("{c}, plugin {p}"),
+        (Some(c), None) => c,
+        (None, Some(p)) => format!("no controller, labelled for plugin {p}"),
+        (None, None) => "no controller".into(),
+    }
+}
+
+/// Read one object by name; `None` when it does not exist.
+pub async fn get(
+    client: &Client,
+    ar: &ApiResource,
+    namespace: Option<&str>,
+    name: &str,
+) -> kube::Result<Option<DynamicObject>> {
+    api(client, ar, namespace).get_opt(name).await
+}
+
+/// True when every field of `desired` is present with the same value in `observed`.
+fn is_subset(desired: &Value, observed: &Value) -> bool {
     match (desired, observed) {
         (Value::Object(d), Value::Object(o)) => d
             .iter()
@@ -147,5 +229,100 @@ mod tests {
         let extra_container =
             json!({"spec": {"template": {"spec": {"containers": [{"name": "a"}, {"name": "b"}]}}}});
         assert!(!is_subset(&extra_container, &observed));
+    }
+
+    fn child(object: Value) -> Child {
+        Child {
+            kind: crate::engine::Kind {
+                group: String::new(),
+                version: "v1".into(),
+                kind: "ConfigMap".into(),
+                plural: "configmaps".into(),
+                namespaced: true,
+            },
+            namespace: Some("ns".into()),
+            name: "c".into(),
+            object,
+        }
+    }
+
+    fn owned(object: Value) -> Value {
+        let parent: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "example.com/v1", "kind": "Mirror",
+            "metadata": {"name": "m", "namespace": "ns", "uid": "u1"},
+        }))
+        .unwrap();
+        let ar = ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("example.com", "v1", "Mirror"),
+            "mirrors",
+        );
+        let mut c = child(object);
+        own(&mut c, &parent, &ar, "mirror");
+        c.object
+    }
+
+    #[test]
+    fn an_apply_is_skipped_only_when_it_would_change_nothing() {
+        let v1 = owned(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "labels": {"canary": "true"}}, "data": {"a": "1", "b": "2"}}));
+        // What the server holds after applying v1: v1 plus server-set fields.
+        let mut observed = v1.clone();
+        observed["metadata"]["uid"] = "x".into();
+        observed["metadata"]["resourceVersion"] = "7".into();
+        assert!(unchanged(&v1, &observed), "steady state writes nothing");
+
+        // The plugin stops sending a data key and a label: every value it still sends is
+        // observed, but the apply must run so the server drops the others.
+        let v2 = owned(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c"}, "data": {"a": "1"}}));
+        let mut same_digest = v2.clone();
+        same_digest["metadata"]["annotations"] = observed["metadata"]["annotations"].clone();
+        assert!(
+            is_subset(&same_digest, &observed),
+            "a field-by-field check alone would skip it"
+        );
+        assert!(!unchanged(&v2, &observed));
+
+        // Someone else changed a value the plugin sets.
+        let mut drifted = observed.clone();
+        drifted["data"]["a"] = "edited".into();
+        assert!(!unchanged(&v1, &drifted));
+
+        // A child from before digests (or one whose annotation was removed).
+        let mut bare = observed.clone();
+        bare["metadata"]["annotations"] = json!({});
+        assert!(!unchanged(&v1, &bare));
+    }
+
+    #[test]
+    fn the_digest_depends_on_content_not_key_order() {
+        let a: Value = serde_json::from_str(r#"{"x": 1, "y": {"b": 2, "a": 1}}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"y": {"a": 1, "b": 2}, "x": 1}"#).unwrap();
+        assert_eq!(digest(&a), digest(&b));
+        assert_ne!(digest(&a), digest(&json!({"x": 1})));
+        assert_eq!(digest(&a).len(), 32);
+    }
+
+    #[test]
+    fn only_the_parent_and_plugin_that_made_a_child_control_it() {
+        let object = |labels: Value, refs: Value| -> DynamicObject {
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c", "labels": labels, "ownerReferences": refs}}))
+            .unwrap()
+        };
+        let ours = object(
+            json!({"capstan.dev/plugin": "mirror"}),
+            json!([{"apiVersion": "example.com/v1", "kind": "Mirror", "name": "m", "uid": "u1", "controller": true}]),
+        );
+        assert!(controlled_by(&ours, "u1", "mirror"));
+        assert!(!controlled_by(&ours, "u2", "mirror"), "another parent's");
+        assert!(
+            !controlled_by(&ours, "u1", "other"),
+            "another plugin's, on the same parent"
+        );
+        let users = object(json!({}), json!([]));
+        assert!(!controlled_by(&users, "u1", "mirror"));
+        assert_eq!(controller_of(&users), "no controller");
+        assert_eq!(controller_of(&ours), "Mirror m (uid u1), plugin mirror");
     }
 }

@@ -8,6 +8,7 @@
 //!     resync: 5m
 //!     limits: { deadline: 500ms, memory: 33554432, responseBytes: 1048576, maxChildren: 10 }
 //!     allowClusterKinds: [Namespace]
+//!     allowNamespaces: [team-a]    # for a cluster-scoped parent's children
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -44,6 +45,9 @@ pub struct PluginConfig {
     /// Cluster-scoped child kinds this plugin may create.
     #[serde(default)]
     pub allow_cluster_kinds: Vec<String>,
+    /// Namespaces where a plugin with a cluster-scoped parent may create children.
+    #[serde(default)]
+    pub allow_namespaces: Vec<String>,
 }
 
 /// Read and check a config file; plugin paths come back absolute or relative to the cwd.

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use crate::apply::{APPLIED_ANNOTATION, MANAGED_BY, PLUGIN_LABEL};
 use crate::engine::{Kind, Metadata};
 
 /// A desired child that passed validation, with its namespace filled in.
@@ -30,16 +31,37 @@ pub struct Refusal {
     pub reason: String,
 }
 
+/// What the operator lets a plugin do beyond the parent's own namespace; a plugin cannot
+/// grant itself any of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Allowances {
+    /// Cluster-scoped child kinds the plugin may create (`Kind` or `plural.group`).
+    pub cluster_kinds: Vec<String>,
+    /// Namespaces where children of a cluster-scoped parent may be created (none by default).
+    pub namespaces: Vec<String>,
+}
+
+impl Allowances {
+    fn cluster_kind(&self, kind: &Kind) -> bool {
+        let qualified = format!("{}.{}", kind.plural, kind.group);
+        self.cluster_kinds
+            .iter()
+            .any(|k| *k == kind.kind || *k == qualified)
+    }
+}
+
 /// Check every desired child of a response for a parent in `parent_namespace`.
 ///
-/// Children must be of a declared kind, named, in the parent's namespace (cluster-scoped
-/// only when `allowed_cluster_kinds` names the kind), free of owner references (the host
-/// sets the only one), and unique.
+/// Children must be of a declared kind, carry a name the API server would accept for
+/// that kind (checked here because names become URL paths), live in the parent's
+/// namespace (a cluster-scoped parent's children only in namespaces `allow` lists;
+/// cluster-scoped children only of kinds `allow` lists), be free of owner references and
+/// of Capstan's own labels and annotations (the host sets those), and be unique.
 pub fn children(
     metadata: &Metadata,
     parent_namespace: Option<&str>,
     desired: Vec<serde_json::Value>,
-    allowed_cluster_kinds: &[String],
+    allow: &Allowances,
 ) -> Result<Vec<Child>, Refusal> {
     let mut seen = HashSet::new();
     desired
@@ -47,13 +69,10 @@ pub fn children(
         .enumerate()
         .map(|(index, object)| {
             let kind_name = object["kind"].as_str().unwrap_or("?");
-            let name = object["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
             let refuse = |reason: String| Refusal {
                 index,
-                what: format!("{kind_name}/{name}"),
+                what: format!("{kind_name}/{}", printable(name)),
                 reason,
             };
             let kind = metadata
@@ -63,48 +82,23 @@ pub fn children(
                 .ok_or_else(|| {
                     refuse(format!(
                         "{} {kind_name} is not a declared child kind",
-                        object["apiVersion"].as_str().unwrap_or("?")
+                        printable(object["apiVersion"].as_str().unwrap_or("?"))
                     ))
                 })?
                 .clone();
             if name.is_empty() {
                 return Err(refuse("metadata.name is missing".into()));
             }
+            object_name(&kind, name).map_err(|e| refuse(format!("metadata.name {e}")))?;
             if !object["metadata"]["ownerReferences"].is_null() {
                 return Err(refuse("carries ownerReferences; the host sets the owner".into()));
             }
-            let given = object["metadata"]["namespace"].as_str();
-            let namespace = if kind.namespaced {
-                match (given, parent_namespace) {
-                    (None, Some(parent)) => Some(parent.to_string()),
-                    (Some(ns), Some(parent)) if ns == parent => Some(ns.to_string()),
-                    (Some(ns), Some(parent)) => {
-                        return Err(refuse(format!(
-                            "namespace {ns} is not the parent's namespace {parent}"
-                        )));
-                    }
-                    (Some(ns), None) => Some(ns.to_string()),
-                    (None, None) => {
-                        return Err(refuse(
-                            "a namespaced child of a cluster-scoped parent needs metadata.namespace".into(),
-                        ));
-                    }
-                }
-            } else {
-                let qualified = format!("{}.{}", kind.plural, kind.group);
-                if !allowed_cluster_kinds
-                    .iter()
-                    .any(|k| *k == kind.kind || *k == qualified)
-                {
-                    return Err(refuse(format!(
-                        "{kind_name} is cluster-scoped and not allowed for this plugin"
-                    )));
-                }
-                None
-            };
-            if !seen.insert((kind.clone(), name.clone())) {
+            reserved_keys(&object, &metadata.name).map_err(&refuse)?;
+            let namespace = namespace(&kind, &object, parent_namespace, allow).map_err(&refuse)?;
+            if !seen.insert((kind.clone(), namespace.clone(), name.to_string())) {
                 return Err(refuse("appears twice".into()));
             }
+            let name = name.to_string();
             let mut object = object;
             if let Some(ns) = &namespace {
                 object["metadata"]["namespace"] = ns.clone().into();
@@ -117,6 +111,162 @@ pub fn children(
             })
         })
         .collect()
+}
+
+/// The namespace a child goes to, or why it may not go where it asks.
+fn namespace(
+    kind: &Kind,
+    object: &serde_json::Value,
+    parent_namespace: Option<&str>,
+    allow: &Allowances,
+) -> Result<Option<String>, String> {
+    let given = &object["metadata"]["namespace"];
+    let given = match given {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(ns) => Some(ns.as_str()),
+        _ => return Err("metadata.namespace is not a string".into()),
+    };
+    if !kind.namespaced {
+        if !allow.cluster_kind(kind) {
+            return Err(format!(
+                "{} is cluster-scoped and not allowed for this plugin",
+                kind.kind
+            ));
+        }
+        if let Some(ns) = given.filter(|ns| !ns.is_empty()) {
+            return Err(format!(
+                "{} is cluster-scoped but names namespace {}",
+                kind.kind,
+                printable(ns)
+            ));
+        }
+        return Ok(None);
+    }
+    if let Some(ns) = given {
+        dns1123_label(ns).map_err(|e| format!("metadata.namespace {e}"))?;
+    }
+    match (given, parent_namespace) {
+        (None, Some(parent)) => Ok(Some(parent.to_string())),
+        (Some(ns), Some(parent)) if ns == parent => Ok(Some(ns.to_string())),
+        (Some(ns), Some(parent)) => Err(format!("namespace {ns} is not the parent's namespace {parent}")),
+        (Some(ns), None) if allow.namespaces.iter().any(|a| a == ns) => Ok(Some(ns.to_string())),
+        (Some(ns), None) => Err(format!(
+            "namespace {ns} is not allowed for children of this cluster-scoped parent (allowed: {})",
+            if allow.namespaces.is_empty() {
+                "none; the operator grants namespaces with --namespace or allowNamespaces".to_string()
+            } else {
+                allow.namespaces.join(", ")
+            }
+        )),
+        (None, None) => Err("a namespaced child of a cluster-scoped parent needs metadata.namespace".into()),
+    }
+}
+
+/// Capstan's labels and annotation are the host's to set: a plugin that sets them to
+/// something else is trying to pass its child off as another plugin's.
+fn reserved_keys(object: &serde_json::Value, plugin: &str) -> Result<(), String> {
+    let meta = &object["metadata"];
+    for (key, own) in [(MANAGED_BY.0, MANAGED_BY.1), (PLUGIN_LABEL, plugin)] {
+        match &meta["labels"][key] {
+            serde_json::Value::Null => {}
+            v if v == own => {}
+            v => return Err(format!("sets label {key}={v}, which only the host sets")),
+        }
+    }
+    if !meta["annotations"][APPLIED_ANNOTATION].is_null() {
+        return Err(format!(
+            "sets annotation {APPLIED_ANNOTATION}, which only the host sets"
+        ));
+    }
+    Ok(())
+}
+
+/// Check `name` as the API server checks names of `kind`: it becomes part of a URL path.
+pub fn object_name(kind: &Kind, name: &str) -> Result<(), String> {
+    match (kind.group.as_str(), kind.kind.as_str()) {
+        ("", "Namespace") => dns1123_label(name),
+        ("", "Service") => dns1035_label(name),
+        // RBAC names may hold ':' (system:controller:…); the server checks only that they
+        // are a path segment.
+        ("rbac.authorization.k8s.io", _) => path_segment(name),
+        _ => dns1123_subdomain(name),
+    }
+}
+
+/// A name as it may be shown in a message: control characters escaped, long names cut.
+fn printable(s: &str) -> String {
+    let mut out: String = s.chars().take(80).flat_map(char::escape_default).collect();
+    if s.chars().count() > 80 {
+        out.push('…');
+    }
+    out
+}
+
+fn invalid(name: &str, rule: &str) -> String {
+    format!("{:?} is not a valid {rule}", printable(name))
+}
+
+fn label_ok(label: &str, first: fn(u8) -> bool) -> bool {
+    let b = label.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && first(b[0])
+        && (b[b.len() - 1].is_ascii_lowercase() || b[b.len() - 1].is_ascii_digit())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+fn lower_alnum(c: u8) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit()
+}
+
+/// RFC 1123 label: at most 63 lower-case alphanumerics or '-', alphanumeric at both ends.
+pub fn dns1123_label(s: &str) -> Result<(), String> {
+    if label_ok(s, lower_alnum) {
+        Ok(())
+    } else {
+        Err(invalid(
+            s,
+            "RFC 1123 label (at most 63 characters: a-z, 0-9, '-')",
+        ))
+    }
+}
+
+/// RFC 1035 label: an RFC 1123 label that starts with a letter.
+fn dns1035_label(s: &str) -> Result<(), String> {
+    if label_ok(s, |c| c.is_ascii_lowercase()) {
+        Ok(())
+    } else {
+        Err(invalid(
+            s,
+            "RFC 1035 label (at most 63 characters: a-z, 0-9, '-', starting with a letter)",
+        ))
+    }
+}
+
+/// RFC 1123 subdomain: at most 253 characters, dot-separated RFC 1123 labels.
+pub fn dns1123_subdomain(s: &str) -> Result<(), String> {
+    if !s.is_empty() && s.len() <= 253 && s.split('.').all(|l| label_ok(l, lower_alnum)) {
+        Ok(())
+    } else {
+        Err(invalid(
+            s,
+            "RFC 1123 subdomain (at most 253 characters: a-z, 0-9, '-', '.')",
+        ))
+    }
+}
+
+/// A path segment: no '/', '%', '?', '#', whitespace or control characters, not '.' or '..'.
+fn path_segment(s: &str) -> Result<(), String> {
+    let bad = |c: char| matches!(c, '/' | '%' | '?' | '#') || c.is_whitespace() || c.is_control();
+    if !s.is_empty() && s.len() <= 253 && s != "." && s != ".." && !s.contains(bad) {
+        Ok(())
+    } else {
+        Err(invalid(
+            s,
+            "path segment (no '/', '%', '?', '#', spaces; at most 253 characters)",
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -148,8 +298,11 @@ mod tests {
     }
 
     fn check(objects: Vec<serde_json::Value>, allowed: &[&str]) -> Result<Vec<Child>, Refusal> {
-        let allowed: Vec<String> = allowed.iter().map(|s| s.to_string()).collect();
-        children(&meta(), Some("team-a"), objects, &allowed)
+        let allow = Allowances {
+            cluster_kinds: allowed.iter().map(|s| s.to_string()).collect(),
+            namespaces: vec![],
+        };
+        children(&meta(), Some("team-a"), objects, &allow)
     }
 
     fn cm(name: &str, ns: Option<&str>) -> serde_json::Value {
@@ -220,5 +373,84 @@ mod tests {
             None
         );
         assert!(check(vec![ns], &["namespaces."]).is_ok());
+    }
+
+    fn reason(result: Result<Vec<Child>, Refusal>) -> String {
+        result.unwrap_err().reason
+    }
+
+    #[test]
+    fn names_that_would_change_the_request_path_are_refused() {
+        for bad in [
+            "x?dryRun=All&fieldManager=evil",
+            "victim/status",
+            "..",
+            "UPPER",
+            "a%2Fb",
+            "line\nbreak",
+            "-leading",
+        ] {
+            let r = reason(check(vec![cm(bad, None)], &[]));
+            assert!(r.contains("RFC 1123 subdomain"), "{bad}: {r}");
+        }
+        assert!(reason(check(vec![cm(&"a".repeat(300), None)], &[])).contains("at most 253"));
+        let longest = [&"a".repeat(63), &"b".repeat(63), &"c".repeat(63), &"d".repeat(61)]
+            .map(|s| s.as_str())
+            .join(".");
+        assert_eq!(longest.len(), 253);
+        assert!(check(vec![cm(&longest, None)], &[]).is_ok());
+        assert!(
+            check(vec![cm(&"a".repeat(64), None)], &[]).is_err(),
+            "a label is at most 63"
+        );
+        assert!(check(vec![cm("a.b-c.d1", None)], &[]).is_ok());
+        let control = reason(check(vec![cm("a\u{1b}[2J", None)], &[]));
+        assert!(control.contains("\\u{1b}"), "escaped in the message: {control}");
+    }
+
+    #[test]
+    fn names_follow_the_rules_of_their_kind() {
+        let service = kind("", "Service", "services", true);
+        assert!(
+            object_name(&service, "1abc").is_err(),
+            "a Service name starts with a letter"
+        );
+        assert!(object_name(&service, "abc").is_ok());
+        let namespace = kind("", "Namespace", "namespaces", false);
+        assert!(object_name(&namespace, "a.b").is_err());
+        let role = kind("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", false);
+        assert!(object_name(&role, "system:controller:x").is_ok());
+        assert!(object_name(&role, "a/b").is_err());
+        assert!(object_name(&role, "a?b").is_err());
+        assert!(check(vec![cm("a", Some("Bad_NS"))], &[]).is_err());
+    }
+
+    #[test]
+    fn a_cluster_scoped_parent_writes_only_into_namespaces_the_operator_allows() {
+        let none = Allowances::default();
+        let team_a = Allowances {
+            namespaces: vec!["team-a".into()],
+            ..Allowances::default()
+        };
+        let r = children(&meta(), None, vec![cm("a", Some("kube-system"))], &none).unwrap_err();
+        assert!(r.reason.contains("not allowed"), "{}", r.reason);
+        assert!(children(&meta(), None, vec![cm("a", Some("kube-system"))], &team_a).is_err());
+        assert!(children(&meta(), None, vec![cm("a", None)], &team_a).is_err());
+        let ok = children(&meta(), None, vec![cm("a", Some("team-a"))], &team_a).unwrap();
+        assert_eq!(ok[0].namespace.as_deref(), Some("team-a"));
+    }
+
+    #[test]
+    fn the_host_labels_and_annotation_cannot_be_set_by_a_plugin() {
+        let mut stolen = cm("a", None);
+        stolen["metadata"]["labels"] = json!({"capstan.dev/plugin": "other"});
+        assert!(reason(check(vec![stolen], &[])).contains("capstan.dev/plugin"));
+        let mut own = cm("a", None);
+        own["metadata"]["labels"] =
+            json!({"capstan.dev/plugin": "p", "app.kubernetes.io/managed-by": "capstan"});
+        assert!(check(vec![own], &[]).is_ok(), "its own values are harmless");
+        let mut forged = cm("a", None);
+        forged["metadata"]["annotations"] = json!({"capstan.dev/applied": "0"});
+        assert!(reason(check(vec![forged], &[])).contains("annotation"));
     }
 }

@@ -121,6 +121,7 @@ fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Vec<(PathBuf,
                     concurrency: None,
                     resync: None,
                     allow_cluster_kinds: Vec::new(),
+                    allow_namespaces: Vec::new(),
                 });
             }
         }
@@ -135,7 +136,17 @@ fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Vec<(PathBuf,
             let mut options = defaults.clone();
             options.concurrency = e.concurrency.unwrap_or(options.concurrency);
             options.resync = e.resync.unwrap_or(options.resync);
-            options.allowed_cluster_kinds.extend(e.allow_cluster_kinds);
+            options.allow.cluster_kinds.extend(e.allow_cluster_kinds);
+            if let Some(ns) = &args.namespace
+                && let Some(outside) = e.allow_namespaces.iter().find(|n| *n != ns)
+            {
+                anyhow::bail!(
+                    "{}: allowNamespaces names {outside}, outside --namespace {ns}",
+                    e.path.display()
+                );
+            }
+            options.allow.namespaces.extend(e.allow_namespaces);
+            options.allow.namespaces.dedup();
             Ok((e.path, plugin, options))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -153,7 +164,12 @@ fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Vec<(PathBuf,
 fn defaults(args: &RunArgs) -> Options {
     Options {
         namespace: args.namespace.clone(),
-        allowed_cluster_kinds: args.allow_cluster_kinds.clone(),
+        allow: crate::validate::Allowances {
+            cluster_kinds: args.allow_cluster_kinds.clone(),
+            // Children of a cluster-scoped parent may go into the one namespace the host
+            // watches; without --namespace, only where a plugin's config allows.
+            namespaces: args.namespace.iter().cloned().collect(),
+        },
         concurrency: args.concurrency,
         resync: args.resync,
     }

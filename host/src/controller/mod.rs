@@ -15,7 +15,7 @@ use anyhow::Context as _;
 use futures::{StreamExt, TryStreamExt};
 use kube::Client;
 use kube::api::{Api, DynamicObject, GroupVersionKind};
-use kube::discovery::ApiResource;
+use kube::discovery::{ApiResource, Scope};
 use kube::runtime::controller::{Config, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -32,8 +32,8 @@ use crate::leader::Leader;
 pub struct Options {
     /// Watch only this namespace.
     pub namespace: Option<String>,
-    /// Cluster-scoped child kinds the plugin may create (`Kind` or `plural.group`).
-    pub allowed_cluster_kinds: Vec<String>,
+    /// What the operator allows the plugin beyond its parent's namespace.
+    pub allow: crate::validate::Allowances,
     /// Reconciles of this plugin running at once.
     pub concurrency: u16,
     /// Reconcile every parent at least this often.
@@ -44,7 +44,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             namespace: None,
-            allowed_cluster_kinds: vec![],
+            allow: Default::default(),
             concurrency: 16,
             resync: Duration::from_secs(600),
         }
@@ -69,7 +69,7 @@ struct Shared {
     children: Vec<ChildKind>,
     recorder: Recorder,
     options: Options,
-    backoff: backoff::Backoff,
+    backoff: Arc<backoff::Backoff>,
     queue: Arc<queue::Queue>,
     leader: Leader,
     /// True once the parent and every child cache have listed.
@@ -100,13 +100,43 @@ impl SyncCount {
     }
 }
 
-/// Resolve a plugin's kind through API discovery, with a clear error when it is not served.
+/// Resolve a plugin's kind through API discovery: served, and with the plural and scope
+/// the plugin declared (the host checks rather than trusts them: a cluster-scoped kind
+/// declared as namespaced would slip past the namespace rules).
 async fn resolve(client: &Client, kind: &Kind) -> anyhow::Result<ApiResource> {
     let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
-    let (resource, _) = kube::discovery::pinned_kind(client, &gvk)
-        .await
-        .with_context(|| format!("kind {kind} is not served by the API server"))?;
+    let (resource, caps) =
+        match tokio::time::timeout(DISCOVERY_TIMEOUT, kube::discovery::pinned_kind(client, &gvk)).await {
+            Ok(Ok(found)) => found,
+            // kube's error for an unknown kind wraps the server's 404 page; its text helps nobody.
+            Ok(Err(kube::Error::Api(e))) if e.code == 404 => {
+                anyhow::bail!("kind {kind} is not served by the API server")
+            }
+            Ok(Err(e)) => return Err(e).with_context(|| format!("cannot discover kind {kind}")),
+            Err(_) => anyhow::bail!("discovery of kind {kind} timed out after {DISCOVERY_TIMEOUT:?}"),
+        };
+    declared_as_served(kind, &resource.plural, caps.scope == Scope::Namespaced)?;
     Ok(resource)
+}
+
+/// How long one discovery request may take before the plugin is reported and retried.
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A declared kind must match discovery in plural and scope.
+fn declared_as_served(kind: &Kind, plural: &str, namespaced: bool) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        kind.plural == plural,
+        "kind {kind} is declared with plural {:?} but the API server serves it as {plural:?}",
+        kind.plural
+    );
+    let scope = |n: bool| if n { "namespaced" } else { "cluster-scoped" };
+    anyhow::ensure!(
+        kind.namespaced == namespaced,
+        "kind {kind} is declared {} but the API server serves it {}",
+        scope(kind.namespaced),
+        scope(namespaced)
+    );
+    Ok(())
 }
 
 /// Check every kind of a plugin is served, before anything is started for it.
@@ -122,6 +152,20 @@ fn api(client: &Client, resource: &ApiResource, namespace: Option<&str>) -> Api<
     match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
         None => Api::all_with(client.clone(), resource),
+    }
+}
+
+/// Objects of a list come without `apiVersion` and `kind` (list items carry no type);
+/// the contract promises both to plugins, and the unchanged-check compares them.
+fn typed(resource: &ApiResource) -> impl FnMut(&mut DynamicObject) + Send + 'static {
+    let types = kube::api::TypeMeta {
+        api_version: resource.api_version.clone(),
+        kind: resource.kind.clone(),
+    };
+    move |o| {
+        if o.types.is_none() {
+            o.types = Some(types.clone());
+        }
     }
 }
 
@@ -162,15 +206,21 @@ pub async fn run(
     });
     let tracked = queue.clone();
     let listed = sync.mark();
+    let backoff = Arc::new(backoff::Backoff::default());
+    let forget = backoff.clone();
     let parents = reflector::reflector(
         writer,
-        watcher(api(&client, &parent, namespace), watcher::Config::default()),
+        watcher(api(&client, &parent, namespace), watcher::Config::default()).modify(typed(&parent)),
     )
     .inspect_ok(move |event| match event {
         watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
             tracked.add(key(o.namespace().as_deref(), &o.name_any()))
         }
-        watcher::Event::Delete(o) => tracked.forget(&key(o.namespace().as_deref(), &o.name_any())),
+        watcher::Event::Delete(o) => {
+            let key = key(o.namespace().as_deref(), &o.name_any());
+            forget.forget(&key);
+            tracked.forget(&key);
+        }
         watcher::Event::InitDone => listed(),
         watcher::Event::Init => {}
     })
@@ -188,22 +238,25 @@ pub async fn run(
         let (tracked, owner) = (queue.clone(), parent.clone());
         let namespaced = metadata.parent.namespaced;
         let listed = sync.mark();
-        let stream = reflector::reflector(writer, watcher(api(&client, &resource, ns), config))
-            .default_backoff()
-            .inspect_ok(move |event| {
-                if matches!(event, watcher::Event::InitDone) {
-                    listed();
+        let stream = reflector::reflector(
+            writer,
+            watcher(api(&client, &resource, ns), config).modify(typed(&resource)),
+        )
+        .default_backoff()
+        .inspect_ok(move |event| {
+            if matches!(event, watcher::Event::InitDone) {
+                listed();
+            }
+        })
+        .touched_objects()
+        .inspect_ok(move |child| {
+            let ns = child.namespace().filter(|_| namespaced);
+            for r in child.owner_references() {
+                if r.kind == owner.kind && r.api_version == owner.api_version {
+                    tracked.add(key(ns.as_deref(), &r.name));
                 }
-            })
-            .touched_objects()
-            .inspect_ok(move |child| {
-                let ns = child.namespace().filter(|_| namespaced);
-                for r in child.owner_references() {
-                    if r.kind == owner.kind && r.api_version == owner.api_version {
-                        tracked.add(key(ns.as_deref(), &r.name));
-                    }
-                }
-            });
+            }
+        });
         controller = controller.owns_stream_with(stream, resource.clone());
         children.push(ChildKind {
             kind: kind.clone(),
@@ -251,7 +304,7 @@ pub async fn run(
         cache,
         children,
         options,
-        backoff: backoff::Backoff::default(),
+        backoff,
         queue,
         leader,
         synced: synced_rx,

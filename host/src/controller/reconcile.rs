@@ -32,6 +32,9 @@ pub enum Error {
     /// A Kubernetes API call failed.
     #[error("API: {0}")]
     Api(#[from] kube::Error),
+    /// A child the response names exists and belongs to someone else; nothing was applied.
+    #[error("child conflict: {0}")]
+    Conflict(String),
     /// The blocking dispatch task died.
     #[error("dispatch task failed: {0}")]
     Join(String),
@@ -127,75 +130,169 @@ pub fn error_policy(parent: Arc<DynamicObject>, error: &Error, shared: Arc<Share
     Action::requeue(delay)
 }
 
-/// One reconcile; `Ok(Some(d))` asks to be called again after `d`, `Ok(None)` only on change.
+/// An observed child: which declared kind, and the object from its cache.
+struct Observed {
+    kind: usize,
+    object: Arc<DynamicObject>,
+}
+
+/// One reconcile, as named steps; `Ok(Some(d))` asks to be called again after `d`,
+/// `Ok(None)` only on change.
 async fn reconcile_inner(
     parent: &DynamicObject,
     plugin: &Arc<dyn Reconcile>,
     shared: &Shared,
 ) -> Result<Option<Duration>, Error> {
     let metadata = plugin.metadata();
+    let deleting = parent.meta().deletion_timestamp.is_some();
+    if let Some(done) = ensure_finalizer(parent, metadata, shared, deleting).await? {
+        return Ok(done);
+    }
+    let observed = observe(parent, shared);
+    let (request, result) = dispatch(parent, plugin, &observed, deleting).await?;
+    let Some(response) = outcome(parent, metadata, shared, result).await? else {
+        return Ok(None);
+    };
+    let mut desired = check(parent, metadata, shared, response.children).await?;
+    for child in &mut desired {
+        apply::own(child, parent, &shared.parent, &metadata.name);
+    }
+    let plan = claim(parent, metadata, shared, desired, &observed, &request.children).await?;
+    apply_children(shared, &metadata.name, &plan).await?;
+    prune(shared, &metadata.name, &plan, &observed).await?;
+    if let Some(status) = &response.status
+        && parent.data.get("status") != Some(status)
+    {
+        apply::status(&shared.client, &shared.parent, parent, status, &metadata.name).await?;
+        count_write(&metadata.name);
+    }
+    for event in &response.events {
+        let kind = match event.event_type {
+            EventType::Normal => KubeEventType::Normal,
+            EventType::Warning => KubeEventType::Warning,
+        };
+        publish(shared, parent, kind, &event.reason, &event.message).await;
+    }
+    if deleting && response.finalized {
+        release_finalizer(parent, metadata, shared).await?;
+        return Ok(None);
+    }
+    Ok(Some(response.requeue_after.unwrap_or(shared.options.resync)))
+}
+
+/// Add the plugin's finalizer to a live parent that lacks it; `Some` ends the reconcile
+/// (a deleted parent without it needs nothing, and the update wakes the parent again).
+async fn ensure_finalizer(
+    parent: &DynamicObject,
+    metadata: &crate::engine::Metadata,
+    shared: &Shared,
+    deleting: bool,
+) -> Result<Option<Option<Duration>>, Error> {
     let finalizer = metadata.finalizer.as_deref();
     let has_finalizer = finalizer.is_some_and(|f| parent.finalizers().iter().any(|x| x == f));
-    let deleting = parent.meta().deletion_timestamp.is_some();
     if deleting && !has_finalizer {
-        return Ok(None);
+        return Ok(Some(None));
     }
     if let (Some(f), false, false) = (finalizer, has_finalizer, deleting) {
         let mut finalizers = parent.finalizers().to_vec();
         finalizers.push(f.to_string());
         apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
         count_write(&metadata.name);
-        // The update wakes this parent again with the finalizer in place.
-        return Ok(None);
+        return Ok(Some(None));
     }
+    Ok(None)
+}
 
+/// Remove the plugin's finalizer once it answered `finalized`.
+async fn release_finalizer(
+    parent: &DynamicObject,
+    metadata: &crate::engine::Metadata,
+    shared: &Shared,
+) -> Result<(), Error> {
+    let finalizers = parent
+        .finalizers()
+        .iter()
+        .filter(|f| Some(f.as_str()) != metadata.finalizer.as_deref())
+        .cloned()
+        .collect();
+    apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
+    count_write(&metadata.name);
+    Ok(())
+}
+
+/// The cached children this parent controls (the caches hold only this plugin's).
+fn observe(parent: &DynamicObject, shared: &Shared) -> Vec<Observed> {
     let uid = parent.uid().unwrap_or_default();
-    let observed: Vec<(usize, Arc<DynamicObject>)> = shared
+    shared
         .children
         .iter()
         .enumerate()
-        .flat_map(|(i, c)| c.store.state().into_iter().map(move |o| (i, o)))
-        .filter(|(_, o)| {
-            o.owner_references()
+        .flat_map(|(kind, c)| {
+            c.store
+                .state()
+                .into_iter()
+                .map(move |object| Observed { kind, object })
+        })
+        .filter(|o| {
+            o.object
+                .owner_references()
                 .iter()
                 .any(|r| r.controller == Some(true) && r.uid == uid)
         })
-        .collect();
+        .collect()
+}
+
+/// Run the plugin on a blocking thread. The request comes back: its observed children,
+/// already JSON, serve the unchanged-check instead of converting every object again.
+async fn dispatch(
+    parent: &DynamicObject,
+    plugin: &Arc<dyn Reconcile>,
+    observed: &[Observed],
+    finalizing: bool,
+) -> Result<(Request, Result<crate::engine::Response, DispatchError>), Error> {
     let request = Request {
         parent: serde_json::to_value(parent).unwrap_or_default(),
         children: observed
             .iter()
-            .map(|(_, o)| serde_json::to_value(&**o).unwrap_or_default())
+            .map(|o| serde_json::to_value(&*o.object).unwrap_or_default())
             .collect(),
-        finalizing: deleting,
+        finalizing,
     };
     let plugin = plugin.clone();
-    let metrics = crate::ops::metrics::get();
     let label = PluginLabel {
-        plugin: metadata.name.clone(),
+        plugin: plugin.metadata().name.clone(),
     };
     let start = std::time::Instant::now();
-    // The request comes back: its observed children, already JSON, serve the
-    // unchanged-check below instead of converting every observed object a second time.
-    let (request, result) = tokio::task::spawn_blocking(move || {
+    let done = tokio::task::spawn_blocking(move || {
         let result = plugin.reconcile(&request);
         (request, result)
     })
     .await
     .map_err(|e| Error::Join(e.to_string()))?;
-    metrics
+    crate::ops::metrics::get()
         .dispatch_time
         .get_or_create(&label)
         .observe(start.elapsed().as_secs_f64());
+    Ok(done)
+}
 
-    let response = match result {
-        Ok(response) => response,
-        Err(DispatchError::Retry(m)) => return Err(Error::Retry(m)),
+/// The plugin's answer: a response to act on, `None` for a fatal error (recorded, wait
+/// for a change), or an error to retry with backoff.
+async fn outcome(
+    parent: &DynamicObject,
+    metadata: &crate::engine::Metadata,
+    shared: &Shared,
+    result: Result<crate::engine::Response, DispatchError>,
+) -> Result<Option<crate::engine::Response>, Error> {
+    match result {
+        Ok(response) => Ok(Some(response)),
+        Err(DispatchError::Retry(m)) => Err(Error::Retry(m)),
         Err(DispatchError::Fatal(m)) => {
             warn(shared, parent, "ReconcileFailed", &m).await;
-            return Ok(None);
+            Ok(None)
         }
         Err(DispatchError::Fault(f)) => {
+            let metrics = crate::ops::metrics::get();
             let cause = FaultLabels {
                 plugin: metadata.name.clone(),
                 cause: f.cause().into(),
@@ -208,20 +305,30 @@ async fn reconcile_inner(
                 metrics.reconcile_panics.get_or_create(&controller).inc();
             }
             warn(shared, parent, "PluginFault", &format!("plugin {f}")).await;
-            return Err(Error::Fault(f));
+            Err(Error::Fault(f))
         }
-    };
-    let desired = validate::children(
+    }
+}
+
+/// Validate the whole response before anything of it is written.
+async fn check(
+    parent: &DynamicObject,
+    metadata: &crate::engine::Metadata,
+    shared: &Shared,
+    children: Vec<serde_json::Value>,
+) -> Result<Vec<validate::Child>, Error> {
+    match validate::children(
         metadata,
         parent.namespace().as_deref(),
-        response.children,
-        &shared.options.allowed_cluster_kinds,
-    )
-    .map_err(Error::Refused);
-    let mut desired = match desired {
-        Ok(d) => d,
-        Err(Error::Refused(r)) => {
-            metrics.refused.get_or_create(&label).inc();
+        children,
+        &shared.options.allow,
+    ) {
+        Ok(desired) => Ok(desired),
+        Err(r) => {
+            let label = PluginLabel {
+                plugin: metadata.name.clone(),
+            };
+            crate::ops::metrics::get().refused.get_or_create(&label).inc();
             warn(
                 shared,
                 parent,
@@ -229,63 +336,130 @@ async fn reconcile_inner(
                 &format!("nothing applied: {r}"),
             )
             .await;
-            return Err(Error::Refused(r));
+            Err(Error::Refused(r))
         }
-        Err(e) => return Err(e),
-    };
+    }
+}
 
-    let name = &metadata.name;
-    for child in &mut desired {
-        let Some(c) = shared.children.iter().find(|c| c.kind == child.kind) else {
+/// What to do with one desired child.
+struct Step {
+    child: validate::Child,
+    kind: usize,
+    /// The last apply was of this very object and it still holds.
+    unchanged: bool,
+}
+
+/// Match every desired child to what exists: the parent's own children are updated (or
+/// left alone when unchanged); a name that is free is created; a name held by an object
+/// this parent and plugin do not control refuses the whole response — the host never
+/// adopts (client-go's sample-controller: "already exists and is not managed by").
+async fn claim(
+    parent: &DynamicObject,
+    metadata: &crate::engine::Metadata,
+    shared: &Shared,
+    desired: Vec<validate::Child>,
+    observed: &[Observed],
+    observed_json: &[serde_json::Value],
+) -> Result<Vec<Step>, Error> {
+    let uid = parent.uid().unwrap_or_default();
+    let mut plan = Vec::with_capacity(desired.len());
+    for child in desired {
+        let Some(kind) = shared.children.iter().position(|c| c.kind == child.kind) else {
             continue;
         };
-        apply::own(child, parent, &shared.parent, name);
-        let current = observed.iter().zip(&request.children).find(|((i, o), _)| {
-            shared.children[*i].kind == child.kind
-                && o.name_any() == child.name
-                && o.namespace() == child.namespace
-        });
-        let unchanged = current.is_some_and(|(_, json)| apply::is_subset(&child.object, json));
-        if !unchanged {
-            apply::apply(&shared.client, &c.resource, child, name).await?;
-            count_write(name);
-        }
-    }
-    for (i, o) in &observed {
-        let kind = &shared.children[*i].kind;
-        let wanted = desired
+        let current = observed
             .iter()
-            .any(|d| &d.kind == kind && d.name == o.name_any() && d.namespace == o.namespace());
-        if !wanted {
-            apply::prune(&shared.client, &shared.children[*i].resource, o).await?;
-            count_write(name);
+            .zip(observed_json)
+            .find(|(o, _)| o.kind == kind && same(&o.object, &child));
+        if let Some((_, json)) = current {
+            let unchanged = apply::unchanged(&child.object, json);
+            plan.push(Step {
+                child,
+                kind,
+                unchanged,
+            });
+            continue;
         }
-    }
-    if let Some(status) = &response.status
-        && parent.data.get("status") != Some(status)
-    {
-        apply::status(&shared.client, &shared.parent, parent, status, name).await?;
-        count_write(name);
-    }
-    for event in &response.events {
-        let kind = match event.event_type {
-            EventType::Normal => KubeEventType::Normal,
-            EventType::Warning => KubeEventType::Warning,
+        let c = &shared.children[kind];
+        let mut reference = ObjectRef::new_with(&child.name, c.resource.clone());
+        reference.namespace = child.namespace.clone();
+        let existing = match c.store.get(&reference) {
+            Some(cached) => Some(cached),
+            None => apply::get(
+                &shared.client,
+                &c.resource,
+                child.namespace.as_deref(),
+                &child.name,
+            )
+            .await?
+            .map(Arc::new),
         };
-        publish(shared, parent, kind, &event.reason, &event.message).await;
+        if let Some(existing) = existing
+            && !apply::controlled_by(&existing, &uid, &metadata.name)
+        {
+            let what = format!(
+                "{} {}{}",
+                child.kind.kind,
+                child
+                    .namespace
+                    .as_deref()
+                    .map(|n| format!("{n}/"))
+                    .unwrap_or_default(),
+                child.name
+            );
+            let message = format!(
+                "{what} already exists and is not controlled by this {} (its controller: {}); nothing applied",
+                shared.parent.kind,
+                apply::controller_of(&existing)
+            );
+            let label = PluginLabel {
+                plugin: metadata.name.clone(),
+            };
+            crate::ops::metrics::get()
+                .child_conflicts
+                .get_or_create(&label)
+                .inc();
+            warn(shared, parent, "ChildConflict", &message).await;
+            return Err(Error::Conflict(message));
+        }
+        plan.push(Step {
+            child,
+            kind,
+            unchanged: false,
+        });
     }
-    if deleting && response.finalized {
-        let finalizers = parent
-            .finalizers()
-            .iter()
-            .filter(|f| Some(f.as_str()) != finalizer)
-            .cloned()
-            .collect();
-        apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
-        count_write(name);
-        return Ok(None);
+    Ok(plan)
+}
+
+/// Same kind's cache, same namespace and name.
+fn same(object: &DynamicObject, child: &validate::Child) -> bool {
+    object.name_any() == child.name && object.namespace() == child.namespace
+}
+
+/// Server-side apply every child that would change.
+async fn apply_children(shared: &Shared, plugin: &str, plan: &[Step]) -> Result<(), Error> {
+    for step in plan.iter().filter(|s| !s.unchanged) {
+        apply::apply(
+            &shared.client,
+            &shared.children[step.kind].resource,
+            &step.child,
+            plugin,
+        )
+        .await?;
+        count_write(plugin);
     }
-    Ok(Some(response.requeue_after.unwrap_or(shared.options.resync)))
+    Ok(())
+}
+
+/// Delete every observed child the response no longer holds.
+async fn prune(shared: &Shared, plugin: &str, plan: &[Step], observed: &[Observed]) -> Result<(), Error> {
+    for o in observed {
+        if !plan.iter().any(|s| s.kind == o.kind && same(&o.object, &s.child)) {
+            apply::prune(&shared.client, &shared.children[o.kind].resource, &o.object).await?;
+            count_write(plugin);
+        }
+    }
+    Ok(())
 }
 
 /// Count one API write of `plugin`'s reconciles.

@@ -104,6 +104,12 @@ pub struct Metrics {
     pub api_writes: Family<PluginLabel, Counter>,
     /// capstan_plugin_reloads_total: hot reloads by result.
     pub reloads: Family<ReloadLabels, Counter>,
+    /// capstan_child_conflicts_total: responses refused because a child they name
+    /// already exists and belongs to someone else.
+    pub child_conflicts: Family<PluginLabel, Counter>,
+    /// capstan_plugin_up: 1 while a plugin's controller runs, 0 while it waits (e.g. for
+    /// its kinds to be served) or failed to load.
+    pub plugin_up: Family<PluginLabel, Gauge>,
 }
 
 /// client-go's workqueue buckets: 1 µs to 10 s, ×10.
@@ -140,6 +146,8 @@ pub fn get() -> &'static Metrics {
             refused: Family::default(),
             api_writes: Family::default(),
             reloads: Family::default(),
+            child_conflicts: Family::default(),
+            plugin_up: Family::default(),
         };
         let r = &mut m.registry;
         // prometheus-client appends `_total` to counters itself.
@@ -219,6 +227,16 @@ pub fn get() -> &'static Metrics {
             "capstan_plugin_reloads",
             "Plugin files reloaded, restarted with new watches, started, or refused",
             m.reloads.clone(),
+        );
+        r.register(
+            "capstan_child_conflicts",
+            "Responses refused because a child they name exists and belongs to another owner",
+            m.child_conflicts.clone(),
+        );
+        r.register(
+            "capstan_plugin_up",
+            "1 while the plugin's controller runs, 0 while it waits for its kinds or failed to load",
+            m.plugin_up.clone(),
         );
         m
     })
