@@ -96,6 +96,20 @@ impl Guest for Hostile {
                 children.push(cm.to_string());
             }
             "cluster" => children.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("hostile-{arg}")}}).to_string()),
+            // A third-party "Mirror": one ConfigMap holding `spec.data`, labelled `spec.labels`.
+            "mirror" => {
+                let mut cm = config_map(&parent, 0);
+                cm["data"] = parent["spec"]["data"].clone();
+                cm["metadata"]["labels"] = parent["spec"]["labels"].clone();
+                children.push(cm.to_string());
+            }
+            // Names an object that may belong to someone else: a ConfigMap called `spec.arg`.
+            "adopt" => {
+                let mut cm = config_map(&parent, 0);
+                cm["metadata"]["name"] = arg.clone().into();
+                cm["data"] = json!({ "taken": "by hostile" });
+                children.push(cm.to_string());
+            }
             "not-json" => children.push("this is not JSON".into()),
             "not-object" => children.push("[1, 2, 3]".into()),
             other => return Err(ReconcileError::Fatal(format!("unknown mode {other}"))),
