@@ -1,23 +1,32 @@
-//! The running plugins, one controller each: start them, swap in a new version of a
-//! plugin whose kinds are unchanged (in-flight reconciles finish on the old one), restart
-//! a plugin whose kinds changed with new watches, refuse a broken new file while the old
-//! version keeps serving, and stop them all on shutdown.
+//! The running plugins, one unit each, isolated from each other: a unit waits (with
+//! backoff, reported in `/readyz` and `capstan_plugin_up`) until its kinds are served,
+//! then runs its controller; a new version with the same kinds is swapped in (in-flight
+//! reconciles finish on the old one), one whose kinds changed restarts its unit with new
+//! watches, a broken new file is refused while the old version keeps serving. Nothing one
+//! plugin does stops another or the host, and stopping is bounded by a grace period.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::{self, Options};
 use crate::engine::{Engine, Limits, Metadata, Plugin, Reconcile};
 use crate::leader::Leader;
+use crate::ops::health::{Health, PluginState};
 use crate::ops::metrics::{self, ReloadLabels};
 use crate::reload::{self, FileWatch};
 
-/// One plugin's controller.
-struct Running {
+/// First wait before a unit whose kinds are not served looks again; doubles to [`RETRY_MAX`].
+const RETRY_MIN: Duration = Duration::from_secs(1);
+/// Longest wait between two looks at a plugin's kinds.
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// One plugin's controller, run by its own task.
+struct Unit {
     watch: FileWatch,
     limits: Limits,
     options: Options,
@@ -26,34 +35,44 @@ struct Running {
     task: JoinHandle<()>,
 }
 
-/// All running plugins of this host.
+impl Unit {
+    fn name(&self) -> String {
+        self.version.borrow().metadata().name.clone()
+    }
+}
+
+/// All plugins of this host.
 pub struct Supervisor {
     client: kube::Client,
     engine: Engine,
     leader: Leader,
-    running: Vec<Running>,
+    health: Health,
+    /// How long stopping a unit may take before its task is aborted.
+    grace: Duration,
+    units: Vec<Unit>,
     /// Defaults for plugins that appear in the directory later.
     dir: Option<(PathBuf, Options)>,
-    failures: mpsc::UnboundedSender<anyhow::Error>,
-    /// Files in the plugin directory that did not load.
+    /// Files that did not load; tried again when they change.
     broken: Vec<FileWatch>,
 }
 
 impl Supervisor {
-    /// A supervisor; a controller that fails sends its error to `failures`.
+    /// A supervisor reporting into `health`; stopping a plugin takes at most `grace`.
     pub fn new(
         client: kube::Client,
         engine: Engine,
         leader: Leader,
-        failures: mpsc::UnboundedSender<anyhow::Error>,
+        health: Health,
+        grace: Duration,
     ) -> Self {
         Supervisor {
             client,
             engine,
             leader,
-            running: Vec::new(),
+            health,
+            grace,
+            units: Vec::new(),
             dir: None,
-            failures,
             broken: Vec::new(),
         }
     }
@@ -63,14 +82,13 @@ impl Supervisor {
         self.dir = Some((dir, defaults));
     }
 
-    /// Start a controller for `plugin` loaded from `path`; the receiver fires once its caches synced.
-    pub fn start(&mut self, path: PathBuf, plugin: Plugin, options: Options) -> oneshot::Receiver<()> {
+    /// Run `plugin`, loaded from `path`, in a unit of its own.
+    pub fn start(&mut self, path: PathBuf, plugin: Plugin, options: Options) {
         let limits = plugin.limits().clone();
         let (version, rx) = watch::channel(Arc::new(plugin) as Arc<dyn Reconcile>);
-        let (synced, ready) = oneshot::channel();
         let stop = CancellationToken::new();
-        let task = self.spawn(rx, options.clone(), stop.clone(), synced);
-        self.running.push(Running {
+        let task = self.spawn(rx, options.clone(), stop.clone());
+        self.units.push(Unit {
             watch: FileWatch::new(path),
             limits,
             options,
@@ -78,7 +96,15 @@ impl Supervisor {
             stop,
             task,
         });
-        ready
+    }
+
+    /// Report a file that did not load: `/readyz` names it, and with hot reload it is
+    /// tried again once it changes.
+    pub fn broken(&mut self, path: PathBuf, error: &str) {
+        tracing::error!(path = %path.display(), error, "plugin not loaded; the other plugins run");
+        self.health
+            .plugin(&file_key(&path), PluginState::Failed(error.to_string()));
+        self.broken.push(FileWatch::new(path));
     }
 
     fn spawn(
@@ -86,32 +112,31 @@ impl Supervisor {
         plugin: watch::Receiver<Arc<dyn Reconcile>>,
         options: Options,
         stop: CancellationToken,
-        synced: oneshot::Sender<()>,
     ) -> JoinHandle<()> {
-        let (client, leader, failures) = (self.client.clone(), self.leader.clone(), self.failures.clone());
-        tokio::spawn(async move {
-            let shutdown = async move { stop.cancelled().await };
-            if let Err(e) = controller::run(client, plugin, options, leader, shutdown, synced).await {
-                let _ = failures.send(e);
-            }
-        })
+        let (client, leader, health) = (self.client.clone(), self.leader.clone(), self.health.clone());
+        tokio::spawn(unit(client, plugin, options, leader, stop, health))
     }
 
-    /// Look for replaced plugin files (and new ones in the plugin directory) and act on them.
+    /// Look for replaced plugin files (and new or fixed ones) and act on them.
     pub async fn reload(&mut self) {
-        for i in 0..self.running.len() {
-            if let Some(bytes) = self.running[i].watch.changed() {
-                self.replace(i, &bytes).await;
+        for i in 0..self.units.len() {
+            if let Some(bytes) = self.units[i].watch.changed() {
+                self.replace(i, bytes).await;
             }
         }
-        let Some((dir, defaults)) = self.dir.clone() else {
-            return;
-        };
-        let Ok(paths) = reload::wasm_files(&dir) else {
-            return;
-        };
+        let mut paths: Vec<PathBuf> = Vec::new();
+        if let Some((dir, _)) = &self.dir
+            && let Ok(found) = reload::wasm_files(dir)
+        {
+            paths.extend(found);
+        }
+        for b in &self.broken {
+            if !paths.iter().any(|p| p == b.path()) {
+                paths.push(b.path().to_path_buf());
+            }
+        }
         for path in paths {
-            if self.running.iter().any(|r| r.watch.path() == path) {
+            if self.units.iter().any(|u| u.watch.path() == path) {
                 continue;
             }
             // A file that failed to load is retried only when it changes, so it is reported once.
@@ -128,70 +153,169 @@ impl Supervisor {
                     }
                 }
             };
-            match self.engine.load(&bytes, Limits::default()) {
-                Ok(plugin) if self.named(&plugin.metadata().name) => {
-                    refused(&plugin.metadata().name, &path, "another plugin has this name")
-                }
-                Ok(plugin) => {
-                    tracing::info!(plugin = %plugin.metadata().name, path = %path.display(), "new plugin started");
-                    count(&plugin.metadata().name, "started");
-                    self.broken.retain(|b| b.path() != path);
-                    drop(self.start(path, plugin, defaults.clone()));
-                }
-                Err(e) => refused("", &path, &e.to_string()),
+            self.add(path, bytes).await;
+        }
+    }
+
+    /// Start a new (or fixed) plugin file with the directory's defaults.
+    async fn add(&mut self, path: PathBuf, bytes: Vec<u8>) {
+        let options = self.dir.as_ref().map(|(_, d)| d.clone()).unwrap_or_default();
+        match self.load(bytes, Limits::default()).await {
+            Ok(plugin) if self.named(&plugin.metadata().name) => {
+                refused(&plugin.metadata().name, &path, "another plugin has this name")
+            }
+            Ok(plugin) => {
+                let name = plugin.metadata().name.clone();
+                tracing::info!(plugin = %name, path = %path.display(), "new plugin started");
+                count(&name, "started");
+                self.broken.retain(|b| b.path() != path);
+                self.health.forget(&file_key(&path));
+                self.start(path, plugin, options);
+            }
+            Err(e) => {
+                self.health
+                    .plugin(&file_key(&path), PluginState::Failed(e.clone()));
+                refused("", &path, &e);
             }
         }
     }
 
-    fn named(&self, name: &str) -> bool {
-        self.running
-            .iter()
-            .any(|r| r.version.borrow().metadata().name == name)
+    /// Compile and read a plugin on a blocking thread: Wasmtime's WASI output may block on
+    /// a runtime of its own, which must not happen on one of the host's async workers.
+    async fn load(&self, bytes: Vec<u8>, limits: Limits) -> Result<Plugin, String> {
+        let engine = self.engine.clone();
+        match tokio::task::spawn_blocking(move || engine.load(&bytes, limits)).await {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("loading failed: {e}")),
+        }
     }
 
-    async fn replace(&mut self, i: usize, bytes: &[u8]) {
-        let old = self.running[i].version.borrow().clone();
+    fn named(&self, name: &str) -> bool {
+        self.units.iter().any(|u| u.name() == name)
+    }
+
+    async fn replace(&mut self, i: usize, bytes: Vec<u8>) {
+        let old = self.units[i].version.borrow().clone();
         let name = old.metadata().name.clone();
-        let path = self.running[i].watch.path().to_path_buf();
-        let new = match self.engine.load(bytes, self.running[i].limits.clone()) {
+        let path = self.units[i].watch.path().to_path_buf();
+        let new = match self.load(bytes, self.units[i].limits.clone()).await {
             Ok(new) => new,
-            Err(e) => return refused(&name, &path, &e.to_string()),
+            Err(e) => return refused(&name, &path, &e),
         };
         if same_kinds(old.metadata(), new.metadata()) {
             tracing::info!(plugin = %name, path = %path.display(), version = %new.metadata().version, "plugin reloaded");
             count(&name, "reloaded");
-            let _ = self.running[i].version.send(Arc::new(new) as Arc<dyn Reconcile>);
+            let _ = self.units[i].version.send(Arc::new(new) as Arc<dyn Reconcile>);
             return;
         }
-        if new.metadata().name != name && self.named(&new.metadata().name) {
+        let new_name = new.metadata().name.clone();
+        if new_name != name && self.named(&new_name) {
             return refused(&name, &path, "another plugin has the new name");
         }
         if let Err(e) = controller::served(&self.client, new.metadata()).await {
             return refused(&name, &path, &format!("{e:#}"));
         }
-        // Kinds changed: stop the old controller (in-flight reconciles finish), start anew.
-        let running = &mut self.running[i];
-        running.stop.cancel();
-        let task = std::mem::replace(&mut running.task, tokio::spawn(async {}));
-        let _ = task.await;
-        tracing::info!(plugin = %new.metadata().name, path = %path.display(), "plugin kinds changed; restarted with new watches");
-        count(&new.metadata().name, "restarted");
+        // Kinds changed: stop the old unit (in-flight reconciles finish), start anew.
+        let unit = &mut self.units[i];
         let (version, rx) = watch::channel(Arc::new(new) as Arc<dyn Reconcile>);
         let stop = CancellationToken::new();
-        let (synced, _) = oneshot::channel();
-        let task = self.spawn(rx, self.running[i].options.clone(), stop.clone(), synced);
-        let running = &mut self.running[i];
-        (running.version, running.stop, running.task) = (version, stop, task);
+        let old_stop = std::mem::replace(&mut unit.stop, stop.clone());
+        old_stop.cancel();
+        let old_task = std::mem::replace(&mut unit.task, tokio::spawn(async {}));
+        stop_within(old_task, self.grace, &name).await;
+        if new_name != name {
+            self.health.forget(&name);
+        }
+        tracing::info!(plugin = %new_name, path = %path.display(), "plugin kinds changed; restarted with new watches");
+        count(&new_name, "restarted");
+        let task = self.spawn(rx, self.units[i].options.clone(), stop);
+        let unit = &mut self.units[i];
+        (unit.version, unit.task) = (version, task);
     }
 
-    /// Stop every controller; in-flight reconciles finish first.
+    /// Stop every unit: in-flight reconciles may finish within the grace period, then
+    /// whatever is left is aborted.
     pub async fn stop(self) {
-        for r in &self.running {
-            r.stop.cancel();
+        for u in &self.units {
+            u.stop.cancel();
         }
-        for r in self.running {
-            let _ = r.task.await;
+        let deadline = tokio::time::Instant::now() + self.grace;
+        for u in self.units {
+            let name = u.name();
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            stop_within(u.task, left, &name).await;
         }
+    }
+}
+
+/// Wait for a cancelled unit's task to end, aborting it after `grace`.
+async fn stop_within(mut task: JoinHandle<()>, grace: Duration, plugin: &str) {
+    if tokio::time::timeout(grace, &mut task).await.is_err() {
+        tracing::warn!(plugin, grace = ?grace, "plugin did not stop within the grace period; aborted");
+        task.abort();
+        let _ = task.await;
+    }
+}
+
+/// One plugin's life: wait until its kinds are served, run its controller, and start
+/// over (with backoff) if the controller ends by itself, until `stop`.
+async fn unit(
+    client: kube::Client,
+    plugin: watch::Receiver<Arc<dyn Reconcile>>,
+    options: Options,
+    leader: Leader,
+    stop: CancellationToken,
+    health: Health,
+) {
+    let name = plugin.borrow().metadata().name.clone();
+    let mut delay = RETRY_MIN;
+    loop {
+        let metadata = plugin.borrow().metadata().clone();
+        let served = tokio::select! {
+            served = controller::served(&client, &metadata) => served,
+            () = stop.cancelled() => return,
+        };
+        let why = match served {
+            Err(e) => format!("{e:#}"),
+            Ok(()) => {
+                delay = RETRY_MIN;
+                health.plugin(&name, PluginState::Syncing);
+                let (synced, listed) = oneshot::channel();
+                let (marker, marked) = (health.clone(), name.clone());
+                let up = tokio::spawn(async move {
+                    if listed.await.is_ok() {
+                        marker.plugin(&marked, PluginState::Running);
+                    }
+                });
+                tracing::info!(plugin = %name, parent = %metadata.parent, children = metadata.children.len(), "plugin starting");
+                let cancelled = stop.clone();
+                let shutdown = async move { cancelled.cancelled().await };
+                let result = controller::run(
+                    client.clone(),
+                    plugin.clone(),
+                    options.clone(),
+                    leader.clone(),
+                    shutdown,
+                    synced,
+                )
+                .await;
+                up.abort();
+                if stop.is_cancelled() {
+                    return;
+                }
+                match result {
+                    Err(e) => format!("{e:#}"),
+                    Ok(()) => "its controller stopped".into(),
+                }
+            }
+        };
+        health.plugin(&name, PluginState::Waiting(why.clone()));
+        tracing::warn!(plugin = %name, error = %why, retry_in = ?delay, "plugin not running; the other plugins run; retrying");
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = stop.cancelled() => return,
+        }
+        delay = (delay * 2).min(RETRY_MAX);
     }
 }
 
@@ -201,6 +325,11 @@ fn same_kinds(old: &Metadata, new: &Metadata) -> bool {
         && old.parent == new.parent
         && old.children == new.children
         && old.finalizer == new.finalizer
+}
+
+/// The name a file that never loaded goes by in `/readyz` and metrics.
+fn file_key(path: &Path) -> String {
+    format!("file {}", path.display())
 }
 
 fn count(plugin: &str, result: &str) {
@@ -213,7 +342,7 @@ fn count(plugin: &str, result: &str) {
         .inc();
 }
 
-fn refused(plugin: &str, path: &std::path::Path, why: &str) {
+fn refused(plugin: &str, path: &Path, why: &str) {
     tracing::error!(plugin, path = %path.display(), error = why, "new plugin file refused; the running version keeps serving");
     count(plugin, "refused");
 }

@@ -64,8 +64,14 @@ struct CacheArgs {
 impl CacheArgs {
     /// An engine using the chosen cache; an unusable default cache only costs speed.
     fn engine(&self) -> anyhow::Result<Engine> {
+        self.engine_with(EngineConfig::default().max_instances)
+    }
+
+    /// [`Self::engine`] with a pool of `max_instances` instances.
+    fn engine_with(&self, max_instances: u32) -> anyhow::Result<Engine> {
         let config = |cache_dir| EngineConfig {
             cache_dir,
+            max_instances,
             ..EngineConfig::default()
         };
         if self.no_cache {

@@ -13,6 +13,7 @@ use crate::controller::Options;
 use crate::engine::{Engine, Limits, Plugin};
 use crate::leader::{self, Leader};
 use crate::ops;
+use crate::ops::health::Health;
 use crate::reload;
 use crate::supervisor::Supervisor;
 
@@ -46,6 +47,14 @@ pub struct RunArgs {
     /// Watch plugin files: a replaced file is swapped in without a restart, a new one started.
     #[arg(long)]
     hot_reload: bool,
+    /// How long shutdown waits for in-flight reconciles before stopping them (keep it
+    /// below the pod's terminationGracePeriodSeconds).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
+    shutdown_timeout: Duration,
+    /// Plugin instances that may exist at once across all plugins (the engine's pool);
+    /// the plugins' concurrency must add up to no more.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    max_instances: u32,
     /// How often hot reload looks at the plugin files.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
     reload_interval: Duration,
@@ -99,7 +108,7 @@ impl ElectionArgs {
 
 /// Every plugin to run with its options: the config file's entries, then every other
 /// `*.wasm` in the plugin directory with the command-line defaults.
-fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Vec<(PathBuf, Plugin, Options)>> {
+fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Loaded> {
     let defaults = defaults(args);
     let mut entries: Vec<PluginConfig> = match &args.config {
         Some(path) => config::load(path)?.plugins,
@@ -127,30 +136,39 @@ fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Vec<(PathBuf,
         }
     }
     anyhow::ensure!(!entries.is_empty(), "no plugins configured");
-    let plugins = entries
-        .into_iter()
-        .map(|e| {
-            let plugin = engine
-                .load_file(&e.path, e.limits)
-                .map_err(|err| anyhow::anyhow!("{}: {err}", e.path.display()))?;
-            let mut options = defaults.clone();
-            options.concurrency = e.concurrency.unwrap_or(options.concurrency);
-            options.resync = e.resync.unwrap_or(options.resync);
-            options.allow.cluster_kinds.extend(e.allow_cluster_kinds);
-            if let Some(ns) = &args.namespace
-                && let Some(outside) = e.allow_namespaces.iter().find(|n| *n != ns)
-            {
-                anyhow::bail!(
-                    "{}: allowNamespaces names {outside}, outside --namespace {ns}",
-                    e.path.display()
-                );
+    let mut loaded = Loaded::default();
+    for e in entries {
+        let plugin = match engine.load_file(&e.path, e.limits) {
+            Ok(plugin) => plugin,
+            Err(err) => {
+                loaded.broken.push((e.path, err.to_string()));
+                continue;
             }
-            options.allow.namespaces.extend(e.allow_namespaces);
-            options.allow.namespaces.dedup();
-            Ok((e.path, plugin, options))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let mut names: Vec<&str> = plugins
+        };
+        let mut options = defaults.clone();
+        options.concurrency = e.concurrency.unwrap_or(options.concurrency);
+        options.resync = e.resync.unwrap_or(options.resync);
+        options.allow.cluster_kinds.extend(e.allow_cluster_kinds);
+        if let Some(ns) = &args.namespace
+            && let Some(outside) = e.allow_namespaces.iter().find(|n| *n != ns)
+        {
+            anyhow::bail!(
+                "{}: allowNamespaces names {outside}, outside --namespace {ns}",
+                e.path.display()
+            );
+        }
+        options.allow.namespaces.extend(e.allow_namespaces);
+        options.allow.namespaces.dedup();
+        loaded.plugins.push((e.path, plugin, options));
+    }
+    // A plugin that does not load is that plugin's trouble alone, unless nothing is left.
+    if loaded.plugins.is_empty()
+        && let Some((path, err)) = loaded.broken.first()
+    {
+        anyhow::bail!("{}: {err}", path.display());
+    }
+    let mut names: Vec<&str> = loaded
+        .plugins
         .iter()
         .map(|(_, p, _)| p.metadata().name.as_str())
         .collect();
@@ -158,7 +176,24 @@ fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Vec<(PathBuf,
     if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
         anyhow::bail!("two plugins are both named {}", w[0]);
     }
-    Ok(plugins)
+    let wanted: u32 = loaded
+        .plugins
+        .iter()
+        .map(|(_, _, o)| u32::from(o.concurrency))
+        .sum();
+    anyhow::ensure!(
+        wanted <= engine.max_instances(),
+        "the plugins' concurrency adds up to {wanted}, more than the {} instances the engine pools (--max-instances)",
+        engine.max_instances()
+    );
+    Ok(loaded)
+}
+
+/// The plugins that loaded, with their options, and the files that did not, with why.
+#[derive(Default)]
+struct Loaded {
+    plugins: Vec<(PathBuf, Plugin, Options)>,
+    broken: Vec<(PathBuf, String)>,
 }
 
 fn defaults(args: &RunArgs) -> Options {
@@ -179,17 +214,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(settings) = args.election.settings("default") {
         settings.validate()?;
     }
-    let engine = args.cache.engine()?;
-    let plugins = load_plugins(&engine, &args)?;
+    let engine = args.cache.engine_with(args.max_instances)?;
+    let loaded = load_plugins(&engine, &args)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
-        let readiness = ops::server::Readiness::default();
+        // First, so a signal during start-up is honoured like any other.
+        let signal = shutdown_signal()?;
+        tokio::pin!(signal);
+        let health = Health::default();
         ops::server::metrics(args.metrics_addr).await?;
-        ops::server::health(args.health_addr, readiness.clone()).await?;
+        ops::server::health(args.health_addr, health.clone()).await?;
         let client = kube::Client::try_default()
             .await
             .context("no Kubernetes configuration")?;
-        tokio::spawn(ops::server::probe_api(client.clone(), readiness.clone(), Duration::from_secs(5)));
+        tokio::spawn(ops::server::probe_api(client.clone(), health.clone(), Duration::from_secs(5)));
         let (leader, elector) = match args.election.settings(client.default_namespace()) {
             Some(settings) => {
                 tracing::info!(lease = %settings.name, namespace = %settings.namespace, identity = %settings.identity, "leader election on");
@@ -198,54 +236,71 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             }
             None => (Leader::always(), None),
         };
-        let (failed, mut failures) = tokio::sync::mpsc::unbounded_channel();
-        let mut supervisor = Supervisor::new(client, engine, leader, failed);
-        let synced: Vec<_> = plugins
-            .into_iter()
-            .map(|(path, plugin, options)| supervisor.start(path, plugin, options))
-            .collect();
+        let mut supervisor = Supervisor::new(client, engine, leader, health.clone(), args.shutdown_timeout);
+        for (path, plugin, options) in loaded.plugins {
+            let m = plugin.metadata();
+            tracing::info!(plugin = %m.name, version = %m.version, path = %path.display(), parent = %m.parent, "plugin loaded");
+            supervisor.start(path, plugin, options);
+        }
+        for (path, error) in loaded.broken {
+            supervisor.broken(path, &error);
+        }
         if let (true, Some(dir)) = (args.hot_reload, &args.plugins) {
             supervisor.watch_dir(dir.clone(), defaults(&args));
         }
-        let ready = readiness.clone();
-        tokio::spawn(async move {
-            if futures::future::try_join_all(synced).await.is_ok() {
-                tracing::info!("caches synced; ready");
-                ready.set(true);
-            }
-        });
         let mut reload = tokio::time::interval(args.reload_interval);
         reload.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let signal = shutdown_signal();
-        tokio::pin!(signal);
-        let failure = loop {
+        let mut beat = tokio::time::interval(Duration::from_secs(1));
+        loop {
             tokio::select! {
-                _ = &mut signal => break None,
-                // A controller that cannot start (e.g. an unserved kind) stops the host.
-                Some(e) = failures.recv() => break Some(e),
+                _ = &mut signal => break,
+                _ = beat.tick() => health.beat(),
                 _ = reload.tick(), if args.hot_reload => supervisor.reload().await,
             }
-        };
-        readiness.set(false);
-        tracing::info!("shutting down: finishing in-flight reconciles");
+        }
+        health.stopping();
+        tracing::info!(grace = ?args.shutdown_timeout, "shutting down: finishing in-flight reconciles");
+        // Whatever happens below, the process ends: a second signal ends it at once, and
+        // past the grace period (plus the Lease's release) it ends regardless.
+        tokio::spawn(async {
+            if let Ok(again) = shutdown_signal() {
+                let _ = again.await;
+                tracing::warn!("second signal: exiting now");
+                std::process::exit(1);
+            }
+        });
+        let limit = args.shutdown_timeout + RELEASE_TIMEOUT + Duration::from_secs(2);
+        std::thread::spawn(move || {
+            std::thread::sleep(limit);
+            eprintln!("error: shutdown did not finish within {limit:?}; exiting");
+            std::process::exit(1);
+        });
         if let Some(elector) = &elector {
             elector.stop_waiters();
         }
         supervisor.stop().await;
-        if let Some(elector) = elector {
-            elector.release().await;
+        if let Some(elector) = elector
+            && tokio::time::timeout(RELEASE_TIMEOUT, elector.release()).await.is_err()
+        {
+            tracing::warn!("the Lease was not released in time; standbys take over when it expires");
         }
-        match failure {
-            Some(e) => Err(e),
-            None => Ok(ExitCode::SUCCESS),
-        }
+        tracing::info!("stopped");
+        Ok(ExitCode::SUCCESS)
     })
 }
 
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-    }
+/// How long releasing the Lease may take on the way out.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Resolves on SIGTERM or Ctrl-C; the handlers are installed when this is called.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }

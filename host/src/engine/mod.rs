@@ -24,6 +24,7 @@ mod fault;
 mod limits;
 mod load;
 mod sandbox;
+mod slots;
 mod types;
 
 use std::sync::Arc;
@@ -86,6 +87,7 @@ pub struct Engine {
     linker: Arc<Linker<State>>,
     config: EngineConfig,
     cache: Option<cache::CompileCache>,
+    slots: Arc<slots::Slots>,
 }
 
 impl Engine {
@@ -137,6 +139,7 @@ impl Engine {
         Ok(Engine {
             inner,
             linker: Arc::new(linker),
+            slots: slots::Slots::new(config.max_instances),
             config,
             cache,
         })
@@ -179,6 +182,11 @@ impl Engine {
 }
 
 impl Engine {
+    /// Instances that may exist at once across all plugins.
+    pub fn max_instances(&self) -> u32 {
+        self.config.max_instances
+    }
+
     fn check_limits(&self, limits: &Limits) -> Result<(), LoadError> {
         if limits.memory > self.config.max_memory {
             return Err(LoadError::Limits(format!(
@@ -252,6 +260,7 @@ impl Plugin {
     }
 
     fn instance_for(&self, object: String) -> Result<Instance, Fault> {
+        let slot = self.engine.slots.take();
         let state = State::new(self.name.clone(), object, self.limits.memory);
         let mut store = Store::new(&self.engine.inner, state);
         store.limiter(|s| &mut s.limiter);
@@ -266,6 +275,7 @@ impl Plugin {
             store,
             bindings,
             limits: self.limits.clone(),
+            _slot: slot,
         })
     }
 }
@@ -275,6 +285,8 @@ pub struct Instance {
     store: Store<State>,
     bindings: Reconciler,
     limits: Limits,
+    /// Last, so the pool slot is given back only after the store has been dropped.
+    _slot: slots::Slot,
 }
 
 impl Instance {

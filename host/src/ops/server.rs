@@ -1,61 +1,15 @@
 //! `/healthz`, `/readyz` and `/metrics` over HTTP, on addresses that may use port 0.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;
 
-/// Readiness: plugins loaded, every cache synced, and the API server reachable.
-#[derive(Clone)]
-pub struct Readiness(Arc<Conditions>);
-
-struct Conditions {
-    synced: AtomicBool,
-    api: AtomicBool,
-}
-
-impl Default for Readiness {
-    fn default() -> Self {
-        Readiness(Arc::new(Conditions {
-            synced: AtomicBool::new(false),
-            api: AtomicBool::new(true),
-        }))
-    }
-}
-
-impl Readiness {
-    /// Mark the caches synced (or not, e.g. while shutting down).
-    pub fn set(&self, ready: bool) {
-        self.0.synced.store(ready, Ordering::SeqCst);
-    }
-
-    /// Record whether the API server answers; returns what was recorded before.
-    pub fn set_api(&self, reachable: bool) -> bool {
-        self.0.api.swap(reachable, Ordering::SeqCst)
-    }
-
-    /// Whether the host is ready.
-    pub fn get(&self) -> bool {
-        self.why_not().is_none()
-    }
-
-    /// What keeps the host from being ready.
-    pub fn why_not(&self) -> Option<&'static str> {
-        if !self.0.synced.load(Ordering::SeqCst) {
-            Some("caches not synced")
-        } else if !self.0.api.load(Ordering::SeqCst) {
-            Some("API server unreachable")
-        } else {
-            None
-        }
-    }
-}
+use super::health::Health;
 
 /// Probe the API server every `period`; readiness follows whether it answers in time.
-pub async fn probe_api(client: kube::Client, ready: Readiness, period: std::time::Duration) {
+pub async fn probe_api(client: kube::Client, ready: Health, period: std::time::Duration) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -88,20 +42,23 @@ async fn serve(addr: SocketAddr, routes: Router, what: &str) -> anyhow::Result<S
     Ok(bound)
 }
 
-/// Serve `/healthz` and `/readyz` on `addr`.
-pub async fn health(addr: SocketAddr, ready: Readiness) -> anyhow::Result<SocketAddr> {
-    let routes = Router::new().route("/healthz", get(|| async { "ok" })).route(
-        "/readyz",
-        get(move || {
-            let why_not = ready.why_not();
-            async move {
-                match why_not {
-                    None => (StatusCode::OK, "ok"),
-                    Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
-                }
-            }
-        }),
-    );
+/// Serve `/healthz` (the host is not wedged) and `/readyz` (every plugin runs, the API
+/// server answers; otherwise the body says what does not) on `addr`.
+pub async fn health(addr: SocketAddr, health: Health) -> anyhow::Result<SocketAddr> {
+    let live = health.clone();
+    let answer = |why: Option<String>| match why {
+        None => (StatusCode::OK, "ok".to_string()),
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
+    };
+    let routes = Router::new()
+        .route(
+            "/healthz",
+            get(move || std::future::ready(answer(live.not_live()))),
+        )
+        .route(
+            "/readyz",
+            get(move || std::future::ready(answer(health.not_ready()))),
+        );
     serve(addr, routes, "health probes").await
 }
 
@@ -111,7 +68,11 @@ pub async fn metrics(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
         "/metrics",
         get(|| async {
             (
-                [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
+                // prometheus-client writes OpenMetrics text (`# EOF`, `_total` counters).
+                [(
+                    "content-type",
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                )],
                 super::metrics::get().encode(),
             )
         }),
