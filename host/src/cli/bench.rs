@@ -20,8 +20,17 @@ pub struct BenchArgs {
     #[arg(short = 'n', long, default_value_t = 10_000)]
     iterations: usize,
     /// Threads for the concurrent measurement (default: available cores).
-    #[arg(long)]
+    #[arg(long, value_parser = at_least_one)]
     threads: Option<usize>,
+}
+
+/// A count of 1 or more (clap refuses 0 with this message).
+fn at_least_one(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
@@ -127,4 +136,42 @@ fn concurrent(plugin: &Plugin, request: &Request, n: usize, threads: usize) -> (
         start.elapsed(),
         stats.into_iter().next().expect("at least one thread"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use clap::error::ErrorKind;
+
+    use crate::cli::{Cli, Command};
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        let mut argv = vec!["capstan", "bench", "echo.wasm", "--parent", "echo.yaml"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv)
+    }
+
+    #[test]
+    fn zero_threads_is_refused_when_parsing() {
+        let error = parse(&["--threads", "0"]).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::ValueValidation);
+        assert_eq!(error.exit_code(), 2);
+        let message = error.to_string();
+        assert!(
+            message.starts_with("error: invalid value '0' for '--threads <THREADS>': must be at least 1"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn thread_counts_of_one_or_more_or_none_are_accepted() {
+        let threads = |args: &[&str]| match parse(args).expect("valid arguments").command {
+            Command::Bench(args) => args.threads,
+            other => panic!("parsed as {other:?}"),
+        };
+        assert_eq!(threads(&["--threads", "1"]), Some(1));
+        assert_eq!(threads(&["--threads", "8"]), Some(8));
+        assert_eq!(threads(&[]), None);
+        assert!(parse(&["--threads", "-1"]).is_err());
+    }
 }
