@@ -126,8 +126,7 @@ impl PluginArgs {
 /// Parse arguments, run, and turn errors into one line on stderr with exit code 2.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    // kube_client logs every failed readiness probe of `dev up` as an error; they are expected.
-    init_logging(cli.log_format, "warn,kube_client=off,capstan::plugin=info");
+    init_logging(cli.log_format, cli.command.default_log_filter());
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Test(args) => test::run(args),
@@ -145,14 +144,163 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Log filter of the commands whose output is on stdout: warnings, and plugins' own logs.
+/// kube_client logs every failed readiness probe of `dev up` as an error; they are expected.
+const QUIET_LOG_FILTER: &str = "warn,kube_client=off,capstan::plugin=info";
+
+/// Log filter of `run`, a service: what it bound, runs and decides (capstan's own `info`),
+/// dependencies at `warn`. kube_client is off: it logs each failed request as an error,
+/// which the controller reports itself.
+const RUN_LOG_FILTER: &str = "warn,capstan=info,kube_client=off";
+
+impl Command {
+    /// The log filter when `RUST_LOG` is not set.
+    fn default_log_filter(&self) -> &'static str {
+        match self {
+            Command::Run(_) => RUN_LOG_FILTER,
+            Command::Inspect(_) | Command::Test(_) | Command::Bench(_) | Command::Dev(_) => QUIET_LOG_FILTER,
+        }
+    }
+}
+
+/// Log to stderr, filtered by `RUST_LOG` or else `default_filter`.
 fn init_logging(format: LogFormat, default_filter: &str) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let ansi = use_ansi(format, std::io::stderr().is_terminal(), no_color);
+    subscriber(format, filter, ansi, std::io::stderr).init();
+}
+
+/// Colours only for text on a terminal, unless `NO_COLOR` is set (no escape codes in files).
+fn use_ansi(format: LogFormat, stderr_is_terminal: bool, no_color: bool) -> bool {
+    matches!(format, LogFormat::Text) && stderr_is_terminal && !no_color
+}
+
+fn subscriber<W>(
+    format: LogFormat,
+    filter: tracing_subscriber::EnvFilter,
+    ansi: bool,
+    writer: W,
+) -> Box<dyn tracing::Subscriber + Send + Sync>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
+        LogFormat::Text => Box::new(builder.with_ansi(ansi).finish()),
+        LogFormat::Json => Box::new(
+            builder
+                .with_ansi(false)
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .finish(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::EnvFilter;
+
+    use super::*;
+
+    /// Log output captured in memory.
+    #[derive(Clone, Default)]
+    struct Capture(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Capture {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// What `args`' default filter lets through of a few typical events.
+    fn logged(args: &[&str], format: LogFormat, ansi: bool) -> String {
+        let cli = Cli::try_parse_from(["capstan"].iter().chain(args)).expect("valid arguments");
+        let filter = EnvFilter::new(cli.command.default_log_filter());
+        let capture = Capture::default();
+        let output = capture.clone();
+        let subscriber = subscriber(format, filter, ansi, move || output.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(target: "capstan::cli::run", "metrics on 127.0.0.1:8080");
+            tracing::info!(target: "capstan::plugin", "said hello");
+            tracing::warn!(target: "capstan::controller", "reconcile failed");
+            tracing::error!(target: "kube_client::client", "request failed");
+            tracing::info!(target: "kube_runtime::watcher", "watching");
+            tracing::info!(target: "hyper_util::client", "connected");
+            tracing::warn!(target: "kube_runtime::watcher", "watch failed");
+        });
+        let bytes = capture.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn run_logs_capstan_info_and_dependency_warnings_by_default() {
+        let out = logged(&["run", "--plugins", "plugins"], LogFormat::Text, false);
+        for shown in [
+            "metrics on 127.0.0.1:8080",
+            "said hello",
+            "reconcile failed",
+            "watch failed",
+        ] {
+            assert!(out.contains(shown), "{shown} missing from:\n{out}");
+        }
+        for hidden in ["request failed", "watching", "connected"] {
+            assert!(!out.contains(hidden), "{hidden} in:\n{out}");
+        }
+    }
+
+    #[test]
+    fn commands_with_output_on_stdout_log_warnings_only_by_default() {
+        let commands: [&[&str]; 4] = [
+            &["test", "p.wasm", "--parent", "p.yaml"],
+            &["inspect", "p.wasm"],
+            &["bench", "p.wasm", "--parent", "p.yaml"],
+            &["dev", "status"],
+        ];
+        for args in commands {
+            let out = logged(args, LogFormat::Text, false);
+            assert!(out.contains("reconcile failed"), "{args:?}:\n{out}");
+            assert!(
+                out.contains("said hello"),
+                "{args:?}: plugin logs are shown:\n{out}"
+            );
+            for hidden in ["metrics on", "request failed", "watching", "connected"] {
+                assert!(!out.contains(hidden), "{args:?}: {hidden} in:\n{out}");
+            }
+        }
+    }
+
+    #[test]
+    fn colours_only_for_text_on_a_terminal_without_no_color() {
+        assert!(use_ansi(LogFormat::Text, true, false));
+        assert!(!use_ansi(LogFormat::Text, false, false), "redirected");
+        assert!(!use_ansi(LogFormat::Text, true, true), "NO_COLOR");
+        assert!(!use_ansi(LogFormat::Json, true, false));
+        let run = ["run", "--plugins", "plugins"];
+        assert!(!logged(&run, LogFormat::Text, false).contains('\x1b'));
+        assert!(
+            logged(&run, LogFormat::Text, true).contains('\x1b'),
+            "ansi is wired"
+        );
+        let json = logged(&run, LogFormat::Json, true);
+        assert!(
+            json.contains(r#""message":"metrics on 127.0.0.1:8080""#),
+            "{json}"
+        );
+        assert!(!json.contains('\x1b'), "{json}");
     }
 }
