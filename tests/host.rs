@@ -74,7 +74,12 @@ impl Host {
             .stdout(Stdio::null())
             .stderr(file);
         for (k, v) in env {
-            command.env(k, v);
+            // An empty value unsets the variable (e.g. RUST_LOG, to get the default level).
+            if v.is_empty() {
+                command.env_remove(k);
+            } else {
+                command.env(k, v);
+            }
         }
         let child = command.spawn().context("starting capstan run")?;
         Ok(Host {

@@ -22,7 +22,20 @@ fn target_dir() -> PathBuf {
 /// `wasm32-wasip2`) on first use so a plain `cargo test` works.
 pub fn plugin(name: &str) -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| build_plugins(&["-p", "echo", "-p", "hostile", "-p", "scheduled-echo"]));
+    BUILT.get_or_init(|| {
+        build_plugins(&[
+            "-p",
+            "echo",
+            "-p",
+            "hostile",
+            "-p",
+            "scheduled-echo",
+            "-p",
+            "tenant",
+            "-p",
+            "broken-metadata",
+        ])
+    });
     // Cargo names the artifact after the crate, with '-' as '_'.
     let file = format!("{}.wasm", name.replace('-', "_"));
     let path = target_dir().join("wasm32-wasip2/plugin").join(file);

@@ -10,7 +10,7 @@ use capstan_tests::host::{
     echo_resource, eventually, first_listed, hostile_crd, hostile_resource, http_get, sample,
     scheduled_echo_resource, start_host, start_host_with,
 };
-use capstan_tests::{capstan_bin, plugin, workspace};
+use capstan_tests::{capstan_bin, workspace};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
@@ -195,19 +195,16 @@ async fn bad_plugins_or_unserved_kinds_are_one_line_and_exit_2() -> Result<()> {
     // A plane of its own: on the shared one, other tests install the kind meant to be unserved.
     let plane = &Plane::start(capstan_testenv::PlaneConfig::api_only()).await?;
     let dir = std::env::temp_dir().join(format!("capstan-run-bad-{}", std::process::id()));
-    let (core, unserved) = (dir.join("core"), dir.join("unserved"));
+    let core = dir.join("core");
     std::fs::create_dir_all(&core)?;
     std::fs::write(core.join("core.wasm"), b"\0asm\x01\0\0\0")?;
-    std::fs::create_dir_all(&unserved)?;
-    // The hostile plugin reconciles `Hostile`, a kind this plane does not serve.
-    std::fs::copy(plugin("hostile"), unserved.join("hostile.wasm"))?;
     let empty = dir.join("empty");
     std::fs::create_dir_all(&empty)?;
+    // (An unserved kind is no longer fatal: the plugin waits for it, see tests/trust.rs.)
     for (plugins, needle) in [
         (dir.join("missing"), "cannot read plugin directory"),
         (empty, "no *.wasm plugins"),
         (core, "not a component"),
-        (unserved, "is not served"),
     ] {
         expect_one_line_exit_2(plane, &["--plugins", plugins.to_str().unwrap()], needle)?;
     }
@@ -235,6 +232,16 @@ async fn bad_plugins_or_unserved_kinds_are_one_line_and_exit_2() -> Result<()> {
         "12s",
     ];
     expect_one_line_exit_2(plane, &overlap, "must be shorter than --lease-duration")?;
+    // More concurrency than the instance pool holds.
+    let crowded = [
+        "--plugins",
+        plugins,
+        "--concurrency",
+        "16",
+        "--max-instances",
+        "8",
+    ];
+    expect_one_line_exit_2(plane, &crowded, "concurrency adds up to 16")?;
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
@@ -457,6 +464,36 @@ async fn steady_state_is_quiet_a_full_resync_of_50_echos_writes_nothing() -> Res
         sample(&after, writes) >= 150.0,
         "sanity: convergence itself wrote (Job, status, events)"
     );
+
+    // After a restart the caches start from a list (whose items carry no type): statuses
+    // stay Succeeded and a full resync still writes nothing.
+    let mut host = host;
+    host.signal(libc::SIGTERM);
+    assert_eq!(host.wait(Duration::from_secs(30))?.code(), Some(0));
+    let host = start_host_with(
+        plane,
+        &["echo"],
+        &ns,
+        &dir,
+        &["--config", config.to_str().unwrap()],
+    )?;
+    let metrics = eventually("the new host's metrics", Duration::from_secs(30), async || {
+        Ok(host.address("metrics"))
+    })
+    .await?;
+    eventually(
+        "two full resyncs after the restart",
+        Duration::from_secs(60),
+        async || {
+            let body = http_get(&metrics, "/metrics")?.1;
+            Ok((sample(&body, reconciles) >= 100.0).then_some(()))
+        },
+    )
+    .await?;
+    let body = http_get(&metrics, "/metrics")?.1;
+    assert_eq!(sample(&body, writes), 0.0, "the restarted host wrote:\n{body}");
+    let list = echoes.list(&ListParams::default()).await?.items;
+    assert!(list.iter().all(|e| e.data["status"]["phase"] == "Succeeded"));
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }

@@ -16,6 +16,7 @@ use futures::{StreamExt, TryStreamExt};
 use kube::Client;
 use kube::api::{Api, DynamicObject, GroupVersionKind};
 use kube::discovery::{ApiResource, Scope};
+use kube::error::DiscoveryError;
 use kube::runtime::controller::{Config, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -112,6 +113,11 @@ async fn resolve(client: &Client, kind: &Kind) -> anyhow::Result<ApiResource> {
             Ok(Err(kube::Error::Api(e))) if e.code == 404 => {
                 anyhow::bail!("kind {kind} is not served by the API server")
             }
+            Ok(Err(kube::Error::Discovery(
+                DiscoveryError::MissingKind(_)
+                | DiscoveryError::MissingApiGroup(_)
+                | DiscoveryError::MissingResource(_),
+            ))) => anyhow::bail!("kind {kind} is not served by the API server"),
             Ok(Err(e)) => return Err(e).with_context(|| format!("cannot discover kind {kind}")),
             Err(_) => anyhow::bail!("discovery of kind {kind} timed out after {DISCOVERY_TIMEOUT:?}"),
         };

@@ -1,0 +1,22 @@
+//! A plugin whose `metadata()` writes to stdout and then panics.
+
+#![cfg_attr(not(target_family = "wasm"), allow(dead_code))]
+
+use capstan_sdk::bindings::capstan::reconciler::types::{PluginMetadata, ReconcileError, Request, Response};
+use capstan_sdk::bindings::exports::capstan::reconciler::plugin::Guest;
+
+struct Broken;
+
+impl Guest for Broken {
+    fn metadata() -> PluginMetadata {
+        println!("broken-metadata: about to panic");
+        panic!("metadata() panics on purpose")
+    }
+
+    fn reconcile(_: Request) -> Result<Response, ReconcileError> {
+        Err(ReconcileError::Fatal("never loaded".into()))
+    }
+}
+
+#[cfg(target_family = "wasm")]
+capstan_sdk::bindings::export!(Broken with_types_in capstan_sdk::bindings);

@@ -1,0 +1,58 @@
+//! A plugin whose parent is cluster-scoped (core `Namespace`): each Namespace gets a
+//! ConfigMap `tenant-<namespace>` in the namespace named by its annotation
+//! `tenant.capstan.dev/into` (default: the Namespace itself). Only namespaces the operator
+//! allows may receive one. `metadata()` prints to stdout, which a host must survive.
+
+#![cfg_attr(not(target_family = "wasm"), allow(dead_code))]
+
+use capstan_sdk::bindings::capstan::reconciler::types::{
+    KindRef, PluginMetadata, ReconcileError, Request, Response,
+};
+use capstan_sdk::bindings::exports::capstan::reconciler::plugin::Guest;
+use serde_json::{Value, json};
+
+struct Tenant;
+
+impl Guest for Tenant {
+    fn metadata() -> PluginMetadata {
+        println!("tenant plugin: reading metadata");
+        let kind = |kind: &str, plural: &str, namespaced| KindRef {
+            group: String::new(),
+            version: "v1".into(),
+            kind: kind.into(),
+            plural: plural.into(),
+            namespaced,
+        };
+        PluginMetadata {
+            name: "tenant".into(),
+            version: "0.0.0".into(),
+            parent: kind("Namespace", "namespaces", false),
+            children: vec![kind("ConfigMap", "configmaps", true)],
+            finalizer: None,
+        }
+    }
+
+    fn reconcile(request: Request) -> Result<Response, ReconcileError> {
+        let parent: Value =
+            serde_json::from_str(&request.parent).map_err(|e| ReconcileError::Fatal(e.to_string()))?;
+        let name = parent["metadata"]["name"].as_str().unwrap_or_default();
+        let into = parent["metadata"]["annotations"]["tenant.capstan.dev/into"]
+            .as_str()
+            .unwrap_or(name);
+        let child = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": format!("tenant-{name}"), "namespace": into },
+            "data": { "tenant": name },
+        });
+        Ok(Response {
+            children: vec![child.to_string()],
+            status: None,
+            requeue_after_ms: None,
+            events: vec![],
+            finalized: request.finalizing,
+        })
+    }
+}
+
+#[cfg(target_family = "wasm")]
+capstan_sdk::bindings::export!(Tenant with_types_in capstan_sdk::bindings);
