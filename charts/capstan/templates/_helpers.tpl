@@ -182,6 +182,9 @@ plugins:
     {{- with $p.allowClusterKinds }}
     allowClusterKinds: {{ toJson . }}
     {{- end }}
+    {{- with $p.allowNamespaces }}
+    allowNamespaces: {{ toJson . }}
+    {{- end }}
 {{- end }}
 {{- end }}
 
