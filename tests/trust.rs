@@ -418,8 +418,25 @@ async fn the_host_logs_where_it_listens_and_what_it_runs_at_the_default_level() 
         },
     )
     .await?;
+    // The body is OpenMetrics text, and says so.
+    let metrics = host.address("metrics").context("metrics address")?;
+    let head = raw_head(&metrics, "/metrics")?;
+    assert!(
+        head.to_ascii_lowercase().contains("content-type: application/openmetrics-text; version=1.0.0"),
+        "{head}"
+    );
     host.signal(libc::SIGTERM);
     assert_eq!(host.wait(Duration::from_secs(30))?.code(), Some(0));
     std::fs::remove_dir_all(dir).ok();
     Ok(())
+}
+
+/// The status line and headers of a plain HTTP/1.0 GET.
+fn raw_head(addr: &str, path: &str) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    Ok(text.split("\r\n\r\n").next().unwrap_or_default().to_string())
 }

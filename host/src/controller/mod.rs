@@ -328,3 +328,24 @@ pub async fn run(
     tracing::info!(plugin = %name, "controller stopped");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declared_plural_and_scope_must_match_discovery() {
+        let binding = Kind {
+            group: "rbac.authorization.k8s.io".into(),
+            version: "v1".into(),
+            kind: "ClusterRoleBinding".into(),
+            plural: "clusterrolebindings".into(),
+            namespaced: true,
+        };
+        let e = declared_as_served(&binding, "clusterrolebindings", false).unwrap_err();
+        assert!(e.to_string().contains("declared namespaced but the API server serves it cluster-scoped"), "{e}");
+        let e = declared_as_served(&binding, "bindings", true).unwrap_err();
+        assert!(e.to_string().contains("plural"), "{e}");
+        assert!(declared_as_served(&binding, "clusterrolebindings", true).is_ok());
+    }
+}
