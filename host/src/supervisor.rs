@@ -284,6 +284,7 @@ async fn unit(
                 let (marker, marked) = (health.clone(), name.clone());
                 let up = tokio::spawn(async move {
                     if listed.await.is_ok() {
+                        tracing::info!(plugin = %marked, "plugin running: caches synced");
                         marker.plugin(&marked, PluginState::Running);
                     }
                 });

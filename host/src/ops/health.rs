@@ -59,7 +59,12 @@ impl Health {
             .plugin_up
             .get_or_create(&PluginLabel { plugin: name.into() })
             .set(up);
-        self.plugins().insert(name.to_string(), state);
+        let mut plugins = self.plugins();
+        let all_ran = all_running(&plugins);
+        plugins.insert(name.to_string(), state);
+        if !all_ran && all_running(&plugins) {
+            tracing::info!(plugins = plugins.len(), "caches synced; ready");
+        }
     }
 
     /// Forget a plugin that is no longer run (replaced under another name, or its file fixed).
@@ -128,6 +133,10 @@ impl Health {
     fn plugins(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, PluginState>> {
         self.0.plugins.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+fn all_running(plugins: &BTreeMap<String, PluginState>) -> bool {
+    !plugins.is_empty() && plugins.values().all(|s| *s == PluginState::Running)
 }
 
 #[cfg(test)]
