@@ -1,5 +1,6 @@
 //! The `capstan` binary as a user runs it: golden `capstan test` runs of the built
-//! echo.wasm, `inspect`, and one-line errors with exit code 2 on bad input.
+//! echo.wasm, responses `capstan test` refuses just as `capstan run` would (the hostile
+//! and tenant test plugins), `inspect`, and one-line errors with exit code 2 on bad input.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -75,6 +76,115 @@ fn golden_message_changed() {
 #[test]
 fn golden_empty_message() {
     run_golden("empty", "echo-empty.yaml", &[]);
+}
+
+/// A parent fixture of the test plugins, in `tests/fixtures/`.
+fn fixture(name: &str) -> PathBuf {
+    workspace().join("tests/fixtures").join(format!("{name}.yaml"))
+}
+
+/// A golden output of a test plugin, in `tests/golden/<plugin>/`.
+fn golden_of(plugin: &str, case: &str) -> PathBuf {
+    workspace()
+        .join("tests/golden")
+        .join(plugin)
+        .join(format!("{case}.yaml"))
+}
+
+/// `capstan test` of test plugin `name` on `parent` (a fixture name), with `extra` flags.
+fn test_plugin(name: &str, parent: &str, extra: &[&str]) -> Output {
+    let (wasm, parent) = (plugin(name), fixture(parent));
+    capstan(&[&["test", path(&wasm), "--parent", path(&parent)][..], extra].concat())
+}
+
+/// `test_plugin` with `--expect` of its golden `case`; asserts the match.
+fn plugin_golden(name: &str, parent: &str, case: &str, extra: &[&str]) {
+    let expect = golden_of(name, case);
+    let out = test_plugin(name, parent, &[&["--expect", path(&expect)][..], extra].concat());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{case}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The single output document of a `capstan test` run.
+fn output(out: &Output) -> serde_json::Value {
+    serde_yaml::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&out.stdout));
+    })
+}
+
+#[test]
+fn an_undeclared_kind_is_refused_exit_1_alone_and_0_when_expected() {
+    let out = test_plugin("hostile", "hostile-undeclared", &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a refused response is a plugin bug: {stderr}"
+    );
+    assert_eq!(
+        output(&out)["error"]["refused"],
+        "child 0 (Secret/stolen): v1 Secret is not a declared child kind"
+    );
+    assert!(stderr.contains("refused"), "{stderr}");
+    plugin_golden("hostile", "hostile-undeclared", "undeclared", &[]);
+    // Expecting something else is the usual mismatch.
+    let ok = golden_of("hostile", "ok");
+    let out = test_plugin("hostile", "hostile-undeclared", &["--expect", path(&ok)]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("mismatch") && stderr.contains("+  refused:"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn what_capstan_run_refuses_capstan_test_refuses() {
+    for (parent, case) in [
+        ("hostile-other-namespace", "other-namespace"),
+        ("hostile-owner-ref", "owner-ref"),
+        ("hostile-bad-name-query", "bad-name-query"),
+        ("hostile-bad-name-subresource", "bad-name-subresource"),
+        ("hostile-cluster", "cluster"),
+    ] {
+        let out = test_plugin("hostile", parent, &[]);
+        assert_eq!(out.status.code(), Some(1), "{case}");
+        assert!(output(&out)["error"]["refused"].is_string(), "{case}");
+        plugin_golden("hostile", parent, case, &[]);
+    }
+    let out = test_plugin("hostile", "hostile-ok", &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    plugin_golden("hostile", "hostile-ok", "ok", &[]);
+}
+
+#[test]
+fn operator_grants_are_flags_as_in_capstan_run() {
+    let grant = ["--allow-cluster-kind", "Namespace"];
+    let out = test_plugin("hostile", "hostile-cluster", &grant);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(output(&out)["children"][0]["kind"], "Namespace");
+    plugin_golden("hostile", "hostile-cluster", "cluster-allowed", &grant);
+    // `plural.group` names the kind too, as in `capstan run`.
+    let out = test_plugin(
+        "hostile",
+        "hostile-cluster",
+        &["--allow-cluster-kind", "namespaces."],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // A cluster-scoped parent (a Namespace) writes only where the operator allows.
+    plugin_golden("tenant", "tenant-team-a", "refused", &[]);
+    let out = test_plugin("tenant", "tenant-team-a", &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let grant = ["--allow-namespace", "other", "--allow-namespace", "team-a"];
+    plugin_golden("tenant", "tenant-team-a", "allowed", &grant);
+    let out = test_plugin("tenant", "tenant-team-a", &grant);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
@@ -216,6 +326,17 @@ fn bad_input_is_one_line_and_exit_2() {
                 "soon",
             ],
             "soon",
+        ),
+        (
+            vec![
+                "test",
+                path(&echo),
+                "--parent",
+                path(&fixture),
+                "--allow-namespace",
+                "Bad_NS",
+            ],
+            "--allow-namespace \"Bad_NS\" is not a valid RFC 1123 label",
         ),
         (
             vec!["bench", path(&echo), "--parent", path(&fixture), "-n", "0"],

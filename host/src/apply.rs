@@ -14,12 +14,8 @@ use serde_json::{Value, json};
 
 use crate::validate::Child;
 
-/// Label every managed child carries.
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "capstan");
-/// Label naming the plugin that owns a child.
-pub const PLUGIN_LABEL: &str = "capstan.dev/plugin";
-/// Annotation holding the digest of the object last applied for a child.
-pub const APPLIED_ANNOTATION: &str = "capstan.dev/applied";
+/// Capstan's labels and annotation, defined with the rules that keep them the host's.
+pub use capstan_contract::{APPLIED_ANNOTATION, MANAGED_BY, PLUGIN_LABEL};
 
 /// Label selector for the children of one plugin.
 pub fn selector(plugin: &str) -> String {

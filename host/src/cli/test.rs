@@ -9,7 +9,8 @@ use clap::Args;
 use serde_json::{Value, json};
 
 use super::input;
-use crate::engine::{DispatchError, Request};
+use crate::engine::{DispatchError, Metadata, Request, Response};
+use crate::validate::{self, Allowances};
 
 /// Arguments of `capstan test`.
 #[derive(Args, Debug)]
@@ -24,12 +25,27 @@ pub struct TestArgs {
     /// Expected output; exit 1 with a diff when the actual output differs semantically.
     #[arg(long)]
     expect: Option<PathBuf>,
+    /// Cluster-scoped child kinds the plugin may create (`Kind` or `plural.group`),
+    /// repeatable: the grant `capstan run --allow-cluster-kind` gives.
+    #[arg(long = "allow-cluster-kind", value_name = "KIND")]
+    allow_cluster_kinds: Vec<String>,
+    /// Namespaces where children of a cluster-scoped parent may go, repeatable: the grant
+    /// `capstan run --namespace` or a plugin's `allowNamespaces` gives.
+    #[arg(long = "allow-namespace", value_name = "NS")]
+    allow_namespaces: Vec<String>,
 }
 
 pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
+    for ns in &args.allow_namespaces {
+        validate::dns1123_label(ns).map_err(|e| anyhow::anyhow!("--allow-namespace {e}"))?;
+    }
     let plugin = args.plugin.load()?;
     let parents = args.fixtures.parents()?;
     let children = args.fixtures.children()?;
+    let allow = Allowances {
+        cluster_kinds: args.allow_cluster_kinds,
+        namespaces: args.allow_namespaces,
+    };
     let outcomes: Vec<Value> = parents
         .into_iter()
         .map(|parent| {
@@ -38,13 +54,27 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
                 children: children.clone(),
                 finalizing: args.finalizing,
             };
-            outcome(plugin.reconcile(&request))
+            outcome(
+                plugin.metadata(),
+                &request.parent,
+                plugin.reconcile(&request),
+                &allow,
+            )
         })
         .collect::<anyhow::Result<_>>()?;
     let actual = to_yaml(&outcomes)?;
     print!("{actual}");
 
     let Some(expect) = args.expect else {
+        // A refused response is a plugin bug: `capstan run` would write nothing of it.
+        let refused = outcomes
+            .iter()
+            .filter(|o| o["error"]["refused"].is_string())
+            .count();
+        if refused > 0 {
+            eprintln!("refused: `capstan run` would write nothing of {refused} response(s)");
+            return Ok(ExitCode::from(1));
+        }
         return Ok(ExitCode::SUCCESS);
     };
     let expected = input::documents(&expect)?;
@@ -60,10 +90,23 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(1))
 }
 
-/// A response, or the error as data so fixtures can expect failures too.
-fn outcome(result: Result<crate::engine::Response, DispatchError>) -> anyhow::Result<Value> {
+/// A response the host would accept, or the error as data so fixtures can expect
+/// failures too: the plugin's own, a fault, or `refused` — the response breaks the rules
+/// `capstan run` checks before writing anything (the same [`validate::children`]).
+fn outcome(
+    metadata: &Metadata,
+    parent: &Value,
+    result: Result<Response, DispatchError>,
+    allow: &Allowances,
+) -> anyhow::Result<Value> {
     Ok(match result {
-        Ok(response) => serde_json::to_value(response).context("serializing the response")?,
+        Ok(response) => {
+            let namespace = validate::parent_namespace(metadata, parent);
+            match validate::children(metadata, namespace, response.children.clone(), allow) {
+                Ok(_) => serde_json::to_value(response).context("serializing the response")?,
+                Err(refusal) => json!({ "error": { "refused": refusal.to_string() } }),
+            }
+        }
         Err(DispatchError::Retry(m)) => json!({ "error": { "retry": m } }),
         Err(DispatchError::Fatal(m)) => json!({ "error": { "fatal": m } }),
         Err(DispatchError::Fault(f)) => {
@@ -84,4 +127,77 @@ fn to_yaml(docs: &[Value]) -> anyhow::Result<String> {
         out.push_str(&serde_yaml::to_string(&doc)?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Kind;
+
+    fn kind(group: &str, kind: &str, plural: &str, namespaced: bool) -> Kind {
+        Kind {
+            group: group.into(),
+            version: "v1".into(),
+            kind: kind.into(),
+            plural: plural.into(),
+            namespaced,
+        }
+    }
+
+    fn metadata() -> Metadata {
+        Metadata {
+            name: "p".into(),
+            version: "0".into(),
+            parent: kind("example.com", "Parent", "parents", true),
+            children: vec![
+                kind("", "ConfigMap", "configmaps", true),
+                kind("", "Namespace", "namespaces", false),
+            ],
+            finalizer: None,
+        }
+    }
+
+    fn answer(children: Vec<Value>, allow: &Allowances) -> Value {
+        let parent = json!({"metadata": {"name": "a", "namespace": "demo"}});
+        let response = Response {
+            children,
+            ..Response::default()
+        };
+        outcome(&metadata(), &parent, Ok(response), allow).unwrap()
+    }
+
+    #[test]
+    fn an_accepted_response_is_printed_as_the_plugin_returned_it() {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+        let out = answer(vec![cm.clone()], &Allowances::default());
+        assert_eq!(out["children"][0], cm, "no namespace filled in: {out}");
+    }
+
+    #[test]
+    fn a_response_capstan_run_refuses_is_an_error_as_data() {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
+        let out = answer(vec![secret], &Allowances::default());
+        assert_eq!(
+            out,
+            json!({"error": {"refused": "child 0 (Secret/s): v1 Secret is not a declared child kind"}})
+        );
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}});
+        assert!(answer(vec![namespace.clone()], &Allowances::default())["error"]["refused"].is_string());
+        let allow = Allowances {
+            cluster_kinds: vec!["Namespace".into()],
+            ..Allowances::default()
+        };
+        assert_eq!(
+            answer(vec![namespace], &allow)["children"][0]["kind"],
+            "Namespace"
+        );
+    }
+
+    #[test]
+    fn plugin_errors_are_not_validated() {
+        let parent = json!({"metadata": {"name": "a", "namespace": "demo"}});
+        let fatal = Err(DispatchError::Fatal("no".into()));
+        let out = outcome(&metadata(), &parent, fatal, &Allowances::default()).unwrap();
+        assert_eq!(out, json!({"error": {"fatal": "no"}}));
+    }
 }

@@ -7,61 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use super::bindings::capstan::reconciler::types as wit;
 
-/// A Kubernetes kind a plugin names.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Kind {
-    /// API group, empty for core.
-    pub group: String,
-    /// Version within the group.
-    pub version: String,
-    /// CamelCase kind.
-    pub kind: String,
-    /// Lower-case plural.
-    pub plural: String,
-    /// Namespaced or cluster-scoped.
-    pub namespaced: bool,
-}
-
-impl Kind {
-    /// `group/version`, or `version` for the core group.
-    pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.clone()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
-    }
-
-    /// True when a JSON object's `apiVersion` and `kind` name this kind.
-    pub fn matches(&self, object: &serde_json::Value) -> bool {
-        object["kind"].as_str() == Some(self.kind.as_str())
-            && object["apiVersion"].as_str() == Some(self.api_version().as_str())
-    }
-}
-
-impl std::fmt::Display for Kind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}", self.kind, self.api_version())
-    }
-}
-
-/// What a plugin declares about itself.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Metadata {
-    /// Plugin name.
-    pub name: String,
-    /// Plugin version.
-    pub version: String,
-    /// The reconciled kind.
-    pub parent: Kind,
-    /// Kinds it may create.
-    pub children: Vec<Kind>,
-    /// Finalizer it asks for.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub finalizer: Option<String>,
-}
+/// The kinds a plugin names and what it declares: defined with the rules that check its
+/// responses ([`crate::validate`]).
+pub use capstan_contract::{Kind, Metadata};
 
 /// One reconcile's input.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -110,6 +110,25 @@ impl Guest for Hostile {
                 cm["data"] = json!({ "taken": "by hostile" });
                 children.push(cm.to_string());
             }
+            // Claims an owner of its own choosing: only the host sets owner references.
+            "owner-ref" => {
+                let mut cm = config_map(&parent, 0);
+                cm["metadata"]["ownerReferences"] = json!([{
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "name": "victim",
+                    "uid": "00000000-0000-0000-0000-000000000000",
+                    "controller": true,
+                }]);
+                children.push(cm.to_string());
+            }
+            // A ConfigMap named `spec.arg` verbatim, e.g. `x?dryRun=All` or `victim/status`:
+            // names become URL paths.
+            "bad-name" => {
+                let mut cm = config_map(&parent, 0);
+                cm["metadata"]["name"] = arg.clone().into();
+                children.push(cm.to_string());
+            }
             "not-json" => children.push("this is not JSON".into()),
             "not-object" => children.push("[1, 2, 3]".into()),
             other => return Err(ReconcileError::Fatal(format!("unknown mode {other}"))),

@@ -1,0 +1,49 @@
+//! The contract between a Capstan plugin and the host, as data and rules: the kinds a
+//! plugin declares, what the host lets a response do, and the labels and annotation the
+//! host keeps for itself.
+//!
+//! This is the one source of truth for response validation: `capstan run` checks every
+//! response with [`children`] before a single write, `capstan test` applies it offline,
+//! and the SDK's `testing::Fixture` applies it in `cargo test`, so the three cannot
+//! disagree. Pure logic on JSON, no I/O; it builds for `wasm32-wasip2` too.
+//!
+//! ```
+//! use capstan_contract::{Allowances, Kind, Metadata, children};
+//! use serde_json::json;
+//!
+//! let config_map = Kind {
+//!     group: "".into(),
+//!     version: "v1".into(),
+//!     kind: "ConfigMap".into(),
+//!     plural: "configmaps".into(),
+//!     namespaced: true,
+//! };
+//! let metadata = Metadata {
+//!     name: "greeter".into(),
+//!     version: "0.1.0".into(),
+//!     parent: Kind { group: "example.com".into(), kind: "Greeting".into(), plural: "greetings".into(), ..config_map.clone() },
+//!     children: vec![config_map],
+//!     finalizer: None,
+//! };
+//! let ok = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}});
+//! let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
+//! let allow = Allowances::default();
+//! assert_eq!(children(&metadata, Some("demo"), vec![ok.clone()], &allow).unwrap()[0].object["metadata"]["namespace"], "demo");
+//! let refusal = children(&metadata, Some("demo"), vec![ok, secret], &allow).unwrap_err();
+//! assert_eq!(refusal.to_string(), "child 1 (Secret/s): v1 Secret is not a declared child kind");
+//! ```
+
+mod kind;
+mod names;
+mod validate;
+
+pub use kind::{Kind, Metadata};
+pub use names::{dns1123_label, dns1123_subdomain, object_name};
+pub use validate::{Allowances, Child, Refusal, children, parent_namespace};
+
+/// Label every managed child carries.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "capstan");
+/// Label naming the plugin that owns a child.
+pub const PLUGIN_LABEL: &str = "capstan.dev/plugin";
+/// Annotation holding the digest of the object last applied for a child.
+pub const APPLIED_ANNOTATION: &str = "capstan.dev/applied";
