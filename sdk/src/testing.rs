@@ -21,8 +21,56 @@
 //! .unwrap();
 //! assert_eq!(response.status.unwrap()["k"], "v");
 //! ```
+//!
+//! # Responses are checked as the host checks them
+//!
+//! Every response a fixture gets is checked with the rules `capstan run` applies before it
+//! writes anything — the same code (`capstan-contract`), so a test cannot pass on a
+//! response the host would refuse: children of declared kinds only, with names the API
+//! server accepts, in the parent's namespace, cluster-scoped kinds only when granted, no
+//! owner references, no Capstan labels or annotation of the plugin's own making, no
+//! duplicates. The operator's grants are [`Fixture::allow_cluster_kind`] and
+//! [`Fixture::allow_namespace`].
+//!
+//! A refusal is not a [`ReconcileError`]: the plugin did not fail, it answered something
+//! the host will not write, and the object will be retried until the plugin is fixed.
+//! So [`Fixture::check`] returns it as [`Failure::Refused`], for tests about what the
+//! host refuses, and [`Fixture::reconcile`] — for tests of behaviour, which expect a
+//! valid response — panics with the refusal, failing the test like an assertion.
+//!
+//! ```
+//! use capstan_sdk::testing::{Failure, Fixture};
+//! use capstan_sdk::{Context, Metadata, ReconcileError, Reconciler, Response};
+//! use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+//!
+//! /// Declares ConfigMaps but also returns a Secret.
+//! struct Leaky;
+//!
+//! impl Reconciler for Leaky {
+//!     type Parent = ConfigMap;
+//!     fn metadata() -> Metadata {
+//!         Metadata::new("leaky", "0.1.0").child::<ConfigMap>()
+//!     }
+//!     fn reconcile(_: ConfigMap, _: &Context) -> Result<Response, ReconcileError> {
+//!         let mut secret = Secret::default();
+//!         secret.metadata.name = Some("stolen".into());
+//!         Response::new().child(&secret)
+//!     }
+//! }
+//!
+//! let fixture = Fixture::parse("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: demo}").unwrap();
+//! match fixture.check::<Leaky>() {
+//!     Err(Failure::Refused(refusal)) => assert_eq!(
+//!         refusal.to_string(),
+//!         "child 0 (Secret/stolen): v1 Secret is not a declared child kind"
+//!     ),
+//!     other => panic!("expected a refusal, got {other:?}"),
+//! }
+//! ```
 
 use std::{fmt, path::Path};
+
+pub use capstan_contract::{Allowances, Refusal};
 
 use crate::{KindRef, Metadata, ReconcileError, Reconciler, Response};
 
@@ -54,12 +102,34 @@ pub fn load_documents(path: impl AsRef<Path>) -> Result<Vec<serde_json::Value>, 
     parse_documents(&text).map_err(|e| FixtureError(format!("{}: {e}", path.display())))
 }
 
-/// One reconcile's input: a parent, observed children and the finalizing flag.
+/// Why [`Fixture::check`] has no response to give.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The plugin returned an error, as the host would receive it.
+    Plugin(ReconcileError),
+    /// The plugin answered, but the host would refuse the response and write nothing of it.
+    Refused(Refusal),
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Plugin(e) => e.fmt(f),
+            Failure::Refused(r) => write!(f, "refused: {r}"),
+        }
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// One reconcile's input: a parent, observed children and the finalizing flag, plus the
+/// operator's grants the response is checked against.
 #[derive(Clone, Debug)]
 pub struct Fixture {
     parent: serde_json::Value,
     children: Vec<serde_json::Value>,
     finalizing: bool,
+    allow: Allowances,
 }
 
 impl Fixture {
@@ -69,6 +139,7 @@ impl Fixture {
             parent,
             children: Vec::new(),
             finalizing: false,
+            allow: Allowances::default(),
         }
     }
 
@@ -115,9 +186,96 @@ impl Fixture {
         self
     }
 
-    /// Run `R` on this fixture, exactly as the Wasm export would.
+    /// Let the plugin create cluster-scoped children of this kind (`Kind` or
+    /// `plural.group`), as `capstan run --allow-cluster-kind` does; none by default.
+    pub fn allow_cluster_kind(mut self, kind: impl Into<String>) -> Self {
+        self.allow.cluster_kinds.push(kind.into());
+        self
+    }
+
+    /// Let children of a cluster-scoped parent go into this namespace, as `capstan run
+    /// --namespace` or a plugin's `allowNamespaces` does; none by default.
+    pub fn allow_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.allow.namespaces.push(namespace.into());
+        self
+    }
+
+    /// Run `R` on this fixture, exactly as the Wasm export would, and check the response
+    /// as the host would before writing it (see the [module docs](self)).
+    ///
+    /// # Panics
+    /// When the host would refuse the response, with the refusal: a plugin bug, not a
+    /// [`ReconcileError`]. Use [`Fixture::check`] to get the refusal as a value.
+    ///
+    /// ```should_panic
+    /// # use capstan_sdk::{Context, Metadata, ReconcileError, Reconciler, Response};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// # struct Elsewhere;
+    /// # impl Reconciler for Elsewhere {
+    /// #     type Parent = ConfigMap;
+    /// #     fn metadata() -> Metadata { Metadata::new("elsewhere", "0.1.0").child::<ConfigMap>() }
+    /// #     fn reconcile(_: ConfigMap, _: &Context) -> Result<Response, ReconcileError> {
+    /// #         let mut cm = ConfigMap::default();
+    /// #         cm.metadata.name = Some("a".into());
+    /// #         cm.metadata.namespace = Some("kube-system".into());
+    /// #         Response::new().child(&cm)
+    /// #     }
+    /// # }
+    /// use capstan_sdk::testing::Fixture;
+    ///
+    /// // A ConfigMap in kube-system for a parent in demo: the host writes nothing of it.
+    /// let fixture = Fixture::parse("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: p, namespace: demo}");
+    /// let _ = fixture.unwrap().reconcile::<Elsewhere>();
+    /// ```
+    #[track_caller]
     pub fn reconcile<R: Reconciler>(self) -> Result<Response, ReconcileError> {
-        crate::guest::run::<R>(self.parent, self.children, self.finalizing)
+        match self.check::<R>() {
+            Ok(response) => Ok(response),
+            Err(Failure::Plugin(e)) => Err(e),
+            Err(Failure::Refused(r)) => panic!(
+                "the host would refuse this response and write nothing of it: {r} \
+                 (Fixture::check returns the refusal as a value)"
+            ),
+        }
+    }
+
+    /// Run `R` on this fixture, exactly as the Wasm export would, and check the response
+    /// with the host's own rules: [`Failure::Plugin`] when the plugin returns an error,
+    /// [`Failure::Refused`] when the host would refuse what it returned.
+    ///
+    /// The parent's namespace is where the API server would have it: none for a
+    /// cluster-scoped parent, `default` for a namespaced one whose fixture names none.
+    pub fn check<R: Reconciler>(self) -> Result<Response, Failure> {
+        let declared = declared::<R>();
+        let namespace = capstan_contract::parent_namespace(&declared, &self.parent).map(str::to_owned);
+        let response =
+            crate::guest::run::<R>(self.parent, self.children, self.finalizing).map_err(Failure::Plugin)?;
+        let children = response.children_json().map_err(Failure::Plugin)?;
+        capstan_contract::children(&declared, namespace.as_deref(), children, &self.allow)
+            .map_err(Failure::Refused)?;
+        Ok(response)
+    }
+}
+
+/// `R`'s metadata as the host reads it from the Wasm export.
+fn declared<R: Reconciler>() -> capstan_contract::Metadata {
+    let (parent, m) = crate::guest::full_metadata::<R>();
+    capstan_contract::Metadata {
+        name: m.name,
+        version: m.version,
+        parent: kind(parent),
+        children: m.children.into_iter().map(kind).collect(),
+        finalizer: m.finalizer,
+    }
+}
+
+fn kind(k: KindRef) -> capstan_contract::Kind {
+    capstan_contract::Kind {
+        group: k.group,
+        version: k.version,
+        kind: k.kind,
+        plural: k.plural,
+        namespaced: k.namespaced,
     }
 }
 
@@ -143,4 +301,186 @@ pub fn assert_generated(path: impl AsRef<Path>, generated: &str) {
         "{} is stale: regenerate it with CAPSTAN_BLESS=1 cargo test",
         path.display()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::Context;
+
+    /// Returns the children listed (as JSON) in its parent's annotation `children`, or the
+    /// error in `fail`.
+    struct Scripted;
+    /// [`Scripted`] with a cluster-scoped parent.
+    struct ClusterScripted;
+
+    fn script(meta: &ObjectMeta) -> Result<Response, ReconcileError> {
+        let annotations = meta.annotations.clone().unwrap_or_default();
+        if let Some(m) = annotations.get("fail") {
+            return Err(ReconcileError::fatal(m.clone()));
+        }
+        let children: Vec<Value> = serde_json::from_str(annotations.get("children").map_or("[]", |c| c))?;
+        children.iter().try_fold(Response::new(), |r, c| r.child(c))
+    }
+
+    fn declared_kinds() -> Metadata {
+        Metadata::new("scripted", "0.1.0")
+            .child::<ConfigMap>()
+            .child::<Namespace>()
+    }
+
+    impl Reconciler for Scripted {
+        type Parent = ConfigMap;
+        fn metadata() -> Metadata {
+            declared_kinds()
+        }
+        fn reconcile(parent: ConfigMap, _: &Context) -> Result<Response, ReconcileError> {
+            script(&parent.metadata)
+        }
+    }
+
+    impl Reconciler for ClusterScripted {
+        type Parent = Namespace;
+        fn metadata() -> Metadata {
+            declared_kinds()
+        }
+        fn reconcile(parent: Namespace, _: &Context) -> Result<Response, ReconcileError> {
+            script(&parent.metadata)
+        }
+    }
+
+    /// A fixture whose parent (a ConfigMap, or a Namespace when `namespace` is None)
+    /// returns `children`.
+    fn returning(namespace: Option<&str>, children: Value) -> Fixture {
+        let annotations = json!({ "children": children.to_string() });
+        Fixture::new(match namespace {
+            Some(ns) => json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "p", "namespace": ns, "annotations": annotations},
+            }),
+            None => json!({
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "p", "annotations": annotations},
+            }),
+        })
+    }
+
+    fn config_map(name: &str, namespace: Option<&str>) -> Value {
+        let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+        if let Some(ns) = namespace {
+            cm["metadata"]["namespace"] = ns.into();
+        }
+        cm
+    }
+
+    fn refusal(result: Result<Response, Failure>) -> String {
+        match result {
+            Err(Failure::Refused(r)) => r.to_string(),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_undeclared_kind_is_refused_as_the_host_refuses_it() {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
+        let children = json!([config_map("a", None), secret]);
+        assert_eq!(
+            refusal(returning(Some("demo"), children).check::<Scripted>()),
+            "child 1 (Secret/s): v1 Secret is not a declared child kind"
+        );
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "the host would refuse this response and write nothing of it: child 0 \
+                               (ConfigMap/a): namespace kube-system is not the parent's namespace demo"
+    )]
+    fn reconcile_fails_the_test_on_a_refused_response() {
+        let children = json!([config_map("a", Some("kube-system"))]);
+        let _ = returning(Some("demo"), children).reconcile::<Scripted>();
+    }
+
+    #[test]
+    fn a_valid_response_passes_unchanged_and_plugin_errors_stay_errors() {
+        let children = json!([config_map("a", None), config_map("b", Some("demo"))]);
+        let response = returning(Some("demo"), children).reconcile::<Scripted>().unwrap();
+        let json = response.children_json().unwrap();
+        assert_eq!(json[0], config_map("a", None), "nothing filled in");
+        // A parent of a namespaced kind with no namespace is in `default`, as applied.
+        let mut fixture = returning(Some("x"), json!([config_map("a", Some("default"))]));
+        fixture.parent["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("namespace");
+        assert!(fixture.check::<Scripted>().is_ok());
+
+        let mut failing = returning(Some("demo"), json!([]));
+        failing.parent["metadata"]["annotations"]["fail"] = "broken".into();
+        assert_eq!(
+            failing.clone().check::<Scripted>().unwrap_err(),
+            Failure::Plugin(ReconcileError::fatal("broken"))
+        );
+        assert_eq!(
+            failing.reconcile::<Scripted>().unwrap_err(),
+            ReconcileError::fatal("broken")
+        );
+    }
+
+    #[test]
+    fn the_operator_grants_are_the_fixture_s_to_give() {
+        let namespace = json!([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}}]);
+        let fixture = returning(Some("demo"), namespace);
+        let r = refusal(fixture.clone().check::<Scripted>());
+        assert!(r.contains("cluster-scoped and not allowed"), "{r}");
+        assert!(
+            fixture
+                .clone()
+                .allow_cluster_kind("Namespace")
+                .check::<Scripted>()
+                .is_ok()
+        );
+        assert!(
+            fixture
+                .allow_cluster_kind("namespaces.")
+                .check::<Scripted>()
+                .is_ok()
+        );
+
+        // A cluster-scoped parent's children go only where the operator allows.
+        let fixture = returning(None, json!([config_map("a", Some("team-a"))]));
+        let r = refusal(fixture.clone().check::<ClusterScripted>());
+        assert!(
+            r.contains("not allowed for children of this cluster-scoped parent"),
+            "{r}"
+        );
+        assert!(
+            fixture
+                .allow_namespace("team-a")
+                .check::<ClusterScripted>()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn names_labels_and_owners_are_checked_too() {
+        let mut owned = config_map("a", None);
+        owned["metadata"]["ownerReferences"] = json!([{"uid": "x"}]);
+        let mut stolen = config_map("b", None);
+        stolen["metadata"]["labels"] = json!({"capstan.dev/plugin": "other"});
+        for (child, reason) in [
+            (config_map("x?dryRun=All", None), "RFC 1123 subdomain"),
+            (config_map("victim/status", None), "RFC 1123 subdomain"),
+            (owned, "ownerReferences"),
+            (stolen, "capstan.dev/plugin"),
+        ] {
+            let r = refusal(returning(Some("demo"), json!([child])).check::<Scripted>());
+            assert!(r.contains(reason), "{r}");
+        }
+        let twice = json!([config_map("a", None), config_map("a", Some("demo"))]);
+        assert!(refusal(returning(Some("demo"), twice).check::<Scripted>()).contains("twice"));
+    }
 }

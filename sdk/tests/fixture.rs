@@ -1,0 +1,29 @@
+//! Echo's real responses, from the fixtures its golden tests use, pass the checks every
+//! `Fixture` applies — the host's own rules.
+
+use capstan_sdk::testing::Fixture;
+use echo::EchoReconciler;
+
+fn fixture(name: &str) -> String {
+    format!("{}/../plugins/echo/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn a_valid_echo_response_passes() {
+    for (parent, children) in [
+        ("echo.yaml", None),
+        ("echo.yaml", Some("job-running.yaml")),
+        ("echo-running.yaml", Some("job-succeeded.yaml")),
+        ("echo-running.yaml", Some("job-failed.yaml")),
+        ("echo-changed.yaml", Some("job-succeeded.yaml")),
+    ] {
+        let mut f = Fixture::load(fixture(parent)).unwrap();
+        if let Some(c) = children {
+            f = f.children_file(fixture(c)).unwrap();
+        }
+        let response = f
+            .check::<EchoReconciler>()
+            .unwrap_or_else(|e| panic!("{parent}: {e}"));
+        assert_eq!(response.children.len(), 1, "{parent}: one Job");
+    }
+}
