@@ -254,3 +254,37 @@ fn memory_limit_above_the_engine_maximum_is_refused() {
         .unwrap();
     assert!(matches!(err, LoadError::Limits(_)), "{err}");
 }
+
+#[test]
+fn a_sleeping_plugin_spends_no_time_and_time_is_deterministic() {
+    let p = load(Limits {
+        deadline: Duration::from_millis(500),
+        ..Limits::default()
+    });
+    // Thirty seconds of sleep (a monotonic-clock wait) against a 500 ms deadline: the wait
+    // is over at once and only the plugin's own clock moves.
+    let start = Instant::now();
+    let slept = status(&p, "sleep", "1");
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(slept["sleptMs"], 30_000);
+    // Sleeping forever is a loop like any other: stopped at the deadline.
+    let start = Instant::now();
+    match p.hostile.reconcile(&hostile("sleep", "4000000000")) {
+        Err(DispatchError::Fault(Fault::Deadline(_))) => {}
+        other => panic!("expected the deadline, got {other:?}"),
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        start.elapsed()
+    );
+
+    // The wall clock stands at the epoch; seeds are fixed, so two calls agree.
+    let first = status(&p, "time", "");
+    assert_eq!(first["wallNanos"], 0);
+    assert_eq!(status(&p, "time", ""), first);
+}

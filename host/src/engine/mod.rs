@@ -20,6 +20,7 @@
 
 mod bindings;
 mod cache;
+mod clocks;
 mod fault;
 mod limits;
 mod load;
@@ -124,6 +125,7 @@ impl Engine {
 
         let mut linker = Linker::new(&inner);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        clocks::add_to_linker(&mut linker)?;
         Reconciler::add_to_linker::<State, wasmtime::component::HasSelf<State>>(&mut linker, |s| s)?;
 
         let weak = inner.weak();
@@ -171,10 +173,10 @@ impl Engine {
         let mut instance = plugin
             .instantiate("<metadata>")
             .map_err(|f| LoadError::Metadata(f.to_string()))?;
-        let metadata = instance
+        let mut metadata = instance
             .metadata()
             .map_err(|f| LoadError::Metadata(f.to_string()))?;
-        load::validate_metadata(&metadata)?;
+        load::validate_metadata(&mut metadata)?;
         plugin.name = Arc::from(metadata.name.as_str());
         plugin.metadata = Some(metadata);
         Ok(plugin)

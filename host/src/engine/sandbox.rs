@@ -23,7 +23,7 @@ const LOG_LINE_BYTES: usize = 8 * 1024;
 pub(crate) struct State {
     /// Built on the first WASI call: most reconciles make none, and building one (clocks,
     /// random, stdio, socket policy) is a tenth of a fresh instance's set-up.
-    wasi: Option<WasiCtx>,
+    wasi: Option<(WasiCtx, super::clocks::VirtualClock)>,
     table: ResourceTable,
     pub limiter: Limiter,
     pub stdout: Capture,
@@ -55,7 +55,7 @@ impl State {
     pub fn flush_output(&self) {
         for (stream, capture) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
             let (text, dropped) = capture.take();
-            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            for line in text.lines().filter(|l| !l.trim().is_empty()).map(escape_controls) {
                 tracing::info!(target: "capstan::plugin", plugin = %self.plugin, object = %self.object, stream, "{line}");
             }
             if dropped > 0 {
@@ -69,26 +69,48 @@ impl State {
     }
 }
 
+impl State {
+    fn wasi(&mut self) -> &mut (WasiCtx, super::clocks::VirtualClock) {
+        let (stdout, stderr) = (&self.stdout, &self.stderr);
+        self.wasi.get_or_insert_with(|| deny_all(stdout, stderr))
+    }
+
+    /// The plugin's virtual monotonic clock.
+    pub(crate) fn clock(&mut self) -> &super::clocks::VirtualClock {
+        &self.wasi().1
+    }
+
+    /// The call's resource table.
+    pub(crate) fn table(&mut self) -> &mut ResourceTable {
+        &mut self.table
+    }
+}
+
 impl WasiView for State {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         let (stdout, stderr) = (&self.stdout, &self.stderr);
+        let (ctx, _) = self.wasi.get_or_insert_with(|| deny_all(stdout, stderr));
         WasiCtxView {
-            ctx: self.wasi.get_or_insert_with(|| deny_all(stdout, stderr)),
+            ctx,
             table: &mut self.table,
         }
     }
 }
 
-/// No filesystem, environment, arguments, network or stdin; stdout and stderr captured.
-fn deny_all(stdout: &Capture, stderr: &Capture) -> WasiCtx {
-    WasiCtxBuilder::new()
+/// No filesystem, environment, arguments, network or stdin; stdout and stderr captured;
+/// deterministic clocks and entropy (see `clocks`).
+fn deny_all(stdout: &Capture, stderr: &Capture) -> (WasiCtx, super::clocks::VirtualClock) {
+    let clock = super::clocks::VirtualClock::default();
+    let mut builder = WasiCtxBuilder::new();
+    builder
         .stdout(stdout.clone())
         .stderr(stderr.clone())
         .allow_tcp(false)
         .allow_udp(false)
         .allow_ip_name_lookup(false)
-        .socket_addr_check(|_, _| Box::pin(async { false }))
-        .build()
+        .socket_addr_check(|_, _| Box::pin(async { false }));
+    super::clocks::deterministic(&mut builder, clock.clone());
+    (builder.build(), clock)
 }
 
 impl host::Host for State {
@@ -97,7 +119,7 @@ impl host::Host for State {
         if self.log_lines > LOG_LINES_CAP {
             return;
         }
-        let message = truncate(&message, LOG_LINE_BYTES);
+        let message = escape_controls(truncate(&message, LOG_LINE_BYTES));
         let (plugin, object) = (&*self.plugin, self.object.as_str());
         match level {
             Level::Trace => tracing::trace!(target: "capstan::plugin", plugin, object, "{message}"),
@@ -110,6 +132,25 @@ impl host::Host for State {
 }
 
 impl super::bindings::capstan::reconciler::types::Host for State {}
+
+/// Plugin text with control characters escaped (`\n` → `\\n`, ESC → `\\u{1b}`), so
+/// it can neither forge a host log line nor drive a terminal.
+pub(crate) fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.contains(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    std::borrow::Cow::Owned(
+        s.chars()
+            .flat_map(|c| {
+                let escaped = c.is_control().then(|| c.escape_default());
+                escaped
+                    .into_iter()
+                    .flatten()
+                    .chain((!c.is_control()).then_some(c))
+            })
+            .collect(),
+    )
+}
 
 fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {
@@ -216,4 +257,21 @@ impl OutputStream for Capture {
 #[wasmtime_wasi::async_trait]
 impl Pollable for Capture {
     async fn ready(&mut self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_in_plugin_text_are_escaped() {
+        assert_eq!(escape_controls("plain ünïcode"), "plain ünïcode");
+        let forged = "ok\n2026-01-01T00:00:00Z  INFO capstan: forged\u{1b}[2J\r";
+        let escaped = escape_controls(forged);
+        assert!(!escaped.contains(char::is_control), "{escaped}");
+        assert_eq!(
+            escaped,
+            "ok\\n2026-01-01T00:00:00Z  INFO capstan: forged\\u{1b}[2J\\r"
+        );
+    }
 }

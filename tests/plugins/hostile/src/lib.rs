@@ -129,6 +129,24 @@ impl Guest for Hostile {
                 cm["metadata"]["name"] = arg.clone().into();
                 children.push(cm.to_string());
             }
+            // Blocks in a host call: a 30 s sleep (a monotonic-clock wait), `spec.arg` times.
+            "sleep" => {
+                let start = std::time::Instant::now();
+                for _ in 0..arg.parse::<u32>().unwrap_or(1) {
+                    std::thread::sleep(std::time::Duration::from_secs(30));
+                }
+                status = Some(json!({ "sleptMs": start.elapsed().as_millis() as u64 }));
+            }
+            // What the sandbox's clocks and entropy say.
+            "time" => {
+                use std::hash::BuildHasher;
+                let wall = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(u64::MAX);
+                let hash = std::collections::hash_map::RandomState::new().hash_one(42u64);
+                status = Some(json!({ "wallNanos": wall, "hash": hash.to_string() }));
+            }
             "not-json" => children.push("this is not JSON".into()),
             "not-object" => children.push("[1, 2, 3]".into()),
             other => return Err(ReconcileError::Fatal(format!("unknown mode {other}"))),
