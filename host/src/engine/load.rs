@@ -104,37 +104,95 @@ pub(crate) fn link_error(
     LoadError::Imports(one_line(&format!("{err:#}")))
 }
 
-/// Names and kinds must be usable as label values, field managers and API paths.
-pub(crate) fn validate_metadata(m: &Metadata) -> Result<(), LoadError> {
+/// Most child kinds one plugin may declare: each is a watch and a cache in the host.
+pub const MAX_CHILD_KINDS: usize = 32;
+/// Longest plugin version string.
+const MAX_VERSION: usize = 64;
+
+/// Names and kinds must be usable as label values, field managers and API paths, and
+/// small: a plugin's metadata ends up in every log line and metric of it. A child kind
+/// declared twice is kept once (each would cost a watch).
+pub(crate) fn validate_metadata(m: &mut Metadata) -> Result<(), LoadError> {
     let bad = |msg: String| Err(LoadError::InvalidMetadata(msg));
     if !is_dns_label(&m.name) {
         return bad(format!(
             "name {:?} must be a DNS label (lower-case alphanumerics and '-', at most 63)",
-            m.name
+            shown(&m.name)
+        ));
+    }
+    if m.version.is_empty() || m.version.len() > MAX_VERSION || m.version.contains(char::is_control) {
+        return bad(format!(
+            "version {:?} must be 1 to {MAX_VERSION} printable characters",
+            shown(&m.version)
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    m.children.retain(|k| seen.insert(k.clone()));
+    if m.children.len() > MAX_CHILD_KINDS {
+        return bad(format!(
+            "{} child kinds declared; at most {MAX_CHILD_KINDS}",
+            m.children.len()
         ));
     }
     for kind in std::iter::once(&m.parent).chain(&m.children) {
         check_kind(kind).map_err(LoadError::InvalidMetadata)?;
     }
     if let Some(f) = &m.finalizer
-        && (f.is_empty() || !f.contains('/'))
+        && !is_qualified_name(f)
     {
         return bad(format!(
-            "finalizer {f:?} must be a qualified name such as example.com/cleanup"
+            "finalizer {:?} must be a qualified name such as example.com/cleanup",
+            shown(f)
         ));
     }
     Ok(())
 }
 
+/// A plugin-chosen string as it may appear in a message: escaped and cut short.
+fn shown(s: &str) -> String {
+    let mut out: String = s.chars().take(64).flat_map(char::escape_default).collect();
+    if s.chars().count() > 64 {
+        out.push('…');
+    }
+    out
+}
+
+/// `prefix/name` as Kubernetes finalizers are: a DNS subdomain prefix and a name of at
+/// most 63 alphanumerics, '-', '_' or '.'.
+fn is_qualified_name(s: &str) -> bool {
+    let Some((prefix, name)) = s.split_once('/') else {
+        return false;
+    };
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    name_ok && !prefix.is_empty() && prefix.len() <= 253 && prefix.split('.').all(is_dns_label)
+}
+
 fn check_kind(k: &Kind) -> Result<(), String> {
     if k.kind.is_empty() || k.version.is_empty() || k.plural.is_empty() {
-        return Err(format!("kind {k:?} needs kind, version and plural"));
+        return Err(format!("kind {} needs kind, version and plural", shown(&k.kind)));
     }
-    if k.plural
-        .chars()
-        .any(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
-    {
-        return Err(format!("plural {:?} of {} must be lower-case", k.plural, k.kind));
+    let group_ok = k.group.is_empty() || (k.group.len() <= 253 && k.group.split('.').all(is_dns_label));
+    let kind_ok = k.kind.len() <= 63 && k.kind.chars().all(|c| c.is_ascii_alphanumeric());
+    if !group_ok || !kind_ok || !is_dns_label(&k.version) {
+        return Err(format!(
+            "kind {}.{}/{} is not a valid group, version and kind",
+            shown(&k.kind),
+            shown(&k.group),
+            shown(&k.version)
+        ));
+    }
+    if !is_dns_label(&k.plural) {
+        return Err(format!(
+            "plural {:?} of {} must be lower-case",
+            shown(&k.plural),
+            k.kind
+        ));
     }
     Ok(())
 }
@@ -150,4 +208,70 @@ fn is_dns_label(s: &str) -> bool {
 
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(kind: &str, plural: &str) -> Kind {
+        Kind {
+            group: "batch".into(),
+            version: "v1".into(),
+            kind: kind.into(),
+            plural: plural.into(),
+            namespaced: true,
+        }
+    }
+
+    fn metadata() -> Metadata {
+        Metadata {
+            name: "p".into(),
+            version: "1.0.0".into(),
+            parent: Kind {
+                group: "example.com".into(),
+                ..kind("Parent", "parents")
+            },
+            children: vec![kind("Job", "jobs")],
+            finalizer: Some("example.com/cleanup".into()),
+        }
+    }
+
+    fn refused(change: impl FnOnce(&mut Metadata)) -> String {
+        let mut m = metadata();
+        change(&mut m);
+        validate_metadata(&mut m).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn repeated_child_kinds_are_kept_once_and_capped() {
+        let mut m = metadata();
+        m.children = vec![kind("Job", "jobs"); 1000];
+        validate_metadata(&mut m).unwrap();
+        assert_eq!(m.children.len(), 1, "1000 copies of Job are one watch");
+        let e = refused(|m| {
+            m.children = (0..40)
+                .map(|i| kind(&format!("K{i}"), &format!("k{i}")))
+                .collect()
+        });
+        assert!(e.contains("40 child kinds"), "{e}");
+    }
+
+    #[test]
+    fn metadata_strings_are_small_and_printable() {
+        let huge = format!("example.com/{}", "f".repeat(1 << 20));
+        let e = refused(|m| m.finalizer = Some(huge));
+        assert!(
+            e.contains("finalizer") && e.len() < 300,
+            "a short message: {} bytes",
+            e.len()
+        );
+        assert!(refused(|m| m.finalizer = Some("no-slash".into())).contains("finalizer"));
+        assert!(refused(|m| m.version = "1\n2026 INFO forged".into()).contains("version"));
+        assert!(refused(|m| m.version = "v".repeat(65)).contains("version"));
+        assert!(refused(|m| m.children[0].kind = "Job\n".into()).contains("not a valid"));
+        assert!(refused(|m| m.children[0].group = "Batch".into()).contains("not a valid"));
+        assert!(refused(|m| m.children[0].plural = "jobs/status".into()).contains("plural"));
+        assert!(validate_metadata(&mut metadata()).is_ok());
+    }
 }
