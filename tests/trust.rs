@@ -422,7 +422,8 @@ async fn the_host_logs_where_it_listens_and_what_it_runs_at_the_default_level() 
     let metrics = host.address("metrics").context("metrics address")?;
     let head = raw_head(&metrics, "/metrics")?;
     assert!(
-        head.to_ascii_lowercase().contains("content-type: application/openmetrics-text; version=1.0.0"),
+        head.to_ascii_lowercase()
+            .contains("content-type: application/openmetrics-text; version=1.0.0"),
         "{head}"
     );
     host.signal(libc::SIGTERM);

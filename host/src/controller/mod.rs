@@ -343,7 +343,11 @@ mod tests {
             namespaced: true,
         };
         let e = declared_as_served(&binding, "clusterrolebindings", false).unwrap_err();
-        assert!(e.to_string().contains("declared namespaced but the API server serves it cluster-scoped"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("declared namespaced but the API server serves it cluster-scoped"),
+            "{e}"
+        );
         let e = declared_as_served(&binding, "bindings", true).unwrap_err();
         assert!(e.to_string().contains("plural"), "{e}");
         assert!(declared_as_served(&binding, "clusterrolebindings", true).is_ok());
