@@ -441,3 +441,50 @@ fn raw_head(addr: &str, path: &str) -> Result<String> {
     stream.read_to_string(&mut text)?;
     Ok(text.split("\r\n\r\n").next().unwrap_or_default().to_string())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_that_would_change_the_request_path_are_refused_before_any_request() -> Result<()> {
+    let plane = Plane::shared().await?;
+    plane.install_crds(&[hostile_crd()?]).await?;
+    let ns = plane.namespace("trust-names").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-trust-{ns}"));
+    let _host = start_host(plane, &["hostile"], &ns, &dir)?;
+    let client = plane.client().await?;
+    let hostiles: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &hostile_resource());
+    let long = "a".repeat(300);
+    let names = [
+        ("query", "x?dryRun=All&fieldManager=evil"),
+        ("sub", "victim/status"),
+        ("long", long.as_str()),
+    ];
+    for (object, name) in names {
+        hostiles
+            .create(
+                &PostParams::default(),
+                &hostile(object, "bad-name", json!({"arg": name}))?,
+            )
+            .await?;
+    }
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    for (object, _) in names {
+        let event = eventually(
+            "an InvalidResponse Warning",
+            Duration::from_secs(60),
+            async || warned(&events, object, "InvalidResponse").await,
+        )
+        .await?;
+        let note = event.note.unwrap_or_default();
+        assert!(
+            note.contains("metadata.name") && note.contains("RFC 1123"),
+            "{note}"
+        );
+    }
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    // (kube-controller-manager puts kube-root-ca.crt into every namespace.)
+    let written = config_maps
+        .list(&ListParams::default().labels("capstan.dev/plugin"))
+        .await?;
+    assert!(written.items.is_empty(), "nothing written: {:?}", written.items);
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}

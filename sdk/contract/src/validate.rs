@@ -153,7 +153,7 @@ fn namespace(
         (Some(ns), None) => Err(format!(
             "namespace {ns} is not allowed for children of this cluster-scoped parent (allowed: {})",
             if allow.namespaces.is_empty() {
-                "none; the operator grants namespaces with --namespace or allowNamespaces".to_string()
+                "none; the operator grants them: --namespace or allowNamespaces for capstan run, --allow-namespace for capstan test".to_string()
             } else {
                 allow.namespaces.join(", ")
             }
