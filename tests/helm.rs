@@ -738,6 +738,49 @@ fn hot_reload_keeps_the_pod_template_and_without_it_a_new_plugin_rolls_the_deplo
     Ok(())
 }
 
+#[test]
+fn secrets_are_granted_by_the_operator_never_by_the_plugin() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("capstan-helm-secrets-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let values = dir.join("vault.yaml");
+    // What `capstan inspect --helm-values` prints for a plugin that declares Secret.
+    std::fs::write(
+        &values,
+        "plugins:\n  vault:\n    source: {volume: {emptyDir: {}}, file: vault.wasm}\n    \
+         parent: {group: example.com, version: v1, kind: Vault, plural: vaults, namespaced: true}\n    \
+         children: [{group: \"\", version: v1, kind: Secret, plural: secrets, namespaced: true}]\n",
+    )?;
+    let refused = render("capstan", &["-f", values.to_str().unwrap()]).unwrap_err();
+    assert!(
+        refused.to_string().contains("plugins.vault.allowSecrets=true"),
+        "{refused}"
+    );
+    let docs = render(
+        "capstan",
+        &[
+            "-f",
+            values.to_str().unwrap(),
+            "--set",
+            "plugins.vault.allowSecrets=true",
+        ],
+    )?;
+    let config = one(&docs, "ConfigMap")["data"]["config.yaml"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(config.contains("allowSecrets: true"), "{config}");
+    let granted = of_kind(&docs, "ClusterRole").iter().any(|r| {
+        r["rules"].as_array().into_iter().flatten().any(|rule| {
+            rule["resources"]
+                .as_array()
+                .is_some_and(|rs| rs.iter().any(|x| x == "secrets"))
+        })
+    });
+    assert!(granted, "the operator's grant becomes RBAC for Secrets");
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
 /// A copy of a component with one more custom section: another valid plugin file with
 /// the same behaviour.
 fn with_custom_section(wasm: &[u8], name: &str, payload: &[u8]) -> Vec<u8> {

@@ -397,6 +397,53 @@ async fn a_declared_finalizer_holds_deletion_until_the_plugin_says_finalized() -
         async || Ok(hostiles.get_opt("hold").await?.is_none().then_some(())),
     )
     .await?;
+
+    // A plugin that never lets go: an admin releases the finalizer with the annotation.
+    let stuck: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
+        "metadata": {"name": "stuck"}, "spec": {"mode": "hold"},
+    }))?;
+    hostiles.create(&PostParams::default(), &stuck).await?;
+    eventually(
+        "the stuck object's finalizer",
+        Duration::from_secs(60),
+        async || {
+            let parent = hostiles.get("stuck").await?;
+            Ok(parent
+                .finalizers()
+                .iter()
+                .any(|f| f == "capstan.dev/hostile")
+                .then_some(()))
+        },
+    )
+    .await?;
+    hostiles.delete("stuck", &DeleteParams::default()).await?;
+    let release = json!({"metadata": {"annotations": {"capstan.dev/release-finalizer": "true"}}});
+    hostiles
+        .patch("stuck", &PatchParams::default(), &Patch::Merge(&release))
+        .await?;
+    eventually(
+        "the released object to be deleted",
+        Duration::from_secs(60),
+        async || Ok(hostiles.get_opt("stuck").await?.is_none().then_some(())),
+    )
+    .await?;
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    eventually(
+        "a FinalizerReleased Warning",
+        Duration::from_secs(30),
+        async || {
+            let list = events.list(&ListParams::default()).await?.items;
+            Ok(list
+                .iter()
+                .any(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("stuck")
+                        && e.reason.as_deref() == Some("FinalizerReleased")
+                })
+                .then_some(()))
+        },
+    )
+    .await?;
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }

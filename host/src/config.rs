@@ -9,6 +9,8 @@
 //!     limits: { deadline: 500ms, memory: 33554432, responseBytes: 1048576, maxChildren: 10 }
 //!     allowClusterKinds: [Namespace]
 //!     allowNamespaces: [team-a]    # for a cluster-scoped parent's children
+//!     allowSecrets: false          # may it declare Secret (parent or child)?
+//!     allowOwnKind: false          # may it make children of its own parent kind?
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -48,6 +50,12 @@ pub struct PluginConfig {
     /// Namespaces where a plugin with a cluster-scoped parent may create children.
     #[serde(default)]
     pub allow_namespaces: Vec<String>,
+    /// The plugin may declare Secret as its parent or a child kind.
+    #[serde(default)]
+    pub allow_secrets: bool,
+    /// The plugin may declare its own parent kind as a child kind.
+    #[serde(default)]
+    pub allow_own_kind: bool,
 }
 
 /// Read and check a config file; plugin paths come back absolute or relative to the cwd.

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod controller;
 pub mod engine;
+pub mod grants;
 pub mod leader;
 pub mod ops;
 pub mod reload;

@@ -164,6 +164,11 @@ impl Supervisor {
             Ok(plugin) if self.named(&plugin.metadata().name) => {
                 refused(&plugin.metadata().name, &path, "another plugin has this name")
             }
+            Ok(plugin) if let Err(why) = crate::grants::check(plugin.metadata(), &options.grants) => {
+                self.health
+                    .plugin(&file_key(&path), PluginState::Failed(why.clone()));
+                refused(&plugin.metadata().name, &path, &why)
+            }
             Ok(plugin) => {
                 let name = plugin.metadata().name.clone();
                 tracing::info!(plugin = %name, path = %path.display(), "new plugin started");
@@ -202,6 +207,9 @@ impl Supervisor {
             Ok(new) => new,
             Err(e) => return refused(&name, &path, &e),
         };
+        if let Err(why) = crate::grants::check(new.metadata(), &self.units[i].options.grants) {
+            return refused(&name, &path, &why);
+        }
         if same_kinds(old.metadata(), new.metadata()) {
             tracing::info!(plugin = %name, path = %path.display(), version = %new.metadata().version, "plugin reloaded");
             count(&name, "reloaded");

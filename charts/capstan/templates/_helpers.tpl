@@ -83,6 +83,11 @@ Checks that fail the render with one clear line instead of a host that cannot st
 {{- fail (printf "replicas is %d but leaderElection.enabled is false: more than one host needs leader election" (int .Values.replicas)) }}
 {{- end }}
 {{- range $name, $p := .Values.plugins }}
+{{- range $k := prepend ($p.children | default list) $p.parent }}
+{{- if and (eq $k.group "") (eq $k.kind "Secret") (not $p.allowSecrets) }}
+{{- fail (printf "plugins.%s declares Secret: RBAC for Secrets is granted only by the operator, with plugins.%s.allowSecrets=true" $name $name) }}
+{{- end }}
+{{- end }}
 {{- if eq (hasKey $p.source "wasm") (hasKey $p.source "volume") }}
 {{- fail (printf "plugins.%s.source needs exactly one of wasm (--set-file plugins.%s.source.wasm=PATH) or volume (any volume source, with file)" $name $name) }}
 {{- end }}
@@ -172,6 +177,9 @@ plugins:
       {{- if hasKey . "maxChildren" }}
       maxChildren: {{ int64 .maxChildren }}
       {{- end }}
+      {{- with .minRequeue }}
+      minRequeue: {{ . }}
+      {{- end }}
     {{- end }}
     {{- if hasKey $p "concurrency" }}
     concurrency: {{ int64 $p.concurrency }}
@@ -184,6 +192,12 @@ plugins:
     {{- end }}
     {{- with $p.allowNamespaces }}
     allowNamespaces: {{ toJson . }}
+    {{- end }}
+    {{- if $p.allowSecrets }}
+    allowSecrets: true
+    {{- end }}
+    {{- if $p.allowOwnKind }}
+    allowOwnKind: true
     {{- end }}
 {{- end }}
 {{- end }}

@@ -131,6 +131,8 @@ fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Loaded> {
                     resync: None,
                     allow_cluster_kinds: Vec::new(),
                     allow_namespaces: Vec::new(),
+                    allow_secrets: false,
+                    allow_own_kind: false,
                 });
             }
         }
@@ -159,6 +161,14 @@ fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Loaded> {
         }
         options.allow.namespaces.extend(e.allow_namespaces);
         options.allow.namespaces.dedup();
+        options.grants = crate::grants::Grants {
+            secrets: e.allow_secrets,
+            own_kind: e.allow_own_kind,
+        };
+        if let Err(why) = crate::grants::check(plugin.metadata(), &options.grants) {
+            loaded.broken.push((e.path, why));
+            continue;
+        }
         loaded.plugins.push((e.path, plugin, options));
     }
     // A plugin that does not load is that plugin's trouble alone, unless nothing is left.
@@ -205,6 +215,7 @@ fn defaults(args: &RunArgs) -> Options {
             // watches; without --namespace, only where a plugin's config allows.
             namespaces: args.namespace.iter().cloned().collect(),
         },
+        grants: Default::default(),
         concurrency: args.concurrency,
         resync: args.resync,
     }

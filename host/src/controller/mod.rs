@@ -4,6 +4,9 @@
 //! runs two reconciles of one object at once.
 
 mod backoff;
+mod children;
+mod events;
+mod finalizer;
 mod queue;
 mod reconcile;
 
@@ -33,8 +36,10 @@ use crate::leader::Leader;
 pub struct Options {
     /// Watch only this namespace.
     pub namespace: Option<String>,
-    /// What the operator allows the plugin beyond its parent's namespace.
+    /// What the operator allows the plugin's responses beyond its parent's namespace.
     pub allow: crate::validate::Allowances,
+    /// Kinds the operator lets the plugin declare (Secrets, its own parent kind).
+    pub grants: crate::grants::Grants,
     /// Reconciles of this plugin running at once.
     pub concurrency: u16,
     /// Reconcile every parent at least this often.
@@ -46,6 +51,7 @@ impl Default for Options {
         Options {
             namespace: None,
             allow: Default::default(),
+            grants: Default::default(),
             concurrency: 16,
             resync: Duration::from_secs(600),
         }
@@ -71,6 +77,8 @@ struct Shared {
     recorder: Recorder,
     options: Options,
     backoff: Arc<backoff::Backoff>,
+    /// What each object's events may still cost.
+    events: Arc<events::EventBudget>,
     queue: Arc<queue::Queue>,
     leader: Leader,
     /// True once the parent and every child cache have listed.
@@ -213,7 +221,8 @@ pub async fn run(
     let tracked = queue.clone();
     let listed = sync.mark();
     let backoff = Arc::new(backoff::Backoff::default());
-    let forget = backoff.clone();
+    let events = Arc::new(events::EventBudget::default());
+    let (forget, forget_events) = (backoff.clone(), events.clone());
     let parents = reflector::reflector(
         writer,
         watcher(api(&client, &parent, namespace), watcher::Config::default()).modify(typed(&parent)),
@@ -225,6 +234,7 @@ pub async fn run(
         watcher::Event::Delete(o) => {
             let key = key(o.namespace().as_deref(), &o.name_any());
             forget.forget(&key);
+            forget_events.forget(&key);
             tracked.forget(&key);
         }
         watcher::Event::InitDone => listed(),
@@ -311,6 +321,7 @@ pub async fn run(
         children,
         options,
         backoff,
+        events,
         queue,
         leader,
         synced: synced_rx,

@@ -11,7 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use tracing::Instrument;
 
-use super::Shared;
+use super::{Shared, children, finalizer};
 use crate::apply;
 use crate::engine::{DispatchError, EventType, Reconcile, Request};
 use crate::ops::metrics::{ControllerLabel, FaultLabels, PluginLabel, QueueLabel};
@@ -131,9 +131,9 @@ pub fn error_policy(parent: Arc<DynamicObject>, error: &Error, shared: Arc<Share
 }
 
 /// An observed child: which declared kind, and the object from its cache.
-struct Observed {
-    kind: usize,
-    object: Arc<DynamicObject>,
+pub(super) struct Observed {
+    pub kind: usize,
+    pub object: Arc<DynamicObject>,
 }
 
 /// One reconcile, as named steps; `Ok(Some(d))` asks to be called again after `d`,
@@ -145,7 +145,7 @@ async fn reconcile_inner(
 ) -> Result<Option<Duration>, Error> {
     let metadata = plugin.metadata();
     let deleting = parent.meta().deletion_timestamp.is_some();
-    if let Some(done) = ensure_finalizer(parent, metadata, shared, deleting).await? {
+    if let Some(done) = finalizer::ensure(parent, metadata, shared, deleting).await? {
         return Ok(done);
     }
     let observed = observe(parent, shared);
@@ -157,9 +157,9 @@ async fn reconcile_inner(
     for child in &mut desired {
         apply::own(child, parent, &shared.parent, &metadata.name);
     }
-    let plan = claim(parent, metadata, shared, desired, &observed, &request.children).await?;
-    apply_children(shared, &metadata.name, &plan).await?;
-    prune(shared, &metadata.name, &plan, &observed).await?;
+    let plan = children::claim(parent, metadata, shared, desired, &observed, &request.children).await?;
+    children::apply(shared, &metadata.name, &plan).await?;
+    children::prune(shared, &metadata.name, &plan, &observed).await?;
     if let Some(status) = &response.status
         && parent.data.get("status") != Some(status)
     {
@@ -174,50 +174,13 @@ async fn reconcile_inner(
         publish(shared, parent, kind, &event.reason, &event.message).await;
     }
     if deleting && response.finalized {
-        release_finalizer(parent, metadata, shared).await?;
+        finalizer::release(parent, metadata, shared).await?;
         return Ok(None);
     }
+    if deleting {
+        finalizer::stuck(parent, shared, &metadata.name).await;
+    }
     Ok(Some(response.requeue_after.unwrap_or(shared.options.resync)))
-}
-
-/// Add the plugin's finalizer to a live parent that lacks it; `Some` ends the reconcile
-/// (a deleted parent without it needs nothing, and the update wakes the parent again).
-async fn ensure_finalizer(
-    parent: &DynamicObject,
-    metadata: &crate::engine::Metadata,
-    shared: &Shared,
-    deleting: bool,
-) -> Result<Option<Option<Duration>>, Error> {
-    let finalizer = metadata.finalizer.as_deref();
-    let has_finalizer = finalizer.is_some_and(|f| parent.finalizers().iter().any(|x| x == f));
-    if deleting && !has_finalizer {
-        return Ok(Some(None));
-    }
-    if let (Some(f), false, false) = (finalizer, has_finalizer, deleting) {
-        let mut finalizers = parent.finalizers().to_vec();
-        finalizers.push(f.to_string());
-        apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
-        count_write(&metadata.name);
-        return Ok(Some(None));
-    }
-    Ok(None)
-}
-
-/// Remove the plugin's finalizer once it answered `finalized`.
-async fn release_finalizer(
-    parent: &DynamicObject,
-    metadata: &crate::engine::Metadata,
-    shared: &Shared,
-) -> Result<(), Error> {
-    let finalizers = parent
-        .finalizers()
-        .iter()
-        .filter(|f| Some(f.as_str()) != metadata.finalizer.as_deref())
-        .cloned()
-        .collect();
-    apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
-    count_write(&metadata.name);
-    Ok(())
 }
 
 /// The cached children this parent controls (the caches hold only this plugin's).
@@ -341,129 +304,8 @@ async fn check(
     }
 }
 
-/// What to do with one desired child.
-struct Step {
-    child: validate::Child,
-    kind: usize,
-    /// The last apply was of this very object and it still holds.
-    unchanged: bool,
-}
-
-/// Match every desired child to what exists: the parent's own children are updated (or
-/// left alone when unchanged); a name that is free is created; a name held by an object
-/// this parent and plugin do not control refuses the whole response — the host never
-/// adopts (client-go's sample-controller: "already exists and is not managed by").
-async fn claim(
-    parent: &DynamicObject,
-    metadata: &crate::engine::Metadata,
-    shared: &Shared,
-    desired: Vec<validate::Child>,
-    observed: &[Observed],
-    observed_json: &[serde_json::Value],
-) -> Result<Vec<Step>, Error> {
-    let uid = parent.uid().unwrap_or_default();
-    let mut plan = Vec::with_capacity(desired.len());
-    for child in desired {
-        let Some(kind) = shared.children.iter().position(|c| c.kind == child.kind) else {
-            continue;
-        };
-        let current = observed
-            .iter()
-            .zip(observed_json)
-            .find(|(o, _)| o.kind == kind && same(&o.object, &child));
-        if let Some((_, json)) = current {
-            let unchanged = apply::unchanged(&child.object, json);
-            plan.push(Step {
-                child,
-                kind,
-                unchanged,
-            });
-            continue;
-        }
-        let c = &shared.children[kind];
-        let mut reference = ObjectRef::new_with(&child.name, c.resource.clone());
-        reference.namespace = child.namespace.clone();
-        let existing = match c.store.get(&reference) {
-            Some(cached) => Some(cached),
-            None => apply::get(
-                &shared.client,
-                &c.resource,
-                child.namespace.as_deref(),
-                &child.name,
-            )
-            .await?
-            .map(Arc::new),
-        };
-        if let Some(existing) = existing
-            && !apply::controlled_by(&existing, &uid, &metadata.name)
-        {
-            let what = format!(
-                "{} {}{}",
-                child.kind.kind,
-                child
-                    .namespace
-                    .as_deref()
-                    .map(|n| format!("{n}/"))
-                    .unwrap_or_default(),
-                child.name
-            );
-            let message = format!(
-                "{what} already exists and is not controlled by this {} (its controller: {}); nothing applied",
-                shared.parent.kind,
-                apply::controller_of(&existing)
-            );
-            let label = PluginLabel {
-                plugin: metadata.name.clone(),
-            };
-            crate::ops::metrics::get()
-                .child_conflicts
-                .get_or_create(&label)
-                .inc();
-            warn(shared, parent, "ChildConflict", &message).await;
-            return Err(Error::Conflict(message));
-        }
-        plan.push(Step {
-            child,
-            kind,
-            unchanged: false,
-        });
-    }
-    Ok(plan)
-}
-
-/// Same kind's cache, same namespace and name.
-fn same(object: &DynamicObject, child: &validate::Child) -> bool {
-    object.name_any() == child.name && object.namespace() == child.namespace
-}
-
-/// Server-side apply every child that would change.
-async fn apply_children(shared: &Shared, plugin: &str, plan: &[Step]) -> Result<(), Error> {
-    for step in plan.iter().filter(|s| !s.unchanged) {
-        apply::apply(
-            &shared.client,
-            &shared.children[step.kind].resource,
-            &step.child,
-            plugin,
-        )
-        .await?;
-        count_write(plugin);
-    }
-    Ok(())
-}
-
-/// Delete every observed child the response no longer holds.
-async fn prune(shared: &Shared, plugin: &str, plan: &[Step], observed: &[Observed]) -> Result<(), Error> {
-    for o in observed {
-        if !plan.iter().any(|s| s.kind == o.kind && same(&o.object, &s.child)) {
-            apply::prune(&shared.client, &shared.children[o.kind].resource, &o.object).await?;
-            count_write(plugin);
-        }
-    }
-    Ok(())
-}
-
 /// Count one API write of `plugin`'s reconciles.
-fn count_write(plugin: &str) {
+pub(super) fn count_write(plugin: &str) {
     crate::ops::metrics::get()
         .api_writes
         .get_or_create(&PluginLabel {
@@ -472,7 +314,7 @@ fn count_write(plugin: &str) {
         .inc();
 }
 
-async fn warn(shared: &Shared, parent: &DynamicObject, reason: &str, message: &str) {
+pub(super) async fn warn(shared: &Shared, parent: &DynamicObject, reason: &str, message: &str) {
     publish(shared, parent, KubeEventType::Warning, reason, message).await;
 }
 
@@ -485,8 +327,18 @@ async fn publish(shared: &Shared, parent: &DynamicObject, kind: KubeEventType, r
         action: "Reconcile".into(),
         secondary: None,
     };
+    let plugin = shared.plugin().metadata().name.clone();
+    if !shared.events.allow(&key(parent), reason) {
+        let label = PluginLabel { plugin };
+        crate::ops::metrics::get()
+            .events_dropped
+            .get_or_create(&label)
+            .inc();
+        tracing::debug!(reason, "event over the budget of its object and reason; dropped");
+        return;
+    }
     let reference = parent.object_ref(&shared.parent);
-    count_write(&shared.plugin().metadata().name);
+    count_write(&plugin);
     if let Err(e) = shared.recorder.publish(&event, &reference).await {
         tracing::warn!(error = %e, reason, "could not record event");
     }

@@ -19,6 +19,10 @@ pub struct Limits {
     pub response_bytes: usize,
     /// Cap on the number of children in one response.
     pub max_children: usize,
+    /// Shortest requeue a response may ask for: `requeue-after-ms: 0` would otherwise be
+    /// a busy loop of reconciles.
+    #[serde(with = "humantime_serde")]
+    pub min_requeue: Duration,
 }
 
 impl Default for Limits {
@@ -28,6 +32,7 @@ impl Default for Limits {
             memory: 64 << 20,
             response_bytes: 4 << 20,
             max_children: 1000,
+            min_requeue: Duration::from_secs(1),
         }
     }
 }
@@ -72,8 +77,31 @@ pub(crate) fn validate(raw: wit::Response, limits: &Limits) -> Result<Response, 
             .map(|(i, c)| object(c, &format!("child {i}")))
             .collect::<Result<_, _>>()?,
         status: raw.status.as_deref().map(|s| object(s, "status")).transpose()?,
-        requeue_after: raw.requeue_after_ms.map(Duration::from_millis),
+        requeue_after: raw
+            .requeue_after_ms
+            .map(|ms| Duration::from_millis(ms).max(limits.min_requeue)),
         events: raw.events.into_iter().map(Event::from).collect(),
         finalized: raw.finalized,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_requeue_is_never_sooner_than_the_floor() {
+        let raw = |ms| wit::Response {
+            children: vec![],
+            status: None,
+            requeue_after_ms: ms,
+            events: vec![],
+            finalized: false,
+        };
+        let limits = Limits::default();
+        let after = |ms| validate(raw(ms), &limits).unwrap().requeue_after;
+        assert_eq!(after(Some(0)), Some(Duration::from_secs(1)));
+        assert_eq!(after(Some(5_000)), Some(Duration::from_secs(5)));
+        assert_eq!(after(None), None);
+    }
 }

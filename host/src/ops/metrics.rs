@@ -107,6 +107,8 @@ pub struct Metrics {
     /// capstan_child_conflicts_total: responses refused because a child they name
     /// already exists and belongs to someone else.
     pub child_conflicts: Family<PluginLabel, Counter>,
+    /// capstan_events_dropped_total: events over their object's and reason's budget.
+    pub events_dropped: Family<PluginLabel, Counter>,
     /// capstan_plugin_up: 1 while a plugin's controller runs, 0 while it waits (e.g. for
     /// its kinds to be served) or failed to load.
     pub plugin_up: Family<PluginLabel, Gauge>,
@@ -148,6 +150,7 @@ pub fn get() -> &'static Metrics {
             reloads: Family::default(),
             child_conflicts: Family::default(),
             plugin_up: Family::default(),
+            events_dropped: Family::default(),
         };
         let r = &mut m.registry;
         // prometheus-client appends `_total` to counters itself.
@@ -232,6 +235,11 @@ pub fn get() -> &'static Metrics {
             "capstan_child_conflicts",
             "Responses refused because a child they name exists and belongs to another owner",
             m.child_conflicts.clone(),
+        );
+        r.register(
+            "capstan_events_dropped",
+            "Events not recorded: over the budget of their object and reason (3, then 1 a minute)",
+            m.events_dropped.clone(),
         );
         r.register(
             "capstan_plugin_up",

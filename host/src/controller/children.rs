@@ -1,0 +1,140 @@
+//! A response's children against the cluster: which to create, update or leave alone,
+//! which name is held by someone else (never adopted), and which observed child to delete.
+
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::runtime::reflector::ObjectRef;
+
+use super::Shared;
+use super::reconcile::{Error, Observed, count_write, warn};
+use crate::apply;
+use crate::ops::metrics::PluginLabel;
+use crate::validate;
+
+/// What to do with one desired child.
+pub(super) struct Step {
+    child: validate::Child,
+    kind: usize,
+    /// The last apply was of this very object and it still holds.
+    unchanged: bool,
+}
+
+/// Match every desired child to what exists: the parent's own children are updated (or
+/// left alone when unchanged); a name that is free is created; a name held by an object
+/// this parent and plugin do not control refuses the whole response — the host never
+/// adopts (client-go's sample-controller: "already exists and is not managed by").
+pub(super) async fn claim(
+    parent: &DynamicObject,
+    metadata: &crate::engine::Metadata,
+    shared: &Shared,
+    desired: Vec<validate::Child>,
+    observed: &[Observed],
+    observed_json: &[serde_json::Value],
+) -> Result<Vec<Step>, Error> {
+    let uid = parent.uid().unwrap_or_default();
+    let mut plan = Vec::with_capacity(desired.len());
+    for child in desired {
+        let Some(kind) = shared.children.iter().position(|c| c.kind == child.kind) else {
+            continue;
+        };
+        let current = observed
+            .iter()
+            .zip(observed_json)
+            .find(|(o, _)| o.kind == kind && same(&o.object, &child));
+        if let Some((_, json)) = current {
+            let unchanged = apply::unchanged(&child.object, json);
+            plan.push(Step {
+                child,
+                kind,
+                unchanged,
+            });
+            continue;
+        }
+        let c = &shared.children[kind];
+        let mut reference = ObjectRef::new_with(&child.name, c.resource.clone());
+        reference.namespace = child.namespace.clone();
+        let existing = match c.store.get(&reference) {
+            Some(cached) => Some(cached),
+            None => apply::get(
+                &shared.client,
+                &c.resource,
+                child.namespace.as_deref(),
+                &child.name,
+            )
+            .await?
+            .map(Arc::new),
+        };
+        if let Some(existing) = existing
+            && !apply::controlled_by(&existing, &uid, &metadata.name)
+        {
+            let what = format!(
+                "{} {}{}",
+                child.kind.kind,
+                child
+                    .namespace
+                    .as_deref()
+                    .map(|n| format!("{n}/"))
+                    .unwrap_or_default(),
+                child.name
+            );
+            let message = format!(
+                "{what} already exists and is not controlled by this {} (its controller: {}); nothing applied",
+                shared.parent.kind,
+                apply::controller_of(&existing)
+            );
+            let label = PluginLabel {
+                plugin: metadata.name.clone(),
+            };
+            crate::ops::metrics::get()
+                .child_conflicts
+                .get_or_create(&label)
+                .inc();
+            warn(shared, parent, "ChildConflict", &message).await;
+            return Err(Error::Conflict(message));
+        }
+        plan.push(Step {
+            child,
+            kind,
+            unchanged: false,
+        });
+    }
+    Ok(plan)
+}
+
+/// Same kind's cache, same namespace and name.
+fn same(object: &DynamicObject, child: &validate::Child) -> bool {
+    object.name_any() == child.name && object.namespace() == child.namespace
+}
+
+/// Server-side apply every child that would change.
+pub(super) async fn apply(shared: &Shared, plugin: &str, plan: &[Step]) -> Result<(), Error> {
+    for step in plan.iter().filter(|s| !s.unchanged) {
+        apply::apply(
+            &shared.client,
+            &shared.children[step.kind].resource,
+            &step.child,
+            plugin,
+        )
+        .await?;
+        count_write(plugin);
+    }
+    Ok(())
+}
+
+/// Delete every observed child the response no longer holds.
+pub(super) async fn prune(
+    shared: &Shared,
+    plugin: &str,
+    plan: &[Step],
+    observed: &[Observed],
+) -> Result<(), Error> {
+    for o in observed {
+        if !plan.iter().any(|s| s.kind == o.kind && same(&o.object, &s.child)) {
+            apply::prune(&shared.client, &shared.children[o.kind].resource, &o.object).await?;
+            count_write(plugin);
+        }
+    }
+    Ok(())
+}

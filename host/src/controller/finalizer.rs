@@ -1,0 +1,91 @@
+//! The plugin's finalizer on each parent: added to live parents, removed when the plugin
+//! answers `finalized` — and the escape hatch operators expect when it never does: a
+//! deletion that has waited longer than [`STUCK_AFTER`] raises a `FinalizerStuck` Warning
+//! saying how to let go, and the annotation [`RELEASE_ANNOTATION`]`=true` on the parent
+//! removes the finalizer without the plugin's cleanup.
+
+use std::time::Duration;
+
+use kube::api::DynamicObject;
+use kube::{Resource, ResourceExt};
+
+use super::Shared;
+use super::reconcile::{Error, count_write, warn};
+use crate::apply;
+
+/// Annotation an admin sets on a stuck parent to remove the plugin's finalizer.
+pub const RELEASE_ANNOTATION: &str = "capstan.dev/release-finalizer";
+/// How long a deletion may wait for the plugin before the host says it is stuck.
+pub const STUCK_AFTER: Duration = Duration::from_secs(600);
+
+/// Add the plugin's finalizer to a live parent that lacks it; `Some` ends the reconcile
+/// (a deleted parent without it needs nothing, and the update wakes the parent again).
+pub(super) async fn ensure(
+    parent: &DynamicObject,
+    metadata: &crate::engine::Metadata,
+    shared: &Shared,
+    deleting: bool,
+) -> Result<Option<Option<Duration>>, Error> {
+    let finalizer = metadata.finalizer.as_deref();
+    let has_finalizer = finalizer.is_some_and(|f| parent.finalizers().iter().any(|x| x == f));
+    if deleting && !has_finalizer {
+        return Ok(Some(None));
+    }
+    if deleting
+        && parent
+            .annotations()
+            .get(RELEASE_ANNOTATION)
+            .is_some_and(|v| v == "true")
+    {
+        release(parent, metadata, shared).await?;
+        let message = format!(
+            "finalizer released by the {RELEASE_ANNOTATION} annotation, without plugin {}'s cleanup",
+            metadata.name
+        );
+        warn(shared, parent, "FinalizerReleased", &message).await;
+        return Ok(Some(None));
+    }
+    if let (Some(f), false, false) = (finalizer, has_finalizer, deleting) {
+        let mut finalizers = parent.finalizers().to_vec();
+        finalizers.push(f.to_string());
+        apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
+        count_write(&metadata.name);
+        return Ok(Some(None));
+    }
+    Ok(None)
+}
+
+/// Remove the plugin's finalizer once it answered `finalized`.
+pub(super) async fn release(
+    parent: &DynamicObject,
+    metadata: &crate::engine::Metadata,
+    shared: &Shared,
+) -> Result<(), Error> {
+    let finalizers = parent
+        .finalizers()
+        .iter()
+        .filter(|f| Some(f.as_str()) != metadata.finalizer.as_deref())
+        .cloned()
+        .collect();
+    apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
+    count_write(&metadata.name);
+    Ok(())
+}
+
+/// Warn (within the event budget) when a deletion has waited too long for the plugin,
+/// naming the way out.
+pub(super) async fn stuck(parent: &DynamicObject, shared: &Shared, plugin: &str) {
+    let Some(since) = &parent.meta().deletion_timestamp else {
+        return;
+    };
+    let waited = k8s_openapi::jiff::Timestamp::now().as_second() - since.0.as_second();
+    if waited < STUCK_AFTER.as_secs() as i64 {
+        return;
+    }
+    let message = format!(
+        "deletion has waited {waited}s for plugin {plugin} to finish its cleanup; to let go without it: kubectl annotate {} {} {RELEASE_ANNOTATION}=true",
+        shared.parent.plural,
+        parent.name_any()
+    );
+    warn(shared, parent, "FinalizerStuck", &message).await;
+}
