@@ -288,3 +288,34 @@ fn a_sleeping_plugin_spends_no_time_and_time_is_deterministic() {
     assert_eq!(first["wallNanos"], 0);
     assert_eq!(status(&p, "time", ""), first);
 }
+
+#[test]
+fn the_deadline_counts_cpu_time_so_contention_does_not_fault_honest_calls() {
+    // Four looping calls at once on this machine's cores: each is stopped once it has had
+    // its deadline of CPU (so later than its deadline of wall time when cores are shared),
+    // and never later than ten deadlines of wall time.
+    let deadline = Duration::from_millis(200);
+    let p = std::sync::Arc::new(load(Limits {
+        deadline,
+        ..Limits::default()
+    }));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                let f = fault(&p, "loop");
+                (f, start.elapsed())
+            })
+        })
+        .collect();
+    for t in threads {
+        let (f, took) = t.join().unwrap();
+        assert_eq!(f, Fault::Deadline(deadline));
+        assert!(
+            took >= deadline && took < deadline * 10 + Duration::from_millis(200),
+            "{took:?}"
+        );
+    }
+    assert_still_serving(&p);
+}

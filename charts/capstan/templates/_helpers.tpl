@@ -180,6 +180,9 @@ plugins:
       {{- with .minRequeue }}
       minRequeue: {{ . }}
       {{- end }}
+      {{- if hasKey . "cpuMillicores" }}
+      cpuMillicores: {{ int64 .cpuMillicores }}
+      {{- end }}
     {{- end }}
     {{- if hasKey $p "concurrency" }}
     concurrency: {{ int64 $p.concurrency }}

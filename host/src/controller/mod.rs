@@ -9,6 +9,7 @@ mod events;
 mod finalizer;
 mod queue;
 mod reconcile;
+mod throttle;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -44,6 +45,8 @@ pub struct Options {
     pub concurrency: u16,
     /// Reconcile every parent at least this often.
     pub resync: Duration,
+    /// CPU the plugin's dispatches may use per second, in millicores.
+    pub cpu_millicores: u32,
 }
 
 impl Default for Options {
@@ -54,6 +57,7 @@ impl Default for Options {
             grants: Default::default(),
             concurrency: 16,
             resync: Duration::from_secs(600),
+            cpu_millicores: 1000,
         }
     }
 }
@@ -79,6 +83,8 @@ struct Shared {
     backoff: Arc<backoff::Backoff>,
     /// What each object's events may still cost.
     events: Arc<events::EventBudget>,
+    /// The plugin's share of CPU.
+    cpu: throttle::CpuBudget,
     queue: Arc<queue::Queue>,
     leader: Leader,
     /// True once the parent and every child cache have listed.
@@ -313,6 +319,7 @@ pub async fn run(
         instance: std::env::var("POD_NAME").ok(),
     };
     let shared = Arc::new(Shared {
+        cpu: throttle::CpuBudget::new(options.cpu_millicores),
         recorder: Recorder::new(client.clone(), reporter),
         client,
         plugin,

@@ -149,7 +149,15 @@ async fn reconcile_inner(
         return Ok(done);
     }
     let observed = observe(parent, shared);
-    let (request, result) = dispatch(parent, plugin, &observed, deleting).await?;
+    let wait = shared.cpu.wait();
+    if !wait.is_zero() {
+        tracing::debug!(wait = ?wait, "plugin over its CPU share; waiting");
+        tokio::time::sleep(wait).await;
+    }
+    let start = std::time::Instant::now();
+    let dispatched = dispatch(parent, plugin, &observed, deleting).await;
+    shared.cpu.charge(start.elapsed());
+    let (request, result) = dispatched?;
     let Some(response) = outcome(parent, metadata, shared, result).await? else {
         return Ok(None);
     };

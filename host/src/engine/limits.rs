@@ -23,6 +23,9 @@ pub struct Limits {
     /// a busy loop of reconciles.
     #[serde(with = "humantime_serde")]
     pub min_requeue: Duration,
+    /// CPU the plugin's calls may use per second, in millicores (1000 = one core); over
+    /// it, its reconciles wait.
+    pub cpu_millicores: u32,
 }
 
 impl Default for Limits {
@@ -33,6 +36,7 @@ impl Default for Limits {
             response_bytes: 4 << 20,
             max_children: 1000,
             min_requeue: Duration::from_secs(1),
+            cpu_millicores: 1000,
         }
     }
 }
