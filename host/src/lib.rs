@@ -4,6 +4,7 @@
 //! ([`cli`]).
 
 pub mod apply;
+pub mod bucket;
 pub mod cli;
 pub mod config;
 pub mod controller;

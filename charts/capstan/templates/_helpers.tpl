@@ -183,6 +183,9 @@ plugins:
       {{- if hasKey . "cpuMillicores" }}
       cpuMillicores: {{ int64 .cpuMillicores }}
       {{- end }}
+      {{- if hasKey . "creationsPerSecond" }}
+      creationsPerSecond: {{ int64 .creationsPerSecond }}
+      {{- end }}
     {{- end }}
     {{- if hasKey $p "concurrency" }}
     concurrency: {{ int64 $p.concurrency }}

@@ -140,7 +140,7 @@ fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Loaded> {
     anyhow::ensure!(!entries.is_empty(), "no plugins configured");
     let mut loaded = Loaded::default();
     for e in entries {
-        let cpu_millicores = e.limits.cpu_millicores;
+        let (cpu_millicores, creations) = (e.limits.cpu_millicores, e.limits.creations_per_second);
         let plugin = match engine.load_file(&e.path, e.limits) {
             Ok(plugin) => plugin,
             Err(err) => {
@@ -152,6 +152,7 @@ fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Loaded> {
         options.concurrency = e.concurrency.unwrap_or(options.concurrency);
         options.resync = e.resync.unwrap_or(options.resync);
         options.cpu_millicores = cpu_millicores;
+        options.creations_per_second = creations;
         options.allow.cluster_kinds.extend(e.allow_cluster_kinds);
         if let Some(ns) = &args.namespace
             && let Some(outside) = e.allow_namespaces.iter().find(|n| *n != ns)
@@ -221,6 +222,7 @@ fn defaults(args: &RunArgs) -> Options {
         concurrency: args.concurrency,
         resync: args.resync,
         cpu_millicores: crate::engine::Limits::default().cpu_millicores,
+        creations_per_second: crate::engine::Limits::default().creations_per_second,
     }
 }
 

@@ -19,6 +19,8 @@ pub(super) struct Step {
     kind: usize,
     /// The last apply was of this very object and it still holds.
     unchanged: bool,
+    /// No object of this name exists yet (as far as the caches and the API know).
+    create: bool,
 }
 
 /// Match every desired child to what exists: the parent's own children are updated (or
@@ -49,6 +51,7 @@ pub(super) async fn claim(
                 child,
                 kind,
                 unchanged,
+                create: false,
             });
             continue;
         }
@@ -66,8 +69,8 @@ pub(super) async fn claim(
             .await?
             .map(Arc::new),
         };
-        if let Some(existing) = existing
-            && !apply::controlled_by(&existing, &uid, &metadata.name)
+        if let Some(existing) = &existing
+            && !apply::controlled_by(existing, &uid, &metadata.name)
         {
             let what = format!(
                 "{} {}{}",
@@ -82,7 +85,7 @@ pub(super) async fn claim(
             let message = format!(
                 "{what} already exists and is not controlled by this {} (its controller: {}); nothing applied",
                 shared.parent.kind,
-                apply::controller_of(&existing)
+                apply::controller_of(existing)
             );
             let label = PluginLabel {
                 plugin: metadata.name.clone(),
@@ -98,6 +101,7 @@ pub(super) async fn claim(
             child,
             kind,
             unchanged: false,
+            create: existing.is_none(),
         });
     }
     Ok(plan)
@@ -111,6 +115,15 @@ fn same(object: &DynamicObject, child: &validate::Child) -> bool {
 /// Server-side apply every child that would change.
 pub(super) async fn apply(shared: &Shared, plugin: &str, plan: &[Step]) -> Result<(), Error> {
     for step in plan.iter().filter(|s| !s.unchanged) {
+        if step.create {
+            // Creations are rate-limited per plugin: one that multiplies its children
+            // (or, granted its own kind, itself) is slowed, not stopped.
+            let wait = shared.creations();
+            if !wait.is_zero() {
+                tracing::debug!(wait = ?wait, "plugin over its creation rate; waiting");
+                tokio::time::sleep(wait).await;
+            }
+        }
         apply::apply(
             &shared.client,
             &shared.children[step.kind].resource,

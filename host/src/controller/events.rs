@@ -7,15 +7,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::bucket::Bucket;
+
 /// Events of one reason on one object recorded back to back before the rate applies.
 const BURST: f64 = 3.0;
 /// After the burst, one event of a reason per object per this long.
 const REFILL: Duration = Duration::from_secs(60);
-
-struct Bucket {
-    tokens: f64,
-    last: Instant,
-}
 
 /// Token buckets per (object key, reason).
 #[derive(Default)]
@@ -31,21 +28,10 @@ impl EventBudget {
 
     fn allow_at(&self, object: &str, reason: &str, now: Instant) -> bool {
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        let bucket = buckets
+        buckets
             .entry((object.to_string(), reason.to_string()))
-            .or_insert(Bucket {
-                tokens: BURST,
-                last: now,
-            });
-        let refill = now.saturating_duration_since(bucket.last).as_secs_f64() / REFILL.as_secs_f64();
-        bucket.tokens = (bucket.tokens + refill).min(BURST);
-        bucket.last = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
+            .or_insert_with(|| Bucket::new(1.0 / REFILL.as_secs_f64(), BURST, now))
+            .try_take(1.0, now)
     }
 
     /// Drop the buckets of an object that is gone.

@@ -47,6 +47,8 @@ pub struct Options {
     pub resync: Duration,
     /// CPU the plugin's dispatches may use per second, in millicores.
     pub cpu_millicores: u32,
+    /// Children the plugin may create per second.
+    pub creations_per_second: u32,
 }
 
 impl Default for Options {
@@ -58,6 +60,7 @@ impl Default for Options {
             concurrency: 16,
             resync: Duration::from_secs(600),
             cpu_millicores: 1000,
+            creations_per_second: 500,
         }
     }
 }
@@ -85,6 +88,8 @@ struct Shared {
     events: Arc<events::EventBudget>,
     /// The plugin's share of CPU.
     cpu: throttle::CpuBudget,
+    /// The plugin's budget of child creations.
+    creations: std::sync::Mutex<crate::bucket::Bucket>,
     queue: Arc<queue::Queue>,
     leader: Leader,
     /// True once the parent and every child cache have listed.
@@ -94,6 +99,14 @@ struct Shared {
 impl Shared {
     fn plugin(&self) -> Arc<dyn Reconcile> {
         self.plugin.borrow().clone()
+    }
+
+    /// Take one creation from the plugin's budget: how long to wait before making it.
+    fn creations(&self) -> Duration {
+        let mut bucket = self.creations.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        bucket.spend(1.0, now);
+        bucket.debt(now)
     }
 }
 
@@ -320,6 +333,11 @@ pub async fn run(
     };
     let shared = Arc::new(Shared {
         cpu: throttle::CpuBudget::new(options.cpu_millicores),
+        creations: std::sync::Mutex::new(crate::bucket::Bucket::new(
+            f64::from(options.creations_per_second.max(1)),
+            2.0 * f64::from(options.creations_per_second.max(1)),
+            std::time::Instant::now(),
+        )),
         recorder: Recorder::new(client.clone(), reporter),
         client,
         plugin,

@@ -26,6 +26,9 @@ pub struct Limits {
     /// CPU the plugin's calls may use per second, in millicores (1000 = one core); over
     /// it, its reconciles wait.
     pub cpu_millicores: u32,
+    /// Children the plugin may create per second (twice that at once); over it, creations
+    /// wait.
+    pub creations_per_second: u32,
 }
 
 impl Default for Limits {
@@ -37,6 +40,7 @@ impl Default for Limits {
             max_children: 1000,
             min_requeue: Duration::from_secs(1),
             cpu_millicores: 1000,
+            creations_per_second: 500,
         }
     }
 }

@@ -24,6 +24,7 @@ mod clocks;
 mod fault;
 mod limits;
 mod load;
+mod logs;
 mod sandbox;
 mod slots;
 mod types;
@@ -169,6 +170,7 @@ impl Engine {
             limits,
             name: Arc::from("<loading>"),
             metadata: None,
+            logs: Arc::default(),
         };
         let mut instance = plugin
             .instantiate("<metadata>")
@@ -208,6 +210,8 @@ pub struct Plugin {
     limits: Limits,
     name: Arc<str>,
     metadata: Option<Metadata>,
+    /// What the plugin may still log, shared by all its calls.
+    logs: Arc<logs::LogBudget>,
 }
 
 /// What a controller dispatches reconciles to: a sandboxed [`Plugin`], or native code
@@ -263,7 +267,7 @@ impl Plugin {
 
     fn instance_for(&self, object: String) -> Result<Instance, Fault> {
         let slot = self.engine.slots.take();
-        let state = State::new(self.name.clone(), object, self.limits.memory);
+        let state = State::new(self.name.clone(), object, self.limits.memory, self.logs.clone());
         let mut store = Store::new(&self.engine.inner, state);
         store.limiter(|s| &mut s.limiter);
         arm_deadline(&mut store, self.limits.deadline);

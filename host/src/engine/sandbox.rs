@@ -31,11 +31,17 @@ pub(crate) struct State {
     plugin: Arc<str>,
     object: String,
     log_lines: usize,
+    logs: Arc<super::logs::LogBudget>,
 }
 
 impl State {
     /// A sandbox with no filesystem, environment, arguments, network or stdin.
-    pub fn new(plugin: Arc<str>, object: String, memory_limit: usize) -> State {
+    pub fn new(
+        plugin: Arc<str>,
+        object: String,
+        memory_limit: usize,
+        logs: Arc<super::logs::LogBudget>,
+    ) -> State {
         State {
             wasi: None,
             table: ResourceTable::new(),
@@ -48,23 +54,24 @@ impl State {
             plugin,
             object,
             log_lines: 0,
+            logs,
         }
     }
 
-    /// Emit what the guest wrote to stdout/stderr, and any dropped log lines, as tracing events.
+    /// Emit what the guest wrote to stdout/stderr as tracing events, within the plugin's
+    /// log budget; report what was dropped (at most once a minute).
     pub fn flush_output(&self) {
         for (stream, capture) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
             let (text, dropped) = capture.take();
             for line in text.lines().filter(|l| !l.trim().is_empty()).map(escape_controls) {
-                tracing::info!(target: "capstan::plugin", plugin = %self.plugin, object = %self.object, stream, "{line}");
+                if self.logs.allow(line.len()) {
+                    tracing::info!(target: "capstan::plugin", plugin = %self.plugin, object = %self.object, stream, "{line}");
+                }
             }
-            if dropped > 0 {
-                tracing::warn!(target: "capstan::plugin", plugin = %self.plugin, object = %self.object, stream, dropped_bytes = dropped, "plugin output over the {OUTPUT_CAP}-byte cap was dropped");
-            }
+            self.logs.dropped(dropped as u64);
         }
-        if self.log_lines > LOG_LINES_CAP {
-            let dropped = self.log_lines - LOG_LINES_CAP;
-            tracing::warn!(target: "capstan::plugin", plugin = %self.plugin, object = %self.object, dropped_lines = dropped, "plugin log lines over the cap of {LOG_LINES_CAP} were dropped");
+        if let Some(bytes) = self.logs.report() {
+            tracing::warn!(target: "capstan::plugin", plugin = %self.plugin, dropped_bytes = bytes, "plugin output dropped: over its log budget ({} KiB/s) or the per-call caps ({OUTPUT_CAP} bytes of output, {LOG_LINES_CAP} log lines)", super::logs::RATE as u64 / 1024);
         }
     }
 }
@@ -117,9 +124,13 @@ impl host::Host for State {
     fn log(&mut self, level: Level, message: String) {
         self.log_lines += 1;
         if self.log_lines > LOG_LINES_CAP {
+            self.logs.dropped(message.len() as u64);
             return;
         }
         let message = escape_controls(truncate(&message, LOG_LINE_BYTES));
+        if !self.logs.allow(message.len()) {
+            return;
+        }
         let (plugin, object) = (&*self.plugin, self.object.as_str());
         match level {
             Level::Trace => tracing::trace!(target: "capstan::plugin", plugin, object, "{message}"),

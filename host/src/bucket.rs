@@ -1,0 +1,82 @@
+//! A token bucket: what a plugin may spend per second (CPU time, log bytes, events), with
+//! a burst. Spending past empty goes into debt, which the caller waits out or drops on.
+
+use std::time::{Duration, Instant};
+
+/// Tokens refilled at `rate` per second up to `burst`.
+#[derive(Clone, Debug)]
+pub struct Bucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl Bucket {
+    /// A full bucket.
+    pub fn new(rate: f64, burst: f64, now: Instant) -> Self {
+        Bucket {
+            rate,
+            burst,
+            tokens: burst,
+            last: now,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
+        self.last = now.max(self.last);
+    }
+
+    /// Take `n` tokens if there are that many.
+    pub fn try_take(&mut self, n: f64, now: Instant) -> bool {
+        self.refill(now);
+        if self.tokens >= n {
+            self.tokens -= n;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Take `n` tokens, into debt if need be.
+    pub fn spend(&mut self, n: f64, now: Instant) {
+        self.refill(now);
+        self.tokens -= n;
+    }
+
+    /// How long until the bucket is out of debt.
+    pub fn debt(&mut self, now: Instant) -> Duration {
+        self.refill(now);
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / self.rate)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refills_at_its_rate_up_to_its_burst() {
+        let t0 = Instant::now();
+        let mut b = Bucket::new(2.0, 4.0, t0);
+        assert!((0..4).all(|_| b.try_take(1.0, t0)));
+        assert!(!b.try_take(1.0, t0));
+        assert!(b.try_take(1.0, t0 + Duration::from_millis(500)));
+        b.spend(3.0, t0 + Duration::from_millis(500));
+        assert_eq!(
+            b.debt(t0 + Duration::from_millis(500)),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(b.debt(t0 + Duration::from_secs(100)), Duration::ZERO);
+        assert!(
+            !b.try_take(5.0, t0 + Duration::from_secs(200)),
+            "never more than the burst"
+        );
+    }
+}
