@@ -5,6 +5,8 @@ use wasmtime::component::Component;
 
 use super::bindings::{PLUGIN_EXPORT, PLUGIN_EXPORT_PREFIX, WIT_PACKAGE};
 use super::cache::CompileCache;
+use capstan_contract::{dns1123_label, dns1123_subdomain, printable};
+
 use super::types::{Kind, Metadata};
 
 /// Why a plugin could not be loaded.
@@ -117,13 +119,13 @@ pub(crate) fn validate_metadata(m: &mut Metadata) -> Result<(), LoadError> {
     if !is_dns_label(&m.name) {
         return bad(format!(
             "name {:?} must be a DNS label (lower-case alphanumerics and '-', at most 63)",
-            shown(&m.name)
+            printable(&m.name)
         ));
     }
     if m.version.is_empty() || m.version.len() > MAX_VERSION || m.version.contains(char::is_control) {
         return bad(format!(
             "version {:?} must be 1 to {MAX_VERSION} printable characters",
-            shown(&m.version)
+            printable(&m.version)
         ));
     }
     let mut seen = std::collections::HashSet::new();
@@ -142,19 +144,10 @@ pub(crate) fn validate_metadata(m: &mut Metadata) -> Result<(), LoadError> {
     {
         return bad(format!(
             "finalizer {:?} must be a qualified name such as example.com/cleanup",
-            shown(f)
+            printable(f)
         ));
     }
     Ok(())
-}
-
-/// A plugin-chosen string as it may appear in a message: escaped and cut short.
-fn shown(s: &str) -> String {
-    let mut out: String = s.chars().take(64).flat_map(char::escape_default).collect();
-    if s.chars().count() > 64 {
-        out.push('…');
-    }
-    out
 }
 
 /// `prefix/name` as Kubernetes finalizers are: a DNS subdomain prefix and a name of at
@@ -170,27 +163,30 @@ fn is_qualified_name(s: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         && name.starts_with(|c: char| c.is_ascii_alphanumeric())
         && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    name_ok && !prefix.is_empty() && prefix.len() <= 253 && prefix.split('.').all(is_dns_label)
+    name_ok && dns1123_subdomain(prefix).is_ok()
 }
 
 fn check_kind(k: &Kind) -> Result<(), String> {
     if k.kind.is_empty() || k.version.is_empty() || k.plural.is_empty() {
-        return Err(format!("kind {} needs kind, version and plural", shown(&k.kind)));
+        return Err(format!(
+            "kind {} needs kind, version and plural",
+            printable(&k.kind)
+        ));
     }
-    let group_ok = k.group.is_empty() || (k.group.len() <= 253 && k.group.split('.').all(is_dns_label));
+    let group_ok = k.group.is_empty() || dns1123_subdomain(&k.group).is_ok();
     let kind_ok = k.kind.len() <= 63 && k.kind.chars().all(|c| c.is_ascii_alphanumeric());
     if !group_ok || !kind_ok || !is_dns_label(&k.version) {
         return Err(format!(
             "kind {}.{}/{} is not a valid group, version and kind",
-            shown(&k.kind),
-            shown(&k.group),
-            shown(&k.version)
+            printable(&k.kind),
+            printable(&k.group),
+            printable(&k.version)
         ));
     }
     if !is_dns_label(&k.plural) {
         return Err(format!(
             "plural {:?} of {} must be lower-case",
-            shown(&k.plural),
+            printable(&k.plural),
             k.kind
         ));
     }
@@ -198,12 +194,7 @@ fn check_kind(k: &Kind) -> Result<(), String> {
 }
 
 fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
+    dns1123_label(s).is_ok()
 }
 
 fn one_line(s: &str) -> String {

@@ -38,7 +38,7 @@ mod names;
 mod validate;
 
 pub use kind::{Kind, Metadata};
-pub use names::{dns1123_label, dns1123_subdomain, object_name};
+pub use names::{dns1123_label, dns1123_subdomain, object_name, printable};
 pub use validate::{Allowances, Child, Refusal, children, parent_namespace};
 
 /// Label every managed child carries.

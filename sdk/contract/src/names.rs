@@ -16,7 +16,7 @@ pub fn object_name(kind: &Kind, name: &str) -> Result<(), String> {
 }
 
 /// A name as it may be shown in a message: control characters escaped, long names cut.
-pub(crate) fn printable(s: &str) -> String {
+pub fn printable(s: &str) -> String {
     let mut out: String = s.chars().take(80).flat_map(char::escape_default).collect();
     if s.chars().count() > 80 {
         out.push('…');
