@@ -276,6 +276,8 @@ fn assert_pod_shape(deployment: &Value) {
         "--config=/etc/capstan/config/config.yaml",
         "--metrics-addr=0.0.0.0:8080",
         "--health-addr=0.0.0.0:8081",
+        // The plugins' memory totals fit well inside the container's limit.
+        "--memory-budget=384Mi",
     ] {
         assert!(args.iter().any(|x| x == a), "{a} missing from {args:?}");
     }

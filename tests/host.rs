@@ -124,6 +124,11 @@ impl Host {
             .collect()
     }
 
+    /// Bytes of log written so far.
+    pub fn log_bytes(&self) -> u64 {
+        std::fs::metadata(&self.log).map_or(0, |m| m.len())
+    }
+
     /// Whether a log line with this `message` was written.
     pub fn logged(&self, message: &str) -> bool {
         self.log().iter().any(|l| l["message"] == message)

@@ -1,6 +1,7 @@
 //! Shared helpers for Capstan's integration tests: building the Wasm plugins and
 //! locating the `capstan` binary, once per test process.
 
+pub mod governance;
 pub mod host;
 
 use std::path::{Path, PathBuf};
@@ -34,6 +35,8 @@ pub fn plugin(name: &str) -> PathBuf {
             "tenant",
             "-p",
             "broken-metadata",
+            "-p",
+            "greedy",
         ])
     });
     // Cargo names the artifact after the crate, with '-' as '_'.

@@ -54,7 +54,7 @@ pub fn own(child: &mut Child, parent: &DynamicObject, parent_ar: &ApiResource, p
 
 /// SHA-256 of an object's JSON, as 32 hex digits. serde_json's maps are sorted (no
 /// `preserve_order`), so equal objects always give equal digests.
-fn digest(object: &Value) -> String {
+pub fn digest(object: &Value) -> String {
     use sha2::Digest;
     struct Hasher(sha2::Sha256);
     impl std::io::Write for Hasher {
@@ -172,25 +172,50 @@ pub async fn prune(client: &Client, ar: &ApiResource, observed: &DynamicObject) 
     }
 }
 
-/// Apply the parent's status through the status subresource.
+/// What became of a status write.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StatusWrite {
+    /// The status was applied.
+    Written,
+    /// Another Capstan plugin manages a field this one tried to set; the server's
+    /// message names it. Nothing was written.
+    HeldBy(String),
+}
+
+/// Apply the parent's status through the status subresource. A field another Capstan
+/// plugin manages (its field manager `capstan/<name>`) is never taken: a parent kind's
+/// status fields belong to the plugin that set them first, and two plugins on one kind
+/// each write only their own. A field anyone else set (a user, an earlier controller)
+/// is taken over, as it always was.
 pub async fn status(
     client: &Client,
     ar: &ApiResource,
     parent: &DynamicObject,
     status: &Value,
     plugin: &str,
-) -> kube::Result<()> {
+) -> kube::Result<StatusWrite> {
     let body = json!({
         "apiVersion": ar.api_version,
         "kind": ar.kind,
         "metadata": { "name": parent.name_any() },
         "status": status,
     });
-    let params = PatchParams::apply(&field_manager(plugin)).force();
-    api(client, ar, parent.namespace().as_deref())
+    let api = api(client, ar, parent.namespace().as_deref());
+    let params = PatchParams::apply(&field_manager(plugin));
+    match api
         .patch_status(&parent.name_any(), &params, &Patch::Apply(&body))
+        .await
+    {
+        Ok(_) => return Ok(StatusWrite::Written),
+        Err(kube::Error::Api(e)) if e.code == 409 && e.message.contains("conflict with \"capstan/") => {
+            return Ok(StatusWrite::HeldBy(e.message));
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e),
+    }
+    api.patch_status(&parent.name_any(), &params.force(), &Patch::Apply(&body))
         .await?;
-    Ok(())
+    Ok(StatusWrite::Written)
 }
 
 /// Set the parent's finalizers to `finalizers`, guarded by its resourceVersion.

@@ -40,6 +40,12 @@ impl Bucket {
         }
     }
 
+    /// Whether `n` tokens are there (taking none).
+    pub fn has(&mut self, n: f64, now: Instant) -> bool {
+        self.refill(now);
+        self.tokens >= n
+    }
+
     /// Take `n` tokens, into debt if need be.
     pub fn spend(&mut self, n: f64, now: Instant) {
         self.refill(now);

@@ -6,7 +6,7 @@
 //!   - path: echo.wasm            # relative to this file
 //!     concurrency: 8
 //!     resync: 5m
-//!     limits: { deadline: 500ms, memory: 33554432, responseBytes: 1048576, maxChildren: 10 }
+//!     limits: { deadline: 500ms, memory: 33554432, memoryTotal: 134217728, responseBytes: 1048576, maxChildren: 10 }
 //!     allowClusterKinds: [Namespace]
 //!     allowNamespaces: [team-a]    # for a cluster-scoped parent's children
 //!     allowSecrets: false          # may it declare Secret (parent or child)?

@@ -64,15 +64,14 @@ struct CacheArgs {
 impl CacheArgs {
     /// An engine using the chosen cache; an unusable default cache only costs speed.
     fn engine(&self) -> anyhow::Result<Engine> {
-        self.engine_with(EngineConfig::default().max_instances)
+        self.engine_with(EngineConfig::default())
     }
 
-    /// [`Self::engine`] with a pool of `max_instances` instances.
-    fn engine_with(&self, max_instances: u32) -> anyhow::Result<Engine> {
+    /// [`Self::engine`] with `config`'s pool and memory budget.
+    fn engine_with(&self, config: EngineConfig) -> anyhow::Result<Engine> {
         let config = |cache_dir| EngineConfig {
             cache_dir,
-            max_instances,
-            ..EngineConfig::default()
+            ..config.clone()
         };
         if self.no_cache {
             return Engine::new(config(None));

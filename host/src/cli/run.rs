@@ -55,6 +55,11 @@ pub struct RunArgs {
     /// the plugins' concurrency must add up to no more.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     max_instances: u32,
+    /// Linear memory all plugins may hold together (bytes, or a quantity such as
+    /// `512Mi`); each plugin reserves its `memoryTotal` from it when loaded, and one that
+    /// does not fit is refused.
+    #[arg(long, value_parser = parse_size, default_value = "1Gi")]
+    memory_budget: usize,
     /// How often hot reload looks at the plugin files.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
     reload_interval: Duration,
@@ -140,7 +145,11 @@ fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Loaded> {
     anyhow::ensure!(!entries.is_empty(), "no plugins configured");
     let mut loaded = Loaded::default();
     for e in entries {
-        let (cpu_millicores, creations) = (e.limits.cpu_millicores, e.limits.creations_per_second);
+        let (cpu_millicores, creations, finalizer_timeout) = (
+            e.limits.cpu_millicores,
+            e.limits.creations_per_second,
+            e.limits.finalizer_timeout,
+        );
         let plugin = match engine.load_file(&e.path, e.limits) {
             Ok(plugin) => plugin,
             Err(err) => {
@@ -153,6 +162,7 @@ fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Loaded> {
         options.resync = e.resync.unwrap_or(options.resync);
         options.cpu_millicores = cpu_millicores;
         options.creations_per_second = creations;
+        options.finalizer_timeout = finalizer_timeout;
         options.allow.cluster_kinds.extend(e.allow_cluster_kinds);
         if let Some(ns) = &args.namespace
             && let Some(outside) = e.allow_namespaces.iter().find(|n| *n != ns)
@@ -221,8 +231,7 @@ fn defaults(args: &RunArgs) -> Options {
         grants: Default::default(),
         concurrency: args.concurrency,
         resync: args.resync,
-        cpu_millicores: crate::engine::Limits::default().cpu_millicores,
-        creations_per_second: crate::engine::Limits::default().creations_per_second,
+        ..Options::default()
     }
 }
 
@@ -230,7 +239,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(settings) = args.election.settings("default") {
         settings.validate()?;
     }
-    let engine = args.cache.engine_with(args.max_instances)?;
+    let engine = args.cache.engine_with(crate::engine::EngineConfig {
+        max_instances: args.max_instances,
+        memory_budget: args.memory_budget,
+        ..Default::default()
+    })?;
     let loaded = load_plugins(&engine, &args)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
@@ -267,10 +280,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let mut reload = tokio::time::interval(args.reload_interval);
         reload.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut beat = tokio::time::interval(Duration::from_secs(1));
+        let mut trim = tokio::time::interval(ops::heap::TRIM_EVERY);
         loop {
             tokio::select! {
                 _ = &mut signal => break,
                 _ = beat.tick() => health.beat(),
+                _ = trim.tick() => ops::heap::trim(),
                 _ = reload.tick(), if args.hot_reload => supervisor.reload().await,
             }
         }
@@ -305,6 +320,29 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Bytes from a number with an optional Kubernetes quantity suffix (`Ki`, `Mi`, `Gi`,
+/// `k`, `M`, `G`).
+fn parse_size(text: &str) -> Result<usize, String> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, suffix) = text.split_at(split);
+    let unit: usize = match suffix {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        _ => return Err(format!("unknown unit {suffix:?}; use bytes or Ki, Mi, Gi")),
+    };
+    digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("{text:?} is not a positive size"))
+}
+
 /// How long releasing the Lease may take on the way out.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -319,4 +357,19 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
             _ = int.recv() => {}
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_take_bytes_or_quantity_suffixes() {
+        assert_eq!(parse_size("512Mi"), Ok(512 << 20));
+        assert_eq!(parse_size("1Gi"), Ok(1 << 30));
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert_eq!(parse_size("2G"), Ok(2_000_000_000));
+        assert!(parse_size("12Xi").unwrap_err().contains("unknown unit"));
+        assert!(parse_size("0").is_err() && parse_size("Mi").is_err() && parse_size("").is_err());
+    }
 }

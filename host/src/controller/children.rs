@@ -21,6 +21,8 @@ pub(super) struct Step {
     unchanged: bool,
     /// No object of this name exists yet (as far as the caches and the API know).
     create: bool,
+    /// The resourceVersion of the object as observed ("" when none exists).
+    seen: String,
 }
 
 /// Match every desired child to what exists: the parent's own children are updated (or
@@ -45,13 +47,14 @@ pub(super) async fn claim(
             .iter()
             .zip(observed_json)
             .find(|(o, _)| o.kind == kind && same(&o.object, &child));
-        if let Some((_, json)) = current {
+        if let Some((o, json)) = current {
             let unchanged = apply::unchanged(&child.object, json);
             plan.push(Step {
                 child,
                 kind,
                 unchanged,
                 create: false,
+                seen: o.object.resource_version().unwrap_or_default(),
             });
             continue;
         }
@@ -72,16 +75,7 @@ pub(super) async fn claim(
         if let Some(existing) = &existing
             && !apply::controlled_by(existing, &uid, &metadata.name)
         {
-            let what = format!(
-                "{} {}{}",
-                child.kind.kind,
-                child
-                    .namespace
-                    .as_deref()
-                    .map(|n| format!("{n}/"))
-                    .unwrap_or_default(),
-                child.name
-            );
+            let what = describe(&child);
             let message = format!(
                 "{what} already exists and is not controlled by this {} (its controller: {}); nothing applied",
                 shared.parent.kind,
@@ -102,9 +96,21 @@ pub(super) async fn claim(
             kind,
             unchanged: false,
             create: existing.is_none(),
+            seen: existing.and_then(|e| e.resource_version()).unwrap_or_default(),
         });
     }
     Ok(plan)
+}
+
+/// `Kind namespace/name` of a child, for messages.
+fn describe(child: &validate::Child) -> String {
+    let namespace = child.namespace.as_deref().map(|n| format!("{n}/"));
+    format!(
+        "{} {}{}",
+        child.kind.kind,
+        namespace.unwrap_or_default(),
+        child.name
+    )
 }
 
 /// Same kind's cache, same namespace and name.
@@ -112,9 +118,19 @@ fn same(object: &DynamicObject, child: &validate::Child) -> bool {
     object.name_any() == child.name && object.namespace() == child.namespace
 }
 
-/// Server-side apply every child that would change.
-pub(super) async fn apply(shared: &Shared, plugin: &str, plan: &[Step]) -> Result<(), Error> {
+/// Server-side apply every child that would change (unless that is ping-pong).
+pub(super) async fn apply(
+    shared: &Shared,
+    parent: &DynamicObject,
+    plugin: &str,
+    plan: &[Step],
+) -> Result<(), Error> {
     for step in plan.iter().filter(|s| !s.unchanged) {
+        let digest = step.child.object["metadata"]["annotations"][apply::APPLIED_ANNOTATION]
+            .as_str()
+            .unwrap_or_default();
+        let content = (digest, step.seen.as_str());
+        super::churn::guard(shared, parent, plugin, &describe(&step.child), content).await?;
         if step.create {
             // Creations are rate-limited per plugin: one that multiplies its children
             // (or, granted its own kind, itself) is slowed, not stopped.

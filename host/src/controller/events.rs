@@ -1,7 +1,10 @@
 //! A budget for the events one plugin records, per object and reason — client-go's event
 //! correlator's spam filter, keyed finer: a small burst, then one event a minute. A
 //! plugin that emits an event on every reconcile (or requeues in a tight loop) fills
-//! neither the API server nor `kubectl describe`; what is dropped is counted.
+//! neither the API server nor `kubectl describe`; what is dropped is counted. The
+//! plugin's own events also share one budget per object across reasons (as client-go's
+//! filter does per object), so inventing a new reason each time buys nothing; the host's
+//! warnings about the plugin are not charged to it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -13,6 +16,10 @@ use crate::bucket::Bucket;
 const BURST: f64 = 3.0;
 /// After the burst, one event of a reason per object per this long.
 const REFILL: Duration = Duration::from_secs(60);
+/// The plugin's events on one object, of any reason, recorded back to back.
+const OBJECT_BURST: f64 = 10.0;
+/// The key of an object's all-reasons budget (not a valid reason).
+const ANY_REASON: &str = "\0plugin";
 
 /// Token buckets per (object key, reason).
 #[derive(Default)]
@@ -21,17 +28,30 @@ pub struct EventBudget {
 }
 
 impl EventBudget {
-    /// Whether an event of `reason` on `object` may be recorded now (and take its token).
-    pub fn allow(&self, object: &str, reason: &str) -> bool {
-        self.allow_at(object, reason, Instant::now())
+    /// Whether an event of `reason` on `object` may be recorded now (and take its token);
+    /// `from_plugin` for the plugin's own events.
+    pub fn allow(&self, object: &str, reason: &str, from_plugin: bool) -> bool {
+        self.allow_at(object, reason, from_plugin, Instant::now())
     }
 
-    fn allow_at(&self, object: &str, reason: &str, now: Instant) -> bool {
+    fn allow_at(&self, object: &str, reason: &str, from_plugin: bool, now: Instant) -> bool {
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        buckets
-            .entry((object.to_string(), reason.to_string()))
-            .or_insert_with(|| Bucket::new(1.0 / REFILL.as_secs_f64(), BURST, now))
-            .try_take(1.0, now)
+        let mut has = |reason: &str, burst| {
+            buckets
+                .entry((object.to_string(), reason.to_string()))
+                .or_insert_with(|| Bucket::new(1.0 / REFILL.as_secs_f64(), burst, now))
+                .has(1.0, now)
+        };
+        if !has(reason, BURST) || (from_plugin && !has(ANY_REASON, OBJECT_BURST)) {
+            return false;
+        }
+        let charged = std::iter::once(reason).chain(from_plugin.then_some(ANY_REASON));
+        for reason in charged {
+            if let Some(bucket) = buckets.get_mut(&(object.to_string(), reason.to_string())) {
+                bucket.spend(1.0, now);
+            }
+        }
+        true
     }
 
     /// Drop the buckets of an object that is gone.
@@ -51,23 +71,40 @@ mod tests {
     fn a_burst_then_one_a_minute_per_object_and_reason() {
         let budget = EventBudget::default();
         let t0 = Instant::now();
-        let allowed = (0..100).filter(|_| budget.allow_at("ns/a", "Spam", t0)).count();
+        let allowed = (0..100)
+            .filter(|_| budget.allow_at("ns/a", "Spam", true, t0))
+            .count();
         assert_eq!(allowed, 3, "the burst");
         assert!(
-            budget.allow_at("ns/a", "Other", t0),
+            budget.allow_at("ns/a", "Other", true, t0),
             "reasons have their own budget"
         );
         assert!(
-            budget.allow_at("ns/b", "Spam", t0),
+            budget.allow_at("ns/b", "Spam", true, t0),
             "objects have their own budget"
         );
-        assert!(!budget.allow_at("ns/a", "Spam", t0 + Duration::from_secs(30)));
-        assert!(budget.allow_at("ns/a", "Spam", t0 + Duration::from_secs(61)));
-        assert!(!budget.allow_at("ns/a", "Spam", t0 + Duration::from_secs(62)));
+        assert!(!budget.allow_at("ns/a", "Spam", true, t0 + Duration::from_secs(30)));
+        assert!(budget.allow_at("ns/a", "Spam", true, t0 + Duration::from_secs(61)));
+        assert!(!budget.allow_at("ns/a", "Spam", true, t0 + Duration::from_secs(62)));
         budget.forget("ns/a");
         assert!(
-            budget.allow_at("ns/a", "Spam", t0 + Duration::from_secs(62)),
+            budget.allow_at("ns/a", "Spam", true, t0 + Duration::from_secs(62)),
             "a new object starts afresh"
         );
+    }
+
+    #[test]
+    fn new_reasons_buy_a_plugin_nothing_and_the_hosts_warnings_still_go_out() {
+        let budget = EventBudget::default();
+        let t0 = Instant::now();
+        let allowed = (0..100)
+            .filter(|i| budget.allow_at("ns/a", &format!("Spam{i}"), true, t0))
+            .count();
+        assert_eq!(allowed, OBJECT_BURST as usize, "one budget across reasons");
+        assert!(
+            budget.allow_at("ns/a", "PluginFault", false, t0),
+            "the host's own warning is not charged to the plugin"
+        );
+        assert!(budget.allow_at("ns/a", "Spam0", true, t0 + Duration::from_secs(61)));
     }
 }

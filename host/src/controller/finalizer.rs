@@ -1,6 +1,6 @@
 //! The plugin's finalizer on each parent: added to live parents, removed when the plugin
 //! answers `finalized` — and the escape hatch operators expect when it never does: a
-//! deletion that has waited longer than [`STUCK_AFTER`] raises a `FinalizerStuck` Warning
+//! deletion that has waited longer than `limits.finalizerTimeout` (10 minutes) raises a `FinalizerStuck` Warning
 //! saying how to let go, and the annotation [`RELEASE_ANNOTATION`]`=true` on the parent
 //! removes the finalizer without the plugin's cleanup.
 
@@ -15,8 +15,6 @@ use crate::apply;
 
 /// Annotation an admin sets on a stuck parent to remove the plugin's finalizer.
 pub const RELEASE_ANNOTATION: &str = "capstan.dev/release-finalizer";
-/// How long a deletion may wait for the plugin before the host says it is stuck.
-pub const STUCK_AFTER: Duration = Duration::from_secs(600);
 
 /// Add the plugin's finalizer to a live parent that lacks it; `Some` ends the reconcile
 /// (a deleted parent without it needs nothing, and the update wakes the parent again).
@@ -73,14 +71,14 @@ pub(super) async fn release(
 }
 
 /// Warn (within the event budget) when a deletion has waited too long for the plugin,
-/// naming the way out.
-pub(super) async fn stuck(parent: &DynamicObject, shared: &Shared, plugin: &str) {
-    let Some(since) = &parent.meta().deletion_timestamp else {
-        return;
-    };
+/// naming the way out; the answer is when to look again (the warning is due then).
+pub(super) async fn stuck(parent: &DynamicObject, shared: &Shared, plugin: &str) -> Option<Duration> {
+    let since = parent.meta().deletion_timestamp.as_ref()?;
+    let timeout = shared.options.finalizer_timeout;
     let waited = k8s_openapi::jiff::Timestamp::now().as_second() - since.0.as_second();
-    if waited < STUCK_AFTER.as_secs() as i64 {
-        return;
+    let due = timeout.as_secs() as i64 - waited;
+    if due > 0 {
+        return Some(Duration::from_secs(due as u64));
     }
     let message = format!(
         "deletion has waited {waited}s for plugin {plugin} to finish its cleanup; to let go without it: kubectl annotate {} {} {RELEASE_ANNOTATION}=true",
@@ -88,4 +86,5 @@ pub(super) async fn stuck(parent: &DynamicObject, shared: &Shared, plugin: &str)
         parent.name_any()
     );
     warn(shared, parent, "FinalizerStuck", &message).await;
+    Some(timeout)
 }

@@ -5,6 +5,7 @@
 
 mod backoff;
 mod children;
+mod churn;
 mod events;
 mod finalizer;
 mod queue;
@@ -49,18 +50,22 @@ pub struct Options {
     pub cpu_millicores: u32,
     /// Children the plugin may create per second.
     pub creations_per_second: u32,
+    /// How long a deletion may wait for the plugin before `FinalizerStuck`.
+    pub finalizer_timeout: Duration,
 }
 
 impl Default for Options {
     fn default() -> Self {
+        let limits = crate::engine::Limits::default();
         Options {
             namespace: None,
             allow: Default::default(),
             grants: Default::default(),
             concurrency: 16,
             resync: Duration::from_secs(600),
-            cpu_millicores: 1000,
-            creations_per_second: 500,
+            cpu_millicores: limits.cpu_millicores,
+            creations_per_second: limits.creations_per_second,
+            finalizer_timeout: limits.finalizer_timeout,
         }
     }
 }
@@ -86,6 +91,8 @@ struct Shared {
     backoff: Arc<backoff::Backoff>,
     /// What each object's events may still cost.
     events: Arc<events::EventBudget>,
+    /// Recent writes per object, to catch ping-pong.
+    churn: Arc<churn::Churn>,
     /// The plugin's share of CPU.
     cpu: throttle::CpuBudget,
     /// The plugin's budget of child creations.
@@ -241,7 +248,8 @@ pub async fn run(
     let listed = sync.mark();
     let backoff = Arc::new(backoff::Backoff::default());
     let events = Arc::new(events::EventBudget::default());
-    let (forget, forget_events) = (backoff.clone(), events.clone());
+    let churn = Arc::new(churn::Churn::default());
+    let (forget, forget_events, forget_writes) = (backoff.clone(), events.clone(), churn.clone());
     let parents = reflector::reflector(
         writer,
         watcher(api(&client, &parent, namespace), watcher::Config::default()).modify(typed(&parent)),
@@ -254,6 +262,7 @@ pub async fn run(
             let key = key(o.namespace().as_deref(), &o.name_any());
             forget.forget(&key);
             forget_events.forget(&key);
+            forget_writes.forget(&key);
             tracked.forget(&key);
         }
         watcher::Event::InitDone => listed(),
@@ -347,11 +356,12 @@ pub async fn run(
         options,
         backoff,
         events,
+        churn,
         queue,
         leader,
         synced: synced_rx,
     });
-    tracing::info!(plugin = %name, parent = %metadata.parent, "controller started");
+    tracing::info!(plugin = %name, parent = %metadata.parent, child_kinds = metadata.children.len(), "controller started");
     controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, shared)

@@ -11,7 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use tracing::Instrument;
 
-use super::{Shared, children, finalizer};
+use super::{Shared, children, churn, finalizer};
 use crate::apply;
 use crate::engine::{DispatchError, EventType, Reconcile, Request};
 use crate::ops::metrics::{ControllerLabel, FaultLabels, PluginLabel, QueueLabel};
@@ -35,12 +35,19 @@ pub enum Error {
     /// A child the response names exists and belongs to someone else; nothing was applied.
     #[error("child conflict: {0}")]
     Conflict(String),
+    /// Another plugin manages a status field the response sets; the status was not written.
+    #[error("status conflict: {0}")]
+    StatusHeld(String),
+    /// A write would repeat content just written (ping-pong); it was not made.
+    #[error("write loop: {0}")]
+    Loop(String),
     /// The blocking dispatch task died.
     #[error("dispatch task failed: {0}")]
     Join(String),
 }
 
-fn key(parent: &DynamicObject) -> String {
+/// The queue key of a parent: `namespace/name`, or `name`.
+pub(super) fn key(parent: &DynamicObject) -> String {
     match parent.namespace() {
         Some(ns) => format!("{ns}/{}", parent.name_any()),
         None => parent.name_any(),
@@ -166,29 +173,58 @@ async fn reconcile_inner(
         apply::own(child, parent, &shared.parent, &metadata.name);
     }
     let plan = children::claim(parent, metadata, shared, desired, &observed, &request.children).await?;
-    children::apply(shared, &metadata.name, &plan).await?;
+    children::apply(shared, parent, &metadata.name, &plan).await?;
     children::prune(shared, &metadata.name, &plan, &observed).await?;
-    if let Some(status) = &response.status
-        && parent.data.get("status") != Some(status)
-    {
-        apply::status(&shared.client, &shared.parent, parent, status, &metadata.name).await?;
-        count_write(&metadata.name);
+    if let Some(status) = &response.status {
+        write_status(parent, &metadata.name, shared, status).await?;
     }
     for event in &response.events {
         let kind = match event.event_type {
             EventType::Normal => KubeEventType::Normal,
             EventType::Warning => KubeEventType::Warning,
         };
-        publish(shared, parent, kind, &event.reason, &event.message).await;
+        publish(shared, parent, kind, &event.reason, &event.message, true).await;
     }
     if deleting && response.finalized {
         finalizer::release(parent, metadata, shared).await?;
         return Ok(None);
     }
-    if deleting {
-        finalizer::stuck(parent, shared, &metadata.name).await;
+    let next = response.requeue_after.unwrap_or(shared.options.resync);
+    if deleting && let Some(due) = finalizer::stuck(parent, shared, &metadata.name).await {
+        return Ok(Some(next.min(due)));
     }
-    Ok(Some(response.requeue_after.unwrap_or(shared.options.resync)))
+    Ok(Some(next))
+}
+
+/// Apply the response's status when it differs from the parent's: never over another
+/// plugin's fields, never as ping-pong.
+async fn write_status(
+    parent: &DynamicObject,
+    plugin: &str,
+    shared: &Shared,
+    status: &serde_json::Value,
+) -> Result<(), Error> {
+    if parent.data.get("status") == Some(status) {
+        return Ok(());
+    }
+    let seen = parent.resource_version().unwrap_or_default();
+    churn::guard(shared, parent, plugin, "status", (&apply::digest(status), &seen)).await?;
+    let written = apply::status(&shared.client, &shared.parent, parent, status, plugin).await?;
+    count_write(plugin);
+    if let apply::StatusWrite::HeldBy(message) = written {
+        let label = PluginLabel {
+            plugin: plugin.into(),
+        };
+        crate::ops::metrics::get()
+            .status_conflicts
+            .get_or_create(&label)
+            .inc();
+        let message =
+            format!("status not written: {message} (a status field belongs to the plugin that set it first)");
+        warn(shared, parent, "StatusConflict", &message).await;
+        return Err(Error::StatusHeld(message));
+    }
+    Ok(())
 }
 
 /// The cached children this parent controls (the caches hold only this plugin's).
@@ -323,11 +359,19 @@ pub(super) fn count_write(plugin: &str) {
 }
 
 pub(super) async fn warn(shared: &Shared, parent: &DynamicObject, reason: &str, message: &str) {
-    publish(shared, parent, KubeEventType::Warning, reason, message).await;
+    publish(shared, parent, KubeEventType::Warning, reason, message, false).await;
 }
 
-/// Record an event; a failure to record is logged, never fatal to the reconcile.
-async fn publish(shared: &Shared, parent: &DynamicObject, kind: KubeEventType, reason: &str, message: &str) {
+/// Record an event (`from_plugin`: one of the plugin's own, not the host's); a failure to
+/// record is logged, never fatal to the reconcile.
+async fn publish(
+    shared: &Shared,
+    parent: &DynamicObject,
+    kind: KubeEventType,
+    reason: &str,
+    message: &str,
+    from_plugin: bool,
+) {
     let event = KubeEvent {
         type_: kind,
         reason: reason.to_string(),
@@ -336,7 +380,7 @@ async fn publish(shared: &Shared, parent: &DynamicObject, kind: KubeEventType, r
         secondary: None,
     };
     let plugin = shared.plugin().metadata().name.clone();
-    if !shared.events.allow(&key(parent), reason) {
+    if !shared.events.allow(&key(parent), reason, from_plugin) {
         let label = PluginLabel { plugin };
         crate::ops::metrics::get()
             .events_dropped

@@ -11,6 +11,9 @@ pub enum Fault {
     /// Tried to grow linear memory past its cap.
     #[error("exceeded its memory limit of {0} bytes")]
     OutOfMemory(usize),
+    /// Its live instances together reached the plugin's memory total.
+    #[error("reached, with its other calls, the plugin's memory total of {0} bytes")]
+    PluginMemory(usize),
     /// Overflowed the Wasm stack.
     #[error("overflowed its stack")]
     StackOverflow,
@@ -49,7 +52,7 @@ impl Fault {
     pub fn cause(&self) -> &'static str {
         match self {
             Fault::Deadline(_) => "deadline",
-            Fault::OutOfMemory(_) => "out_of_memory",
+            Fault::OutOfMemory(_) | Fault::PluginMemory(_) => "out_of_memory",
             Fault::StackOverflow => "stack_overflow",
             Fault::Panic(_) => "panic",
             Fault::Trap(_) => "trap",
@@ -64,7 +67,7 @@ impl Fault {
 /// What the guest left behind when a call failed, to tell the causes apart.
 pub(crate) struct Evidence<'a> {
     pub deadline: Duration,
-    pub memory_denied: Option<usize>,
+    pub memory_denied: Option<Fault>,
     pub stderr: &'a str,
 }
 
@@ -72,8 +75,8 @@ pub(crate) struct Evidence<'a> {
 /// an `unreachable` trap, so the limiter's record and the panic text on stderr decide.
 pub(crate) fn classify(err: &wasmtime::Error, evidence: Evidence<'_>) -> Fault {
     use wasmtime::Trap;
-    if let Some(limit) = evidence.memory_denied {
-        return Fault::OutOfMemory(limit);
+    if let Some(fault) = evidence.memory_denied {
+        return fault;
     }
     match err.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => Fault::Deadline(evidence.deadline),

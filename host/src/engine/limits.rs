@@ -10,11 +10,14 @@ use super::{Event, Fault, Response};
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Limits {
-    /// Wall-clock deadline of one call.
+    /// CPU-time deadline of one call (ten times as much wall-clock time stops it regardless).
     #[serde(with = "humantime_serde")]
     pub deadline: Duration,
-    /// Linear memory cap in bytes.
+    /// Linear memory cap of one call, in bytes.
     pub memory: usize,
+    /// Linear memory all the plugin's calls running at once may hold together, in bytes;
+    /// reserved from the host's `--memory-budget` at load.
+    pub memory_total: usize,
     /// Cap on the total bytes of JSON in one response.
     pub response_bytes: usize,
     /// Cap on the number of children in one response.
@@ -29,6 +32,10 @@ pub struct Limits {
     /// Children the plugin may create per second (twice that at once); over it, creations
     /// wait.
     pub creations_per_second: u32,
+    /// How long a deletion may wait for the plugin's `finalized` before the host warns
+    /// (`FinalizerStuck`) and says how to release the finalizer.
+    #[serde(with = "humantime_serde")]
+    pub finalizer_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -36,11 +43,13 @@ impl Default for Limits {
         Limits {
             deadline: Duration::from_secs(1),
             memory: 64 << 20,
+            memory_total: 128 << 20,
             response_bytes: 4 << 20,
             max_children: 1000,
             min_requeue: Duration::from_secs(1),
             cpu_millicores: 1000,
             creations_per_second: 500,
+            finalizer_timeout: Duration::from_secs(600),
         }
     }
 }

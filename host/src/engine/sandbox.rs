@@ -40,6 +40,7 @@ impl State {
         plugin: Arc<str>,
         object: String,
         memory_limit: usize,
+        memory: Arc<super::memory::PluginMemory>,
         logs: Arc<super::logs::LogBudget>,
     ) -> State {
         State {
@@ -47,6 +48,8 @@ impl State {
             table: ResourceTable::new(),
             limiter: Limiter {
                 limit: memory_limit,
+                plugin: memory,
+                held: 0,
                 denied: None,
             },
             stdout: Capture::default(),
@@ -174,24 +177,35 @@ fn truncate(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// Caps linear memory and remembers a denied growth, which is how an out-of-memory abort
-/// is told apart from a panic.
+/// Caps linear memory per call and, with the plugin's other live instances, per plugin;
+/// remembers a denied growth, which is how an out-of-memory abort is told apart from a
+/// panic.
 pub(crate) struct Limiter {
     limit: usize,
-    pub denied: Option<usize>,
+    plugin: Arc<super::memory::PluginMemory>,
+    /// What this instance holds of the plugin's total (given back on drop).
+    held: usize,
+    pub denied: Option<super::Fault>,
 }
 
 impl wasmtime::ResourceLimiter for Limiter {
+    // Also called for a memory's initial size (`current` 0), so `held` is all of it.
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         if desired > self.limit {
-            self.denied = Some(self.limit);
+            self.denied = Some(super::Fault::OutOfMemory(self.limit));
             return Ok(false);
         }
+        let more = desired.saturating_sub(current);
+        if !self.plugin.try_grow(more) {
+            self.denied = Some(super::Fault::PluginMemory(self.plugin.limit()));
+            return Ok(false);
+        }
+        self.held += more;
         Ok(true)
     }
 
@@ -202,6 +216,12 @@ impl wasmtime::ResourceLimiter for Limiter {
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         Ok(desired <= 100_000)
+    }
+}
+
+impl Drop for Limiter {
+    fn drop(&mut self) {
+        self.plugin.release(self.held);
     }
 }
 

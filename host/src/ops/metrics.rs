@@ -109,6 +109,12 @@ pub struct Metrics {
     pub child_conflicts: Family<PluginLabel, Counter>,
     /// capstan_events_dropped_total: events over their object's and reason's budget.
     pub events_dropped: Family<PluginLabel, Counter>,
+    /// capstan_status_conflicts_total: status writes not made because another plugin
+    /// manages a field they set.
+    pub status_conflicts: Family<PluginLabel, Counter>,
+    /// capstan_write_loops_total: writes not made because they rewrote content the
+    /// plugin had just written (ping-pong with another writer, or a flipping plugin).
+    pub write_loops: Family<PluginLabel, Counter>,
     /// capstan_plugin_up: 1 while a plugin's controller runs, 0 while it waits (e.g. for
     /// its kinds to be served) or failed to load.
     pub plugin_up: Family<PluginLabel, Gauge>,
@@ -151,6 +157,8 @@ pub fn get() -> &'static Metrics {
             child_conflicts: Family::default(),
             plugin_up: Family::default(),
             events_dropped: Family::default(),
+            status_conflicts: Family::default(),
+            write_loops: Family::default(),
         };
         let r = &mut m.registry;
         // prometheus-client appends `_total` to counters itself.
@@ -240,6 +248,16 @@ pub fn get() -> &'static Metrics {
             "capstan_events_dropped",
             "Events not recorded: over the budget of their object and reason (3, then 1 a minute)",
             m.events_dropped.clone(),
+        );
+        r.register(
+            "capstan_status_conflicts",
+            "Status writes not made: another plugin manages a field they set",
+            m.status_conflicts.clone(),
+        );
+        r.register(
+            "capstan_write_loops",
+            "Writes not made: they rewrote content the plugin had just written (3, then 1 a minute per object)",
+            m.write_loops.clone(),
         );
         r.register(
             "capstan_plugin_up",

@@ -1,13 +1,15 @@
 //! A hostile plugin. It speaks the raw generated bindings rather than the typed SDK so it
 //! can also break the contract (non-JSON output). The parent's `spec.mode` picks the
-//! misbehaviour; `spec.arg` parameterises some modes. Probing modes ("file", "env",
-//! "socket") report what they managed to do in `status.result`.
+//! misbehaviour; `spec.arg` parameterises some modes, and `spec.requeueMs` (any mode) asks
+//! to be called again that soon. Probing modes ("file", "env", "socket") report what they
+//! managed to do in `status.result`.
 
 // Natively (a workspace-wide `cargo test`) nothing is exported, so nothing is used.
 #![cfg_attr(not(target_family = "wasm"), allow(dead_code))]
 
+use capstan_sdk::bindings::capstan::reconciler::host::log;
 use capstan_sdk::bindings::capstan::reconciler::types::{
-    KindRef, PluginMetadata, ReconcileError, Request, Response,
+    Event, EventType, KindRef, Level, PluginMetadata, ReconcileError, Request, Response,
 };
 use capstan_sdk::bindings::exports::capstan::reconciler::plugin::Guest;
 use serde_json::{Value, json};
@@ -34,8 +36,10 @@ impl Guest for Hostile {
             serde_json::from_str(&request.parent).map_err(|e| ReconcileError::Fatal(e.to_string()))?;
         let mode = parent["spec"]["mode"].as_str().unwrap_or("ok").to_string();
         let arg = parent["spec"]["arg"].as_str().unwrap_or_default().to_string();
+        let requeue_after_ms = parent["spec"]["requeueMs"].as_u64();
         let mut children = vec![];
         let mut status = None;
+        let mut events = vec![];
         match mode.as_str() {
             "ok" | "hold" => {
                 children.push(config_map(&parent, 0).to_string());
@@ -147,6 +151,48 @@ impl Guest for Hostile {
                 let hash = std::collections::hash_map::RandomState::new().hash_one(42u64);
                 status = Some(json!({ "wallNanos": wall, "hash": hash.to_string() }));
             }
+            // Burns CPU: `spec.arg` million iterations (900 by default, most of a second).
+            "spin" => {
+                let mut n: u64 = 0;
+                for _ in 0..arg.parse::<u64>().unwrap_or(900) * 1_000_000 {
+                    n = std::hint::black_box(n.wrapping_add(1));
+                }
+                children.push(config_map(&parent, 0).to_string());
+            }
+            // `spec.arg` events (100 by default), each with a reason of its own and a
+            // message that tries to start a line of its own.
+            "events" => events.extend((0..arg.parse::<usize>().unwrap_or(100)).map(|i| Event {
+                event_type: EventType::Warning,
+                reason: format!("Spam{i}"),
+                message: format!("spam {i}\nINFO forged line"),
+            })),
+            // `spec.arg` log lines (2000 by default) of 8 KiB, each trying to forge a host
+            // log line after a newline, plus as much on stdout.
+            "log" => {
+                let forged = "\n{\"level\":\"INFO\",\"message\":\"forged\"}\n\u{1b}[2J";
+                let line = format!("{}{forged}", "z".repeat(8 * 1024));
+                for _ in 0..arg.parse::<usize>().unwrap_or(2000) {
+                    log(Level::Warn, &line);
+                    println!("{line}");
+                }
+                children.push(config_map(&parent, 0).to_string());
+            }
+            // Flips its own status between two answers, each one waking the next.
+            "flip" => {
+                let next = if parent["status"]["flip"] == "a" { "b" } else { "a" };
+                status = Some(json!({ "flip": next }));
+            }
+            // Flips its ConfigMap's data between two answers, read from the observed child.
+            "flip-child" => {
+                let seen = request
+                    .children
+                    .iter()
+                    .filter_map(|c| serde_json::from_str::<Value>(c).ok())
+                    .find_map(|c| c["data"]["flip"].as_str().map(String::from));
+                let mut cm = config_map(&parent, 0);
+                cm["data"] = json!({ "flip": if seen.as_deref() == Some("a") { "b" } else { "a" } });
+                children.push(cm.to_string());
+            }
             "not-json" => children.push("this is not JSON".into()),
             "not-object" => children.push("[1, 2, 3]".into()),
             other => return Err(ReconcileError::Fatal(format!("unknown mode {other}"))),
@@ -154,8 +200,8 @@ impl Guest for Hostile {
         Ok(Response {
             children,
             status: status.map(|s| s.to_string()),
-            requeue_after_ms: None,
-            events: vec![],
+            requeue_after_ms,
+            events,
             finalized: request.finalizing && mode != "hold",
         })
     }
