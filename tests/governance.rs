@@ -15,8 +15,7 @@ use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::host::{
-    Host, echo, echo_resource, eventually, hostile_crd, hostile_resource, http_get, install_plugin_crd,
-    mount, sample,
+    Host, echo, echo_resource, eventually, hostile_crd, hostile_resource, install_plugin_crd, mount, sample,
 };
 
 /// The grace period a pod gets by default; the host must exit on SIGTERM within it.
@@ -276,10 +275,9 @@ impl Case {
         Ok(statuses)
     }
 
-    /// A metrics sample of the host (0 when absent).
-    pub fn metric(&self, series: &str) -> Result<f64> {
-        let addr = self.host.address("metrics").context("metrics address logged")?;
-        Ok(sample(&http_get(&addr, "/metrics")?.1, series))
+    /// A metrics sample of the host (0 when absent), once its metrics are served.
+    pub async fn metric(&self, series: &str) -> Result<f64> {
+        Ok(sample(&self.host.metrics().await?, series))
     }
 
     /// Measure the host over `window` while Echo stays converged: its statuses are
@@ -287,9 +285,13 @@ impl Case {
     pub async fn measure(&self, plugin: &str, window: Duration) -> Result<Report> {
         let before = self.converged(Duration::from_secs(180)).await?;
         let writes = format!("capstan_api_writes_total{{plugin=\"{plugin}\"}}");
-        let (written, used, start) = (self.metric(&writes)?, usage(self.host.pid())?, Instant::now());
+        let (written, used, start) = (
+            self.metric(&writes).await?,
+            usage(self.host.pid())?,
+            Instant::now(),
+        );
         tokio::time::sleep(window).await;
-        let (written_after, used_after) = (self.metric(&writes)?, usage(self.host.pid())?);
+        let (written_after, used_after) = (self.metric(&writes).await?, usage(self.host.pid())?);
         let elapsed = start.elapsed().as_secs_f64();
         let after = self.echo_statuses().await?;
         ensure!(

@@ -46,6 +46,12 @@ impl Bucket {
         self.tokens >= n
     }
 
+    /// How long until `n` tokens are there (zero when they are).
+    pub fn until(&mut self, n: f64, now: Instant) -> Duration {
+        self.refill(now);
+        Duration::from_secs_f64((n - self.tokens).max(0.0) / self.rate)
+    }
+
     /// Take `n` tokens, into debt if need be.
     pub fn spend(&mut self, n: f64, now: Instant) {
         self.refill(now);
@@ -80,6 +86,10 @@ mod tests {
             Duration::from_millis(1500)
         );
         assert_eq!(b.debt(t0 + Duration::from_secs(100)), Duration::ZERO);
+        let mut empty = Bucket::new(2.0, 4.0, t0);
+        empty.spend(4.0, t0);
+        assert_eq!(empty.until(1.0, t0), Duration::from_millis(500));
+        assert_eq!(empty.until(1.0, t0 + Duration::from_secs(1)), Duration::ZERO);
         assert!(
             !b.try_take(5.0, t0 + Duration::from_secs(200)),
             "never more than the burst"

@@ -92,7 +92,7 @@ async fn main() -> Result<()> {
     // A minute for every budget's burst to be spent, then the measured window.
     tokio::time::sleep(Duration::from_secs(60)).await;
     let writes = r#"capstan_api_writes_total{plugin="hostile"}"#;
-    let (events_before, writes_before) = (events(&case, "hostile").await?, case.metric(writes)?);
+    let (events_before, writes_before) = (events(&case, "hostile").await?, case.metric(writes).await?);
     let (used_before, start) = (usage(case.host.pid())?, Instant::now());
     let mut unstable = 0;
     while start.elapsed() < Duration::from_secs(seconds) {
@@ -103,7 +103,7 @@ async fn main() -> Result<()> {
     }
     let elapsed = start.elapsed().as_secs_f64();
     let used = usage(case.host.pid())?;
-    let writes_per_s = (case.metric(writes)? - writes_before) / elapsed;
+    let writes_per_s = (case.metric(writes).await? - writes_before) / elapsed;
     let events_after = events(&case, "hostile").await?;
     let worst = events_after
         .iter()

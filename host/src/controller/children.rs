@@ -2,6 +2,7 @@
 //! which name is held by someone else (never adopted), and which observed child to delete.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -118,28 +119,31 @@ fn same(object: &DynamicObject, child: &validate::Child) -> bool {
     object.name_any() == child.name && object.namespace() == child.namespace
 }
 
-/// Server-side apply every child that would change (unless that is ping-pong).
+/// Server-side apply every child that would change (unless that is ping-pong). Creations
+/// are rate-limited per plugin: one that multiplies its children (or, granted its own
+/// kind, itself) is slowed, not stopped — a creation over the rate is left for later, and
+/// the answer says when to come back for it. Nothing waits in line, so shutdown never
+/// waits for a plugin's budget.
 pub(super) async fn apply(
     shared: &Shared,
     parent: &DynamicObject,
     plugin: &str,
     plan: &[Step],
-) -> Result<(), Error> {
+) -> Result<Option<Duration>, Error> {
+    let mut deferred = None;
     for step in plan.iter().filter(|s| !s.unchanged) {
+        if step.create
+            && let Err(wait) = shared.creation()
+        {
+            tracing::debug!(wait = ?wait, child = %describe(&step.child), "plugin over its creation rate; later");
+            deferred = Some(wait);
+            continue;
+        }
         let digest = step.child.object["metadata"]["annotations"][apply::APPLIED_ANNOTATION]
             .as_str()
             .unwrap_or_default();
         let content = (digest, step.seen.as_str());
         super::churn::guard(shared, parent, plugin, &describe(&step.child), content).await?;
-        if step.create {
-            // Creations are rate-limited per plugin: one that multiplies its children
-            // (or, granted its own kind, itself) is slowed, not stopped.
-            let wait = shared.creations();
-            if !wait.is_zero() {
-                tracing::debug!(wait = ?wait, "plugin over its creation rate; waiting");
-                tokio::time::sleep(wait).await;
-            }
-        }
         apply::apply(
             &shared.client,
             &shared.children[step.kind].resource,
@@ -149,7 +153,7 @@ pub(super) async fn apply(
         .await?;
         count_write(plugin);
     }
-    Ok(())
+    Ok(deferred)
 }
 
 /// Delete every observed child the response no longer holds.

@@ -108,12 +108,15 @@ impl Shared {
         self.plugin.borrow().clone()
     }
 
-    /// Take one creation from the plugin's budget: how long to wait before making it.
-    fn creations(&self) -> Duration {
+    /// Take one creation from the plugin's budget, or say how long until there is one.
+    fn creation(&self) -> Result<(), Duration> {
         let mut bucket = self.creations.lock().unwrap_or_else(|e| e.into_inner());
         let now = std::time::Instant::now();
-        bucket.spend(1.0, now);
-        bucket.debt(now)
+        if bucket.try_take(1.0, now) {
+            Ok(())
+        } else {
+            Err(bucket.until(1.0, now))
+        }
     }
 }
 

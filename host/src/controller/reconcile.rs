@@ -156,10 +156,12 @@ async fn reconcile_inner(
         return Ok(done);
     }
     let observed = observe(parent, shared);
+    // Over its CPU share, the plugin's object comes back when the share allows, and no
+    // worker (nor shutdown) waits for it meanwhile.
     let wait = shared.cpu.wait();
     if !wait.is_zero() {
-        tracing::debug!(wait = ?wait, "plugin over its CPU share; waiting");
-        tokio::time::sleep(wait).await;
+        tracing::debug!(wait = ?wait, "plugin over its CPU share; later");
+        return Ok(Some(wait));
     }
     let start = std::time::Instant::now();
     let dispatched = dispatch(parent, plugin, &observed, deleting).await;
@@ -173,7 +175,7 @@ async fn reconcile_inner(
         apply::own(child, parent, &shared.parent, &metadata.name);
     }
     let plan = children::claim(parent, metadata, shared, desired, &observed, &request.children).await?;
-    children::apply(shared, parent, &metadata.name, &plan).await?;
+    let deferred = children::apply(shared, parent, &metadata.name, &plan).await?;
     children::prune(shared, &metadata.name, &plan, &observed).await?;
     if let Some(status) = &response.status {
         write_status(parent, &metadata.name, shared, status).await?;
@@ -190,6 +192,7 @@ async fn reconcile_inner(
         return Ok(None);
     }
     let next = response.requeue_after.unwrap_or(shared.options.resync);
+    let next = deferred.map_or(next, |d| next.min(d));
     if deleting && let Some(due) = finalizer::stuck(parent, shared, &metadata.name).await {
         return Ok(Some(next.min(due)));
     }
