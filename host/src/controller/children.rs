@@ -9,7 +9,8 @@ use kube::api::DynamicObject;
 use kube::runtime::reflector::ObjectRef;
 
 use super::Shared;
-use super::reconcile::{Error, Observed, count_write, warn};
+use super::events::warn;
+use super::reconcile::{Error, Observed, count_write};
 use crate::apply;
 use crate::ops::metrics::PluginLabel;
 use crate::validate;

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use kube::api::DynamicObject;
 
 use super::Shared;
-use super::reconcile::{Error, warn};
+use super::events::warn;
+use super::reconcile::Error;
 use crate::bucket::Bucket;
 use crate::ops::metrics::PluginLabel;
 

@@ -1,4 +1,4 @@
-//! A budget for the events one plugin records, per object and reason — client-go's event
+//! Recording events on a parent, within a budget: the events one plugin records, per object and reason — client-go's event
 //! correlator's spam filter, keyed finer: a small burst, then one event a minute. A
 //! plugin that emits an event on every reconcile (or requeues in a tight loop) fills
 //! neither the API server nor `kubectl describe`; what is dropped is counted. The
@@ -10,7 +10,14 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use kube::Resource;
+use kube::api::DynamicObject;
+use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
+
+use super::Shared;
 use crate::bucket::Bucket;
+use crate::engine::EventType;
+use crate::ops::metrics::PluginLabel;
 
 /// Events of one reason on one object recorded back to back before the rate applies.
 const BURST: f64 = 3.0;
@@ -61,6 +68,57 @@ impl EventBudget {
             .unwrap_or_else(|e| e.into_inner())
             .retain(|(o, _), _| o != object);
     }
+}
+
+/// Record one of the host's own Warnings about the parent.
+pub(super) async fn warn(shared: &Shared, parent: &DynamicObject, reason: &str, message: &str) {
+    publish(shared, parent, KubeEventType::Warning, reason, message, false).await;
+}
+
+/// Record an event (`from_plugin`: one of the plugin's own, not the host's); a failure to
+/// record is logged, never fatal to the reconcile.
+async fn publish(
+    shared: &Shared,
+    parent: &DynamicObject,
+    kind: KubeEventType,
+    reason: &str,
+    message: &str,
+    from_plugin: bool,
+) {
+    let event = KubeEvent {
+        type_: kind,
+        reason: reason.to_string(),
+        note: Some(message.chars().take(1024).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    let plugin = shared.plugin().metadata().name.clone();
+    if !shared
+        .events
+        .allow(&super::reconcile::key(parent), reason, from_plugin)
+    {
+        let label = PluginLabel { plugin };
+        crate::ops::metrics::get()
+            .events_dropped
+            .get_or_create(&label)
+            .inc();
+        tracing::debug!(reason, "event over the budget of its object and reason; dropped");
+        return;
+    }
+    let reference = parent.object_ref(&shared.parent);
+    super::reconcile::count_write(&plugin);
+    if let Err(e) = shared.recorder.publish(&event, &reference).await {
+        tracing::warn!(error = %e, reason, "could not record event");
+    }
+}
+
+/// Record one of the plugin's own events on the parent.
+pub(super) async fn record(shared: &Shared, parent: &DynamicObject, event: &crate::engine::Event) {
+    let kind = match event.event_type {
+        EventType::Normal => KubeEventType::Normal,
+        EventType::Warning => KubeEventType::Warning,
+    };
+    publish(shared, parent, kind, &event.reason, &event.message, true).await;
 }
 
 #[cfg(test)]

@@ -10,7 +10,8 @@ use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
 
 use super::Shared;
-use super::reconcile::{Error, count_write, warn};
+use super::events::warn;
+use super::reconcile::{Error, count_write};
 use crate::apply;
 
 /// Annotation an admin sets on a stuck parent to remove the plugin's finalizer.

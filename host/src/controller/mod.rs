@@ -6,6 +6,7 @@
 mod backoff;
 mod children;
 mod churn;
+mod discovery;
 mod events;
 mod finalizer;
 mod queue;
@@ -16,12 +17,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use anyhow::Context as _;
 use futures::{StreamExt, TryStreamExt};
 use kube::Client;
-use kube::api::{Api, DynamicObject, GroupVersionKind};
-use kube::discovery::{ApiResource, Scope};
-use kube::error::DiscoveryError;
+use kube::api::{Api, DynamicObject};
+use kube::discovery::ApiResource;
 use kube::runtime::controller::{Config, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -31,7 +30,9 @@ use kube::ResourceExt;
 use tokio::sync::watch;
 
 use crate::engine::{Kind, Reconcile};
+
 use crate::leader::Leader;
+pub use discovery::served;
 
 /// How one plugin is run.
 #[derive(Clone, Debug)]
@@ -138,59 +139,6 @@ impl SyncCount {
     }
 }
 
-/// Resolve a plugin's kind through API discovery: served, and with the plural and scope
-/// the plugin declared (the host checks rather than trusts them: a cluster-scoped kind
-/// declared as namespaced would slip past the namespace rules).
-async fn resolve(client: &Client, kind: &Kind) -> anyhow::Result<ApiResource> {
-    let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
-    let (resource, caps) =
-        match tokio::time::timeout(DISCOVERY_TIMEOUT, kube::discovery::pinned_kind(client, &gvk)).await {
-            Ok(Ok(found)) => found,
-            // kube's error for an unknown kind wraps the server's 404 page; its text helps nobody.
-            Ok(Err(kube::Error::Api(e))) if e.code == 404 => {
-                anyhow::bail!("kind {kind} is not served by the API server")
-            }
-            Ok(Err(kube::Error::Discovery(
-                DiscoveryError::MissingKind(_)
-                | DiscoveryError::MissingApiGroup(_)
-                | DiscoveryError::MissingResource(_),
-            ))) => anyhow::bail!("kind {kind} is not served by the API server"),
-            Ok(Err(e)) => return Err(e).with_context(|| format!("cannot discover kind {kind}")),
-            Err(_) => anyhow::bail!("discovery of kind {kind} timed out after {DISCOVERY_TIMEOUT:?}"),
-        };
-    declared_as_served(kind, &resource.plural, caps.scope == Scope::Namespaced)?;
-    Ok(resource)
-}
-
-/// How long one discovery request may take before the plugin is reported and retried.
-const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A declared kind must match discovery in plural and scope.
-fn declared_as_served(kind: &Kind, plural: &str, namespaced: bool) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        kind.plural == plural,
-        "kind {kind} is declared with plural {:?} but the API server serves it as {plural:?}",
-        kind.plural
-    );
-    let scope = |n: bool| if n { "namespaced" } else { "cluster-scoped" };
-    anyhow::ensure!(
-        kind.namespaced == namespaced,
-        "kind {kind} is declared {} but the API server serves it {}",
-        scope(kind.namespaced),
-        scope(namespaced)
-    );
-    Ok(())
-}
-
-/// Check every kind of a plugin is served, before anything is started for it.
-pub async fn served(client: &Client, metadata: &crate::engine::Metadata) -> anyhow::Result<()> {
-    resolve(client, &metadata.parent).await?;
-    for kind in &metadata.children {
-        resolve(client, kind).await?;
-    }
-    Ok(())
-}
-
 fn api(client: &Client, resource: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
     match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
@@ -234,7 +182,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let metadata = plugin.borrow().metadata().clone();
     let name = metadata.name.clone();
-    let parent = resolve(&client, &metadata.parent).await?;
+    let parent = discovery::resolve(&client, &metadata.parent).await?;
     let queue = Arc::new(queue::Queue::new(&name));
     let namespace = options
         .namespace
@@ -277,7 +225,7 @@ pub async fn run(
 
     let mut children = Vec::new();
     for kind in &metadata.children {
-        let resource = resolve(&client, kind).await?;
+        let resource = discovery::resolve(&client, kind).await?;
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
         let config = watcher::Config::default().labels(&crate::apply::selector(&name));
@@ -376,29 +324,4 @@ pub async fn run(
         .await;
     tracing::info!(plugin = %name, "controller stopped");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn declared_plural_and_scope_must_match_discovery() {
-        let binding = Kind {
-            group: "rbac.authorization.k8s.io".into(),
-            version: "v1".into(),
-            kind: "ClusterRoleBinding".into(),
-            plural: "clusterrolebindings".into(),
-            namespaced: true,
-        };
-        let e = declared_as_served(&binding, "clusterrolebindings", false).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("declared namespaced but the API server serves it cluster-scoped"),
-            "{e}"
-        );
-        let e = declared_as_served(&binding, "bindings", true).unwrap_err();
-        assert!(e.to_string().contains("plural"), "{e}");
-        assert!(declared_as_served(&binding, "clusterrolebindings", true).is_ok());
-    }
 }

@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use tracing::Instrument;
 
+use super::events::{self, warn};
 use super::{Shared, children, churn, finalizer};
 use crate::apply;
-use crate::engine::{DispatchError, EventType, Reconcile, Request};
+use crate::engine::{DispatchError, Reconcile, Request};
 use crate::ops::metrics::{ControllerLabel, FaultLabels, PluginLabel, QueueLabel};
 use crate::validate;
 
@@ -181,11 +181,7 @@ async fn reconcile_inner(
         write_status(parent, &metadata.name, shared, status).await?;
     }
     for event in &response.events {
-        let kind = match event.event_type {
-            EventType::Normal => KubeEventType::Normal,
-            EventType::Warning => KubeEventType::Warning,
-        };
-        publish(shared, parent, kind, &event.reason, &event.message, true).await;
+        events::record(shared, parent, event).await;
     }
     if deleting && response.finalized {
         finalizer::release(parent, metadata, shared).await?;
@@ -359,42 +355,4 @@ pub(super) fn count_write(plugin: &str) {
             plugin: plugin.into(),
         })
         .inc();
-}
-
-pub(super) async fn warn(shared: &Shared, parent: &DynamicObject, reason: &str, message: &str) {
-    publish(shared, parent, KubeEventType::Warning, reason, message, false).await;
-}
-
-/// Record an event (`from_plugin`: one of the plugin's own, not the host's); a failure to
-/// record is logged, never fatal to the reconcile.
-async fn publish(
-    shared: &Shared,
-    parent: &DynamicObject,
-    kind: KubeEventType,
-    reason: &str,
-    message: &str,
-    from_plugin: bool,
-) {
-    let event = KubeEvent {
-        type_: kind,
-        reason: reason.to_string(),
-        note: Some(message.chars().take(1024).collect()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    let plugin = shared.plugin().metadata().name.clone();
-    if !shared.events.allow(&key(parent), reason, from_plugin) {
-        let label = PluginLabel { plugin };
-        crate::ops::metrics::get()
-            .events_dropped
-            .get_or_create(&label)
-            .inc();
-        tracing::debug!(reason, "event over the budget of its object and reason; dropped");
-        return;
-    }
-    let reference = parent.object_ref(&shared.parent);
-    count_write(&plugin);
-    if let Err(e) = shared.recorder.publish(&event, &reference).await {
-        tracing::warn!(error = %e, reason, "could not record event");
-    }
 }

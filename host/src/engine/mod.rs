@@ -21,6 +21,7 @@
 mod bindings;
 mod cache;
 mod clocks;
+mod deadline;
 mod fault;
 mod limits;
 mod load;
@@ -313,7 +314,7 @@ impl Plugin {
         );
         let mut store = Store::new(&self.engine.inner, state);
         store.limiter(|s| &mut s.limiter);
-        arm_deadline(&mut store, self.limits.deadline);
+        deadline::arm(&mut store, self.limits.deadline);
         let bindings = self.pre.instantiate(&mut store).map_err(|e| {
             match fault_of(&store, &e, self.limits.deadline) {
                 Fault::Trap(msg) => Fault::Instantiate(msg),
@@ -340,7 +341,7 @@ pub struct Instance {
 
 impl Instance {
     fn metadata(&mut self) -> Result<Metadata, Fault> {
-        arm_deadline(&mut self.store, self.limits.deadline);
+        deadline::arm(&mut self.store, self.limits.deadline);
         let result = self
             .bindings
             .capstan_reconciler_plugin()
@@ -360,7 +361,7 @@ impl Instance {
             children: request.children.iter().map(json).collect(),
             finalizing: request.finalizing,
         };
-        arm_deadline(&mut self.store, self.limits.deadline);
+        deadline::arm(&mut self.store, self.limits.deadline);
         let result = self
             .bindings
             .capstan_reconciler_plugin()
@@ -373,46 +374,6 @@ impl Instance {
             Err(wit::ReconcileError::Retry(m)) => Err(DispatchError::Retry(m)),
             Err(wit::ReconcileError::Fatal(m)) => Err(DispatchError::Fatal(m)),
         }
-    }
-}
-
-/// A call gets at most this many deadlines of wall-clock time, however little CPU it got.
-const WALL_FACTOR: u32 = 10;
-
-/// Stop the call once it has used `deadline` of CPU time (or `WALL_FACTOR` deadlines of
-/// wall-clock time). CPU time, not wall time, is what the deadline measures: on a loaded
-/// machine an honest plugin waiting for a core is not charged for the wait. The clock is
-/// read only from the first tick on (most calls end before one), and what ran before the
-/// first tick is counted in full as CPU.
-fn arm_deadline(store: &mut Store<State>, deadline: Duration) {
-    let started = std::time::Instant::now();
-    let mut first: Option<(Duration, Duration)> = None;
-    store.set_epoch_deadline(1);
-    store.epoch_deadline_callback(move |_| {
-        let wall = started.elapsed();
-        let cpu = thread_cpu_time();
-        let (cpu_at_first, wall_at_first) = *first.get_or_insert((cpu, wall));
-        let used = cpu.saturating_sub(cpu_at_first) + wall_at_first;
-        if used >= deadline || wall >= deadline * WALL_FACTOR {
-            Ok(wasmtime::UpdateDeadline::Interrupt)
-        } else {
-            Ok(wasmtime::UpdateDeadline::Continue(1))
-        }
-    });
-}
-
-/// CPU time this thread has used.
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0;
-    if ok {
-        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-    } else {
-        Duration::ZERO
     }
 }
 

@@ -1,0 +1,48 @@
+//! The deadline of one call, in CPU time: armed on the store before every call, checked
+//! on each tick of the engine's epoch clock.
+
+use std::time::Duration;
+
+use wasmtime::Store;
+
+use super::sandbox::State;
+
+/// A call gets at most this many deadlines of wall-clock time, however little CPU it got.
+const WALL_FACTOR: u32 = 10;
+
+/// Stop the call once it has used `deadline` of CPU time (or `WALL_FACTOR` deadlines of
+/// wall-clock time). CPU time, not wall time, is what the deadline measures: on a loaded
+/// machine an honest plugin waiting for a core is not charged for the wait. The clock is
+/// read only from the first tick on (most calls end before one), and what ran before the
+/// first tick is counted in full as CPU.
+pub(crate) fn arm(store: &mut Store<State>, deadline: Duration) {
+    let started = std::time::Instant::now();
+    let mut first: Option<(Duration, Duration)> = None;
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| {
+        let wall = started.elapsed();
+        let cpu = thread_cpu_time();
+        let (cpu_at_first, wall_at_first) = *first.get_or_insert((cpu, wall));
+        let used = cpu.saturating_sub(cpu_at_first) + wall_at_first;
+        if used >= deadline || wall >= deadline * WALL_FACTOR {
+            Ok(wasmtime::UpdateDeadline::Interrupt)
+        } else {
+            Ok(wasmtime::UpdateDeadline::Continue(1))
+        }
+    });
+}
+
+/// CPU time this thread has used.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0;
+    if ok {
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    } else {
+        Duration::ZERO
+    }
+}
