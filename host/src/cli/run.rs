@@ -58,7 +58,7 @@ pub struct RunArgs {
     /// Linear memory all plugins may hold together (bytes, or a quantity such as
     /// `512Mi`); each plugin reserves its `memoryTotal` from it when loaded, and one that
     /// does not fit is refused.
-    #[arg(long, value_parser = parse_size, default_value = "1Gi")]
+    #[arg(long, value_parser = parse_size, default_value_t = crate::engine::DEFAULT_MEMORY_BUDGET)]
     memory_budget: usize,
     /// How often hot reload looks at the plugin files.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]

@@ -1,5 +1,5 @@
-//! Recording events on a parent, within a budget: the events one plugin records, per object and reason — client-go's event
-//! correlator's spam filter, keyed finer: a small burst, then one event a minute. A
+//! Recording events on a parent within a budget, per object and reason — client-go's
+//! event correlator's spam filter, keyed finer: a small burst, then one event a minute. A
 //! plugin that emits an event on every reconcile (or requeues in a tight loop) fills
 //! neither the API server nor `kubectl describe`; what is dropped is counted. The
 //! plugin's own events also share one budget per object across reasons (as client-go's
@@ -49,7 +49,9 @@ impl EventBudget {
                 .or_insert_with(|| Bucket::new(1.0 / REFILL.as_secs_f64(), burst, now))
                 .has(1.0, now)
         };
-        if !has(reason, BURST) || (from_plugin && !has(ANY_REASON, OBJECT_BURST)) {
+        // The object's budget first: a plugin inventing reasons gets no bucket for them
+        // beyond what that budget lets through, so it cannot grow this map either.
+        if (from_plugin && !has(ANY_REASON, OBJECT_BURST)) || !has(reason, BURST) {
             return false;
         }
         let charged = std::iter::once(reason).chain(from_plugin.then_some(ANY_REASON));
