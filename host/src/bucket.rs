@@ -23,6 +23,11 @@ impl Bucket {
         }
     }
 
+    /// Tokens per second.
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+
     fn refill(&mut self, now: Instant) {
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
         self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);

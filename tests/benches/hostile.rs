@@ -68,6 +68,23 @@ async fn events(case: &Case, plugin: &str) -> Result<HashMap<(String, String), u
     Ok(counts)
 }
 
+/// The host log's three largest sources (target and message), in bytes.
+fn log_sources(case: &Case) -> Vec<(String, u64)> {
+    let mut bytes: HashMap<String, u64> = HashMap::new();
+    for line in case.host.log() {
+        let source = format!(
+            "{} {:.40}",
+            line["target"].as_str().unwrap_or_default(),
+            line["message"].as_str().unwrap_or_default()
+        );
+        *bytes.entry(source).or_default() += line.to_string().len() as u64 + 1;
+    }
+    let mut sources: Vec<_> = bytes.into_iter().collect();
+    sources.sort_by_key(|(_, b)| std::cmp::Reverse(*b));
+    sources.truncate(3);
+    sources
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
     // cargo bench passes `--bench`; nothing else to parse.
@@ -105,20 +122,19 @@ async fn main() -> Result<()> {
     let used = usage(case.host.pid())?;
     let writes_per_s = (case.metric(writes).await? - writes_before) / elapsed;
     let events_after = events(&case, "hostile").await?;
+    let minutes = elapsed / 60.0;
     let worst = events_after
         .iter()
-        .map(|(key, n)| {
-            (
-                key,
-                (n - events_before.get(key).copied().unwrap_or(0)) as f64 / (elapsed / 60.0),
-            )
-        })
-        .max_by(|a, b| a.1.total_cmp(&b.1));
+        .map(|(key, n)| (key, n - events_before.get(key).copied().unwrap_or(0)))
+        .max_by_key(|(_, n)| *n);
     let total_events: u64 = events_after.values().sum();
     let log_bytes = case.host.log_bytes();
     let cpu = (used.cpu_seconds - used_before.cpu_seconds) / elapsed;
     let verdict = |ok: bool| if ok { "met" } else { "MISSED" };
-    let worst_rate = worst.as_ref().map_or(0.0, |w| w.1);
+    let worst_count = worst.as_ref().map_or(0, |w| w.1);
+    // A budget of one a minute lets a window of m minutes hold m + 1 (the token the bucket
+    // held when the window opened): the steady rate is what the target is about.
+    let events_ok = worst_count as f64 <= EVENTS_PER_MINUTE * minutes + 1.0;
     println!("combined: {seconds}s measured after a minute's warm-up");
     println!(
         "  host peak RSS    {:>8.0} MiB   target <= {RSS_MIB:.0}   {}",
@@ -129,9 +145,9 @@ async fn main() -> Result<()> {
     println!("  host CPU         {cpu:>8.2} cores");
     println!("  API writes/s     {writes_per_s:>8.2}       (on the hostile plugin's behalf)");
     println!(
-        "  events           {total_events:>8} total; worst {worst_rate:.2}/min for one object and reason {:?}   target <= {EVENTS_PER_MINUTE}   {}",
+        "  events           {total_events:>8} total; at most {worst_count} in {minutes:.1} min for one object and reason {:?}   target <= {EVENTS_PER_MINUTE}/min (+1 at the window's start)   {}",
         worst.map(|w| w.0.clone()).unwrap_or_default(),
-        verdict(worst_rate <= EVENTS_PER_MINUTE)
+        verdict(events_ok)
     );
     println!(
         "  log              {:>8} KiB   target <= {} KiB   {}",
@@ -144,6 +160,9 @@ async fn main() -> Result<()> {
         if unstable == 0 { "stable" } else { "CHANGED" },
         verdict(unstable == 0)
     );
+    for (source, bytes) in log_sources(&case) {
+        println!("    log from {source}: {} KiB", bytes / 1024);
+    }
     let report = capstan_tests::governance::Report {
         case: "combined".into(),
         cpu_cores: cpu,
@@ -162,7 +181,7 @@ async fn main() -> Result<()> {
     let report = case.stop(report, &budget)?;
     println!("  SIGTERM          {:?}", report.sigterm.unwrap_or_default());
     ensure!(
-        log_bytes <= LOG_BYTES && worst_rate <= EVENTS_PER_MINUTE && unstable == 0,
+        log_bytes <= LOG_BYTES && events_ok && unstable == 0,
         "a target was missed"
     );
     Ok(())

@@ -32,6 +32,9 @@ pub struct Limits {
     /// Children the plugin may create per second (twice that at once); over it, creations
     /// wait.
     pub creations_per_second: u32,
+    /// Bytes of text (`log` lines, stdout, stderr) the plugin may put in the host's log
+    /// per second, after a burst of 256 KiB; the rest is dropped and counted.
+    pub log_bytes_per_second: u32,
     /// How long a deletion may wait for the plugin's `finalized` before the host warns
     /// (`FinalizerStuck`) and says how to release the finalizer.
     #[serde(with = "humantime_serde")]
@@ -49,6 +52,7 @@ impl Default for Limits {
             min_requeue: Duration::from_secs(1),
             cpu_millicores: 1000,
             creations_per_second: 500,
+            log_bytes_per_second: 4096,
             finalizer_timeout: Duration::from_secs(600),
         }
     }

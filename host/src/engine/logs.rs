@@ -1,5 +1,6 @@
 //! A plugin's log volume over time: everything it logs (the `log` import, stdout and
-//! stderr) is charged to one budget per plugin — 16 KiB a second with a burst of 256 KiB —
+//! stderr) is charged to one budget per plugin — `limits.logBytesPerSecond` (4 KiB a
+//! second by default) with a burst of 256 KiB —
 //! and what does not fit is dropped. Drops are reported in one warning a minute at most,
 //! so a plugin that floods cannot flood the host's log by the back door either.
 
@@ -8,8 +9,6 @@ use std::time::{Duration, Instant};
 
 use crate::bucket::Bucket;
 
-/// Bytes of plugin text logged per second, per plugin.
-pub const RATE: f64 = 16.0 * 1024.0;
 /// Bytes a plugin may log at once before the rate applies.
 const BURST: f64 = 256.0 * 1024.0;
 /// How often drops are reported.
@@ -24,17 +23,21 @@ struct Inner {
 /// One plugin's log budget, shared by all its calls.
 pub(crate) struct LogBudget(Mutex<Inner>);
 
-impl Default for LogBudget {
-    fn default() -> Self {
+impl LogBudget {
+    /// A full budget of `rate` bytes a second.
+    pub fn new(rate: u32) -> Self {
         LogBudget(Mutex::new(Inner {
-            bucket: Bucket::new(RATE, BURST, Instant::now()),
+            bucket: Bucket::new(f64::from(rate.max(1)), BURST, Instant::now()),
             dropped: 0,
             reported: None,
         }))
     }
-}
 
-impl LogBudget {
+    /// Bytes a second this budget allows.
+    pub fn rate(&self) -> u32 {
+        self.inner().bucket.rate() as u32
+    }
+
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -75,7 +78,7 @@ mod tests {
 
     #[test]
     fn a_flood_is_cut_to_the_burst_and_reported_once() {
-        let budget = LogBudget::default();
+        let budget = LogBudget::new(4096);
         let line = 1024;
         let logged = (0..10_000).filter(|_| budget.allow(line)).count();
         assert!((256..=260).contains(&logged), "{logged} lines of 1 KiB");

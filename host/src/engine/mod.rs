@@ -185,10 +185,10 @@ impl Engine {
             pre,
             // Reserved from the host's budget once the plugin's name is known.
             memory: memory::PluginMemory::new(limits.memory_total, None),
+            logs: Arc::new(logs::LogBudget::new(limits.log_bytes_per_second)),
             limits,
             name: Arc::from("<loading>"),
             metadata: None,
-            logs: Arc::default(),
         };
         let mut instance = plugin
             .instantiate("<metadata>")
@@ -286,6 +286,7 @@ impl Plugin {
         self.engine.check_limits(&limits)?;
         Ok(Plugin {
             memory: self.engine.reserve(&self.name, &limits)?,
+            logs: Arc::new(logs::LogBudget::new(limits.log_bytes_per_second)),
             limits,
             ..self.clone()
         })

@@ -74,7 +74,7 @@ impl State {
             self.logs.dropped(dropped as u64);
         }
         if let Some(bytes) = self.logs.report() {
-            tracing::warn!(target: "capstan::plugin", plugin = %self.plugin, dropped_bytes = bytes, "plugin output dropped: over its log budget ({} KiB/s) or the per-call caps ({OUTPUT_CAP} bytes of output, {LOG_LINES_CAP} log lines)", super::logs::RATE as u64 / 1024);
+            tracing::warn!(target: "capstan::plugin", plugin = %self.plugin, dropped_bytes = bytes, "plugin output dropped: over its log budget ({} bytes/s) or the per-call caps ({OUTPUT_CAP} bytes of output, {LOG_LINES_CAP} log lines)", self.logs.rate());
         }
     }
 }
