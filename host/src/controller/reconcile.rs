@@ -41,6 +41,9 @@ pub enum Error {
     /// A write would repeat content just written (ping-pong); it was not made.
     #[error("write loop: {0}")]
     Loop(String),
+    /// The plugin is over its CPU share: not dispatched, back after this long.
+    #[error("over the plugin's CPU share; back in {0:?}")]
+    Deferred(Duration),
     /// The blocking dispatch task died.
     #[error("dispatch task failed: {0}")]
     Join(String),
@@ -104,12 +107,20 @@ pub async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Resul
             metrics.reconciled(&name, "requeue", start.elapsed());
             return Ok(Action::requeue(Duration::from_secs(1)));
         };
-        metrics.reconciled(
-            &name,
-            if result.is_ok() { "success" } else { "error" },
-            start.elapsed(),
-        );
-        let next = result?;
+        let outcome = match &result {
+            Ok(_) => "success",
+            Err(Error::Deferred(_)) => "requeue_after",
+            Err(_) => "error",
+        };
+        metrics.reconciled(&name, outcome, start.elapsed());
+        // Deferred is neither a success nor a failure: the backoff stays as it was.
+        let next = match result {
+            Err(Error::Deferred(after)) => {
+                shared.queue.requeue(object, after);
+                return Ok(Action::requeue(after));
+            }
+            result => result?,
+        };
         shared.backoff.forget(&object);
         Ok(match next {
             Some(after) => {
@@ -161,7 +172,7 @@ async fn reconcile_inner(
     let wait = shared.cpu.wait();
     if !wait.is_zero() {
         tracing::debug!(wait = ?wait, "plugin over its CPU share; later");
-        return Ok(Some(wait));
+        return Err(Error::Deferred(wait));
     }
     let start = std::time::Instant::now();
     let dispatched = dispatch(parent, plugin, &observed, deleting).await;
