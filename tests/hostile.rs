@@ -298,19 +298,30 @@ async fn secrets_need_the_operators_grant() -> Result<()> {
 
 /// Item 8, ping-pong: a plugin that flips its status or its child between two answers
 /// (each write waking the next) is caught after three rewrites and then writes once a
-/// minute per object, with a `WriteLoop` Warning.
+/// minute per object, with a `WriteLoop` Warning; one that feeds itself ever new content
+/// (a counter) has its writes spaced ten seconds apart, with a `WriteRate` Warning.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_ping_pong_is_caught_and_backed_off() -> Result<()> {
     let case = Case::start("gov-flip", &["hostile"], &hostile_entry(""), &[], ECHOES).await?;
     case.hostile("flipper", 2, "flip", json!({})).await?;
     case.hostile("flopper", 2, "flip-child", json!({})).await?;
-    for name in ["flipper-0", "flipper-1", "flopper-0", "flopper-1"] {
-        eventually(&format!("a WriteLoop on {name}"), CONVERGE, async || {
-            Ok(case.events_of(name, "WriteLoop").await?.pop())
+    case.hostile("counter", 2, "counter", json!({})).await?;
+    let warnings = [
+        ("flipper-0", "WriteLoop"),
+        ("flipper-1", "WriteLoop"),
+        ("flopper-0", "WriteLoop"),
+        ("flopper-1", "WriteLoop"),
+        ("counter-0", "WriteRate"),
+        ("counter-1", "WriteRate"),
+    ];
+    for (name, reason) in warnings {
+        eventually(&format!("a {reason} on {name}"), CONVERGE, async || {
+            Ok(case.events_of(name, reason).await?.pop())
         })
         .await?;
     }
     let report = case.measure("hostile", WINDOW).await?;
+    // Two counters with two objects each, one write per object every ten seconds.
     let budget = Budget {
         writes_per_s: 1.0,
         ..Budget::default()

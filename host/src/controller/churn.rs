@@ -7,6 +7,11 @@
 //! second. A first write of new content is always allowed, and so is a write made again
 //! over the very same observed version of the object (a cache that has not yet seen the
 //! first write), which is no fight.
+//!
+//! A plugin can also feed itself with ever new content (a counter in the status: each
+//! write wakes a reconcile that writes the next number). So every object also has a
+//! budget of writes of any content — five at once, then one every ten seconds — and a
+//! write over it is deferred: the parent comes back when the object may be written again.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -26,11 +31,27 @@ const WINDOW: Duration = Duration::from_secs(60);
 const BURST: f64 = 3.0;
 /// Digests remembered per object.
 const REMEMBERED: usize = 4;
+/// Writes of one object, of any content, back to back.
+const WRITE_BURST: f64 = 5.0;
+/// After that burst, one write of an object per this long.
+const WRITE_EVERY: Duration = Duration::from_secs(10);
 
 struct Entry {
     /// Digest written, the resourceVersion observed when writing it ("" for none), when.
     recent: VecDeque<(String, String, Instant)>,
     rewrites: Bucket,
+    writes: Bucket,
+}
+
+/// Whether a write may be made.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Yes.
+    Write,
+    /// No: it repeats recent content, over the rewrite budget (ping-pong).
+    Loop,
+    /// Not yet: the object was written often; it may be again after this long.
+    Later(Duration),
 }
 
 /// Recent writes per (parent key, object), of one plugin.
@@ -48,13 +69,12 @@ struct Entries {
 
 impl Churn {
     /// Whether `target` (of `parent`), observed at resourceVersion `seen` ("" when not
-    /// observed), may be written with content `digest` now; a refused write is not
-    /// recorded.
-    pub fn allow(&self, parent: &str, target: &str, digest: &str, seen: &str) -> bool {
-        self.allow_at(parent, target, digest, seen, Instant::now())
+    /// observed), may be written with content `digest` now; only a write is recorded.
+    pub fn check(&self, parent: &str, target: &str, digest: &str, seen: &str) -> Verdict {
+        self.check_at(parent, target, digest, seen, Instant::now())
     }
 
-    fn allow_at(&self, parent: &str, target: &str, digest: &str, seen: &str, now: Instant) -> bool {
+    fn check_at(&self, parent: &str, target: &str, digest: &str, seen: &str, now: Instant) -> Verdict {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         // Objects written once and then left alone (most of them) are not kept.
         if entries
@@ -72,6 +92,7 @@ impl Churn {
         let entry = entries.map.entry(key).or_insert_with(|| Entry {
             recent: VecDeque::new(),
             rewrites: Bucket::new(1.0 / WINDOW.as_secs_f64(), BURST, now),
+            writes: Bucket::new(1.0 / WRITE_EVERY.as_secs_f64(), WRITE_BURST, now),
         });
         entry
             .recent
@@ -81,16 +102,23 @@ impl Churn {
             .recent
             .iter()
             .any(|(d, s, _)| d == digest && (s.is_empty() || s != seen));
-        if repeat && !entry.rewrites.try_take(1.0, now) {
-            return false;
+        if repeat && !entry.rewrites.has(1.0, now) {
+            return Verdict::Loop;
         }
+        if !entry.writes.has(1.0, now) {
+            return Verdict::Later(entry.writes.until(1.0, now));
+        }
+        if repeat {
+            entry.rewrites.spend(1.0, now);
+        }
+        entry.writes.spend(1.0, now);
         if entry.recent.len() == REMEMBERED {
             entry.recent.pop_front();
         }
         entry
             .recent
             .push_back((digest.to_string(), seen.to_string(), now));
-        true
+        Verdict::Write
     }
 
     /// Forget the objects of a parent that is gone.
@@ -104,8 +132,9 @@ impl Churn {
 }
 
 /// Let a write of `target` (content `digest`, observed at `seen`, on behalf of `parent`)
-/// through, or refuse it as ping-pong: a `WriteLoop` Warning, `capstan_write_loops_total`,
-/// and an error that backs the parent off.
+/// through; refuse it as ping-pong (a `WriteLoop` Warning, `capstan_write_loops_total`,
+/// and an error that backs the parent off), or defer the parent while the object's write
+/// budget refills.
 pub(super) async fn guard(
     shared: &Shared,
     parent: &DynamicObject,
@@ -114,24 +143,37 @@ pub(super) async fn guard(
     (digest, seen): (&str, &str),
 ) -> Result<(), Error> {
     let key = super::reconcile::key(parent);
-    if shared.churn.allow(&key, target, digest, seen) {
-        return Ok(());
-    }
-    let label = PluginLabel {
-        plugin: plugin.to_string(),
+    let wait = match shared.churn.check(&key, target, digest, seen) {
+        Verdict::Write => return Ok(()),
+        Verdict::Later(wait) => wait,
+        Verdict::Loop => {
+            let label = PluginLabel {
+                plugin: plugin.to_string(),
+            };
+            crate::ops::metrics::get().write_loops.get_or_create(&label).inc();
+            let message = format!(
+                "{target} not written: plugin {plugin} wrote this very content to it less than {}s ago, more than {BURST} times; another writer keeps undoing it, or the plugin flips between answers",
+                WINDOW.as_secs()
+            );
+            warn(shared, parent, "WriteLoop", &message).await;
+            return Err(Error::Loop(message));
+        }
     };
-    crate::ops::metrics::get().write_loops.get_or_create(&label).inc();
     let message = format!(
-        "{target} not written: plugin {plugin} wrote this very content to it less than {}s ago, more than {BURST} times; another writer keeps undoing it, or the plugin flips between answers",
-        WINDOW.as_secs()
+        "{target} written {WRITE_BURST} times at once by plugin {plugin}; its writes are now {}s apart (each one wakes the next reconcile)",
+        WRITE_EVERY.as_secs()
     );
-    warn(shared, parent, "WriteLoop", &message).await;
-    Err(Error::Loop(message))
+    warn(shared, parent, "WriteRate", &message).await;
+    Err(Error::Deferred(wait))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn wrote(v: Verdict) -> bool {
+        v == Verdict::Write
+    }
 
     #[test]
     fn new_content_is_free_and_flipping_back_is_budgeted() {
@@ -140,29 +182,33 @@ mod tests {
         // An honest sequence: every write is new content.
         for (i, d) in ["pending", "running", "succeeded"].iter().enumerate() {
             let at = t0 + Duration::from_secs(i as u64);
-            assert!(churn.allow_at("ns/a", "status", d, &i.to_string(), at));
+            assert!(wrote(churn.check_at("ns/a", "status", d, &i.to_string(), at)));
         }
         // A flip: a, b, a, b, … each over a new version — the first of each is new, then
-        // three rewrites pass.
-        let flips = (0..20)
-            .filter(|i| {
+        // three rewrites pass, then it is a loop.
+        let verdicts: Vec<Verdict> = (0..20)
+            .map(|i| {
                 let d = if i % 2 == 0 { "a" } else { "b" };
-                churn.allow_at("ns/b", "status", d, &i.to_string(), t0)
+                churn.check_at("ns/b", "status", d, &i.to_string(), t0)
             })
-            .count();
-        assert_eq!(flips, 2 + 3);
+            .collect();
+        assert_eq!(verdicts.iter().filter(|v| **v == Verdict::Write).count(), 2 + 3);
+        assert!(verdicts[5..].iter().all(|v| *v == Verdict::Loop));
         let later = |s| t0 + Duration::from_secs(s);
-        assert!(!churn.allow_at("ns/b", "status", "a", "30", later(30)));
+        assert_eq!(
+            churn.check_at("ns/b", "status", "a", "30", later(30)),
+            Verdict::Loop
+        );
         assert!(
-            churn.allow_at("ns/b", "status", "a", "61", later(61)),
+            wrote(churn.check_at("ns/b", "status", "a", "61", later(61))),
             "one a minute"
         );
         assert!(
-            churn.allow_at("ns/b", "child", "a", "1", t0),
+            wrote(churn.check_at("ns/b", "child", "a", "1", t0)),
             "objects have their own budget"
         );
         churn.forget("ns/b");
-        assert!(churn.allow_at("ns/b", "status", "a", "62", later(62)));
+        assert!(wrote(churn.check_at("ns/b", "status", "a", "62", later(62))));
     }
 
     #[test]
@@ -170,19 +216,34 @@ mod tests {
         let churn = Churn::default();
         let t0 = Instant::now();
         let undone = (0..10)
-            .filter(|i| churn.allow_at("ns/a", "cm", "mine", &i.to_string(), t0))
+            .filter(|i| wrote(churn.check_at("ns/a", "cm", "mine", &i.to_string(), t0)))
             .count();
         assert_eq!(undone, 1 + 3, "the write, then three rewrites of it");
-        let stale = (0..10)
-            .filter(|_| churn.allow_at("ns/b", "cm", "mine", "7", t0))
-            .count();
-        assert_eq!(
-            stale, 10,
+        let stale: Vec<Verdict> = (0..10)
+            .map(|_| churn.check_at("ns/b", "cm", "mine", "7", t0))
+            .collect();
+        assert!(
+            !stale.contains(&Verdict::Loop),
             "the same version seen again: the cache lags, nobody fights"
         );
         let deleted = (0..10)
-            .filter(|_| churn.allow_at("ns/c", "cm", "mine", "", t0))
+            .filter(|_| wrote(churn.check_at("ns/c", "cm", "mine", "", t0)))
             .count();
         assert_eq!(deleted, 1 + 3, "made again and again: someone keeps deleting it");
+    }
+
+    #[test]
+    fn ever_new_content_is_spaced_out_after_a_burst() {
+        let churn = Churn::default();
+        let t0 = Instant::now();
+        let counter = |n: u64, at| churn.check_at("ns/a", "status", &n.to_string(), &n.to_string(), at);
+        assert!((0..5).all(|n| wrote(counter(n, t0))));
+        assert_eq!(counter(5, t0), Verdict::Later(WRITE_EVERY));
+        assert_eq!(
+            counter(5, t0 + Duration::from_secs(4)),
+            Verdict::Later(Duration::from_secs(6))
+        );
+        assert!(wrote(counter(5, t0 + WRITE_EVERY)));
+        assert!(!wrote(counter(6, t0 + WRITE_EVERY)));
     }
 }

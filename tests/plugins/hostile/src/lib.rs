@@ -182,6 +182,15 @@ impl Guest for Hostile {
                 let next = if parent["status"]["flip"] == "a" { "b" } else { "a" };
                 status = Some(json!({ "flip": next }));
             }
+            // Feeds itself: a status counter and a ConfigMap holding it, one more each
+            // call, so every write wakes the next reconcile with new content.
+            "counter" => {
+                let n = parent["status"]["n"].as_u64().unwrap_or(0) + 1;
+                status = Some(json!({ "n": n }));
+                let mut cm = config_map(&parent, 0);
+                cm["data"] = json!({ "n": n.to_string() });
+                children.push(cm.to_string());
+            }
             // Flips its ConfigMap's data between two answers, read from the observed child.
             "flip-child" => {
                 let seen = request
