@@ -313,14 +313,20 @@ impl Case {
 
     /// Events recorded by `plugin`'s controller in the namespace, series counted in full.
     pub async fn events(&self, plugin: &str) -> Result<u64> {
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
         let controller = format!("capstan-{plugin}");
+        self.count_events(|e| e.reporting_controller.as_deref() == Some(controller.as_str()))
+            .await
+    }
+
+    /// Events in the namespace that `keep`, series counted in full.
+    pub async fn count_events(&self, keep: impl Fn(&Event) -> bool) -> Result<u64> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
         Ok(events
             .list(&ListParams::default())
             .await?
             .items
             .iter()
-            .filter(|e| e.reporting_controller.as_deref() == Some(controller.as_str()))
+            .filter(|e| keep(e))
             .map(|e| e.series.as_ref().map_or(1, |s| s.count.max(1) as u64))
             .sum())
     }
