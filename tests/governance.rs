@@ -320,30 +320,29 @@ impl Case {
 
     /// Events in the namespace that `keep`, series counted in full.
     pub async fn count_events(&self, keep: impl Fn(&Event) -> bool) -> Result<u64> {
-        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
-        Ok(events
-            .list(&ListParams::default())
+        Ok(self
+            .events_where(keep)
             .await?
-            .items
             .iter()
-            .filter(|e| keep(e))
             .map(|e| e.series.as_ref().map_or(1, |s| s.count.max(1) as u64))
             .sum())
     }
 
     /// Events of `reason` on the object `name`.
     pub async fn events_of(&self, name: &str, reason: &str) -> Result<Vec<Event>> {
+        self.events_where(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.reason.as_deref() == Some(reason)
+        })
+        .await
+    }
+
+    /// The events in the namespace that `keep`.
+    async fn events_where(&self, keep: impl Fn(&Event) -> bool) -> Result<Vec<Event>> {
         let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
-        Ok(events
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                    && e.reason.as_deref() == Some(reason)
-            })
-            .collect())
+        let mut list = events.list(&ListParams::default()).await?.items;
+        list.retain(|e| keep(e));
+        Ok(list)
     }
 
     /// SIGTERM the host: it must exit 0 within [`GRACE`]. Then check `report` against
