@@ -16,11 +16,12 @@ ARG RUST_VERSION=1.95
 FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
 WORKDIR /src
 COPY . .
-# Symbols stripped: most of the binary is Wasmtime and Cranelift.
+# Symbols stripped: most of the binary is Wasmtime and Cranelift. No default features:
+# `capstan dev` (the local control plane) has no place in a cluster.
 ENV CARGO_PROFILE_RELEASE_STRIP=symbols
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p capstan --bin capstan \
+    cargo build --release --locked -p capstan --bin capstan --no-default-features \
     && cp target/release/capstan /capstan
 
 FROM gcr.io/distroless/cc-debian12:nonroot

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use capstan_testenv::Plane;
+use capstan::dev::Plane;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use capstan_testenv::{Plane, PlaneConfig};
+use capstan::dev::{Plane, PlaneConfig};
 use capstan_tests::host::{
     Host, echo, echo_resource, eventually, first_listed, hostile_crd, hostile_resource, http_get,
     install_plugin_crd, mount, sample, scheduled_echo_resource,

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use capstan_testenv::{Plane, Versions, cache_root};
+use capstan::dev::{Plane, Versions, cache_root};
 use capstan_tests::host::{echo_resource, eventually, first_listed, http_get, scheduled_echo_resource};
 use capstan_tests::{capstan_bin, plugin, workspace};
 use k8s_openapi::api::apps::v1::Deployment;

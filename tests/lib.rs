@@ -37,6 +37,8 @@ pub fn plugin(name: &str) -> PathBuf {
             "broken-metadata",
             "-p",
             "greedy",
+            "-p",
+            "echo-canary",
         ])
     });
     // Cargo names the artifact after the crate, with '-' as '_'.
@@ -46,30 +48,19 @@ pub fn plugin(name: &str) -> PathBuf {
     path
 }
 
-/// Path of Echo built with its `canary` feature (Jobs labelled `capstan.dev/canary`), in
-/// a target dir of its own so it never replaces the plain `echo.wasm`.
+/// Path of Echo built with its `canary` feature (Jobs labelled `capstan.dev/canary`):
+/// `tests/plugins/echo-canary`, built with the other test plugins.
 pub fn echo_canary() -> PathBuf {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    let dir = target_dir().join("canary");
-    BUILT.get_or_init(|| {
-        build_plugins(&[
-            "-p",
-            "echo",
-            "--features",
-            "canary",
-            "--target-dir",
-            dir.to_str().expect("utf-8 target dir"),
-        ])
-    });
-    let path = dir.join("wasm32-wasip2/plugin/echo.wasm");
-    assert!(path.exists(), "{} was not built", path.display());
-    path
+    plugin("echo-canary")
 }
 
-/// Path of the `capstan` binary, built on first use.
+/// Path of the `capstan` binary, built on first use. Features are resolved over the
+/// whole workspace, as `cargo test --workspace` resolves them, so the build reuses every
+/// crate the tests built (`-p capstan` alone would rebuild tokio, kube and the rest
+/// under a smaller feature set).
 pub fn capstan_bin() -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| cargo(&["build", "-p", "capstan", "--bin", "capstan"]));
+    BUILT.get_or_init(|| cargo(&["build", "--workspace", "--bin", "capstan"]));
     target_dir().join("debug/capstan")
 }
 

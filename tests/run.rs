@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use capstan_testenv::Plane;
+use capstan::dev::Plane;
 use capstan_tests::host::{
     echo_resource, eventually, first_listed, hostile_crd, hostile_resource, http_get, sample,
     scheduled_echo_resource, start_host, start_host_with,
@@ -193,7 +193,7 @@ fn expect_one_line_exit_2(plane: &Plane, args: &[&str], needle: &str) -> Result<
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_plugins_or_unserved_kinds_are_one_line_and_exit_2() -> Result<()> {
     // A plane of its own: on the shared one, other tests install the kind meant to be unserved.
-    let plane = &Plane::start(capstan_testenv::PlaneConfig::api_only()).await?;
+    let plane = &Plane::start(capstan::dev::PlaneConfig::api_only()).await?;
     let dir = std::env::temp_dir().join(format!("capstan-run-bad-{}", std::process::id()));
     let core = dir.join("core");
     std::fs::create_dir_all(&core)?;

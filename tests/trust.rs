@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use capstan_testenv::{Plane, PlaneConfig};
+use capstan::dev::{Plane, PlaneConfig};
 use capstan_tests::host::{
     Host, echo, echo_resource, eventually, hostile_crd, hostile_resource, http_get, install_plugin_crd,
     mount, sample, start_host, start_host_with,

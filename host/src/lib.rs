@@ -8,6 +8,8 @@ pub mod bucket;
 pub mod cli;
 pub mod config;
 pub mod controller;
+#[cfg(feature = "dev")]
+pub mod dev;
 pub mod engine;
 pub mod grants;
 pub mod leader;

@@ -17,13 +17,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use capstan::controller::{self, Options};
+use capstan::dev::{Plane, PlaneConfig};
 use capstan::engine::{
     DispatchError, Engine, EngineConfig, Event, EventType, Kind, Limits, Metadata, Reconcile, Request,
     Response,
 };
 use capstan::leader::Leader;
 use capstan_sdk::bindings::capstan::reconciler::types as wit;
-use capstan_testenv::{Plane, PlaneConfig};
 use capstan_tests::host::{
     Host, echo, echo_resource, eventually, first_listed, install_plugin_crd, mount, sample,
 };

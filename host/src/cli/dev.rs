@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::dev::{Binaries, Plane, PlaneConfig, default_dev_dir};
 use anyhow::Context;
-use capstan_testenv::{Binaries, Plane, PlaneConfig, default_dev_dir};
 use clap::{Args, Subcommand};
 
 /// Arguments of `capstan dev`.

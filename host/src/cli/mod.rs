@@ -1,6 +1,7 @@
 //! The `capstan` command line: thin clap wrappers over the library.
 
 mod bench;
+#[cfg(feature = "dev")]
 mod dev;
 mod input;
 mod inspect;
@@ -46,6 +47,7 @@ enum Command {
     /// Reconcile objects in a cluster with the plugins in a directory.
     Run(run::RunArgs),
     /// Run a local Kubernetes control plane built from pinned upstream sources.
+    #[cfg(feature = "dev")]
     Dev(dev::DevArgs),
 }
 
@@ -130,6 +132,7 @@ pub fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Test(args) => test::run(args),
         Command::Bench(args) => bench::run(args),
+        #[cfg(feature = "dev")]
         Command::Dev(args) => dev::run(args),
         Command::Run(args) => run::run(args),
     };
@@ -157,7 +160,9 @@ impl Command {
     fn default_log_filter(&self) -> &'static str {
         match self {
             Command::Run(_) => RUN_LOG_FILTER,
-            Command::Inspect(_) | Command::Test(_) | Command::Bench(_) | Command::Dev(_) => QUIET_LOG_FILTER,
+            #[cfg(feature = "dev")]
+            Command::Dev(_) => QUIET_LOG_FILTER,
+            Command::Inspect(_) | Command::Test(_) | Command::Bench(_) => QUIET_LOG_FILTER,
         }
     }
 }

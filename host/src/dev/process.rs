@@ -77,7 +77,7 @@ pub(crate) fn component_error(name: &str, log: &Path, what: &str) -> anyhow::Err
 /// A failure before the process exists; the reason also goes to its log, so the log
 /// named in the error explains itself.
 pub(crate) fn pre_spawn_error(name: &str, log: &Path, what: &str) -> anyhow::Error {
-    let _ = std::fs::write(log, format!("capstan-testenv: {name} {what}\n"));
+    let _ = std::fs::write(log, format!("capstan dev: {name} {what}\n"));
     anyhow!("{name} {what} (log: {})", log.display())
 }
 

@@ -4,13 +4,11 @@
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
-//! let plane = capstan_testenv::Plane::shared().await?;
+//! let plane = capstan::dev::Plane::shared().await?;
 //! let ns = plane.namespace("echo").await?;
 //! let client = plane.client().await?;
 //! # let _ = (ns, client); Ok(()) }
 //! ```
-
-#![warn(missing_docs)]
 
 mod api;
 mod binaries;

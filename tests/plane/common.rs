@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
-use capstan_testenv::Plane;
+use capstan::dev::Plane;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 
@@ -45,7 +45,7 @@ where
 }
 
 pub fn echo_crd() -> CustomResourceDefinition {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugins/echo/crd.yaml");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/echo/crd.yaml");
     let text = std::fs::read_to_string(&file).unwrap_or_else(|_| INLINE_ECHO_CRD.to_string());
     serde_yaml::from_str(&text).expect("the Echo CRD parses")
 }

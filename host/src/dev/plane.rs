@@ -8,12 +8,12 @@ use anyhow::{Context, Result};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use tempfile::TempDir;
 
-use crate::api;
-use crate::binaries::Binaries;
-use crate::boot::{self, Booted};
-use crate::components::PortMap;
-use crate::kubeconfig;
-use crate::process::{self, Lifetime, Proc};
+use crate::dev::api;
+use crate::dev::binaries::Binaries;
+use crate::dev::boot::{self, Booted};
+use crate::dev::components::PortMap;
+use crate::dev::kubeconfig;
+use crate::dev::process::{self, Lifetime, Proc};
 
 /// Env var naming a kubeconfig that [`Plane::shared`] uses instead of starting a plane.
 /// Deliberately not `KUBECONFIG`, so tests never reach a real cluster by accident.

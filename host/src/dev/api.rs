@@ -9,11 +9,11 @@ use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PatchParams, PostParams};
 
-use crate::components::KWOK_ANNOTATION;
+use crate::dev::components::KWOK_ANNOTATION;
 
 /// Name of the one fake node kwok runs pods on.
 pub const FAKE_NODE: &str = "kwok-node-0";
-const FIELD_MANAGER: &str = "capstan-testenv";
+const FIELD_MANAGER: &str = "capstan-dev";
 
 /// Whether the apiserver reports ready (`GET /readyz` answers `ok`).
 pub(crate) async fn readyz(client: &kube::Client) -> bool {

@@ -5,15 +5,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::api;
-use crate::binaries::Binaries;
-use crate::certs::Pki;
-use crate::components::{
+use crate::dev::api;
+use crate::dev::binaries::Binaries;
+use crate::dev::certs::Pki;
+use crate::dev::components::{
     APISERVER, ETCD, KCM, KWOK, Layout, PortMap, SCHEDULER, http_get, listening, wait_until,
 };
-use crate::kubeconfig;
-use crate::process::{self, Lifetime, Proc};
-use crate::{Plane, PlaneConfig};
+use crate::dev::kubeconfig;
+use crate::dev::process::{self, Lifetime, Proc};
+use crate::dev::{Plane, PlaneConfig};
 
 /// A plane whose components all answered.
 pub(crate) struct Booted {

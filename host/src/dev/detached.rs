@@ -6,12 +6,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::binaries::cache_root;
-use crate::boot;
-use crate::components::PortMap;
-use crate::plane::resolve_binaries;
-use crate::process::{self, Lifetime};
-use crate::{Plane, PlaneConfig};
+use crate::dev::binaries::cache_root;
+use crate::dev::boot;
+use crate::dev::components::PortMap;
+use crate::dev::plane::resolve_binaries;
+use crate::dev::process::{self, Lifetime};
+use crate::dev::{Plane, PlaneConfig};
 
 const STATE_FILE: &str = "plane.json";
 
