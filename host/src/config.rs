@@ -58,6 +58,22 @@ pub struct PluginConfig {
     pub allow_own_kind: bool,
 }
 
+impl PluginConfig {
+    /// A plugin at `path` with every setting at its default.
+    pub fn at(path: PathBuf) -> Self {
+        PluginConfig {
+            path,
+            limits: Limits::default(),
+            concurrency: None,
+            resync: None,
+            allow_cluster_kinds: Vec::new(),
+            allow_namespaces: Vec::new(),
+            allow_secrets: false,
+            allow_own_kind: false,
+        }
+    }
+}
+
 /// Read and check a config file; plugin paths come back absolute or relative to the cwd.
 pub fn load(path: &Path) -> anyhow::Result<Config> {
     let text =

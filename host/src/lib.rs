@@ -1,7 +1,7 @@
 //! Capstan: Kubernetes reconcilers as sandboxed WebAssembly plugins.
 //!
-//! The host loads plugins with [`engine`], and drives them from the command line
-//! ([`cli`]).
+//! The host loads plugins with [`engine`] and runs them against a cluster as a [`Host`]
+//! (one [`controller`] per plugin, under a [`supervisor`]); [`cli`] is the command line.
 
 pub mod apply;
 pub mod bucket;
@@ -12,8 +12,11 @@ pub mod controller;
 pub mod dev;
 pub mod engine;
 pub mod grants;
+pub mod host;
 pub mod leader;
 pub mod ops;
 pub mod reload;
 pub mod supervisor;
 pub mod validate;
+
+pub use host::{Host, HostConfig};

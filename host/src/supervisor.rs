@@ -27,7 +27,8 @@ const RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// One plugin's controller, run by its own task.
 struct Unit {
-    watch: FileWatch,
+    /// The plugin's file; `None` for a reconciler that is not a file.
+    watch: Option<FileWatch>,
     limits: Limits,
     options: Options,
     version: watch::Sender<Arc<dyn Reconcile>>,
@@ -85,11 +86,26 @@ impl Supervisor {
     /// Run `plugin`, loaded from `path`, in a unit of its own.
     pub fn start(&mut self, path: PathBuf, plugin: Plugin, options: Options) {
         let limits = plugin.limits().clone();
-        let (version, rx) = watch::channel(Arc::new(plugin) as Arc<dyn Reconcile>);
+        self.run(Some(FileWatch::new(path)), limits, Arc::new(plugin), options);
+    }
+
+    /// Run `reconciler`, which is not a file (never reloaded), in a unit of its own.
+    pub fn start_native(&mut self, reconciler: Arc<dyn Reconcile>, options: Options) {
+        self.run(None, Limits::default(), reconciler, options);
+    }
+
+    fn run(
+        &mut self,
+        watch: Option<FileWatch>,
+        limits: Limits,
+        plugin: Arc<dyn Reconcile>,
+        options: Options,
+    ) {
+        let (version, rx) = watch::channel(plugin);
         let stop = CancellationToken::new();
         let task = self.spawn(rx, options.clone(), stop.clone());
         self.units.push(Unit {
-            watch: FileWatch::new(path),
+            watch,
             limits,
             options,
             version,
@@ -120,7 +136,7 @@ impl Supervisor {
     /// Look for replaced plugin files (and new or fixed ones) and act on them.
     pub async fn reload(&mut self) {
         for i in 0..self.units.len() {
-            if let Some(bytes) = self.units[i].watch.changed() {
+            if let Some(bytes) = self.units[i].watch.as_mut().and_then(FileWatch::changed) {
                 self.replace(i, bytes).await;
             }
         }
@@ -136,7 +152,11 @@ impl Supervisor {
             }
         }
         for path in paths {
-            if self.units.iter().any(|u| u.watch.path() == path) {
+            if self
+                .units
+                .iter()
+                .any(|u| u.watch.as_ref().is_some_and(|w| w.path() == path))
+            {
                 continue;
             }
             // A file that failed to load is retried only when it changes, so it is reported once.
@@ -202,7 +222,9 @@ impl Supervisor {
     async fn replace(&mut self, i: usize, bytes: Vec<u8>) {
         let old = self.units[i].version.borrow().clone();
         let name = old.metadata().name.clone();
-        let path = self.units[i].watch.path().to_path_buf();
+        let Some(path) = self.units[i].watch.as_ref().map(|w| w.path().to_path_buf()) else {
+            return;
+        };
         let new = match self.load(bytes, self.units[i].limits.clone()).await {
             Ok(new) => new,
             Err(e) => return refused(&name, &path, &e),

@@ -8,7 +8,8 @@
 //! Then failover with the default lease settings: `kill -9` of the leader → first
 //! reconcile by the standby, and SIGTERM → standby leads.
 //!
-//! `cargo bench -p capstan-tests --bench e2e`. The host runs as a child process (this
+//! `cargo bench -p capstan-tests --bench e2e`. The host (`capstan::Host`: servers,
+//! supervisor, readiness, as `capstan run` wires them) runs as a child process (this
 //! binary with `--serve`) so its RSS is its own.
 
 use std::sync::Arc;
@@ -16,13 +17,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use capstan::controller::{self, Options};
+use capstan::controller::Options;
 use capstan::dev::{Plane, PlaneConfig};
 use capstan::engine::{
-    DispatchError, Engine, EngineConfig, Event, EventType, Kind, Limits, Metadata, Reconcile, Request,
-    Response,
+    DispatchError, Engine, EngineConfig, Event, EventType, Kind, Metadata, Reconcile, Request, Response,
 };
-use capstan::leader::Leader;
+use capstan::{Host as CapstanHost, HostConfig};
 use capstan_sdk::bindings::capstan::reconciler::types as wit;
 use capstan_tests::host::{
     Host, echo, echo_resource, eventually, first_listed, install_plugin_crd, mount, sample,
@@ -101,40 +101,54 @@ fn cache_dir() -> std::path::PathBuf {
     std::env::temp_dir().join("capstan-bench-compile-cache")
 }
 
-fn load_echo(cache_dir: Option<std::path::PathBuf>) -> Result<capstan::engine::Plugin> {
-    let engine = Engine::new(EngineConfig {
+fn engine(cache_dir: Option<std::path::PathBuf>) -> Result<Engine> {
+    Ok(Engine::new(EngineConfig {
         cache_dir,
         ..EngineConfig::default()
-    })?;
-    Ok(engine.load_file(&capstan_tests::plugin("echo"), Limits::default())?)
+    })?)
 }
 
-/// The child process: one Echo controller on `namespace`, Wasm or native.
+/// The child process: the real host (servers, supervisor, readiness) with one Echo
+/// controller on `namespace`, Wasm from a plugin directory or native.
 async fn serve(mode: &str, namespace: &str) -> Result<()> {
-    let addr = capstan::ops::server::metrics("127.0.0.1:0".parse()?).await?;
-    println!("METRICS {addr}");
-    let reconciler: Arc<dyn Reconcile> = match mode {
-        "wasm" => Arc::new(load_echo(Some(cache_dir()))?),
-        "wasm-cold" => Arc::new(load_echo(None)?),
-        "native" => Arc::new(NativeEcho::new()),
+    let config = HostConfig {
+        defaults: Options {
+            namespace: Some(namespace.into()),
+            ..Options::default()
+        },
+        metrics_addr: "127.0.0.1:0".parse()?,
+        health_addr: "127.0.0.1:0".parse()?,
+        ..HostConfig::default()
+    };
+    let dir = std::env::temp_dir().join(format!("capstan-bench-{namespace}"));
+    let host = match mode {
+        "wasm" | "wasm-cold" => {
+            mount(&["echo"], &dir)?;
+            let cache = (mode == "wasm").then(cache_dir);
+            let config = HostConfig {
+                plugins: Some(dir.clone()),
+                ..config
+            };
+            tokio::task::spawn_blocking(move || CapstanHost::new(config, engine(cache)?)).await??
+        }
+        "native" => {
+            let mut host = CapstanHost::new(config, engine(None)?)?;
+            host.add(
+                Arc::new(NativeEcho::new()),
+                Options {
+                    namespace: Some(namespace.into()),
+                    ..Options::default()
+                },
+            );
+            host
+        }
         other => bail!("unknown mode {other}"),
     };
     let client = kube::Client::try_default().await?;
-    let (_keep, plugin) = tokio::sync::watch::channel(reconciler);
-    let options = Options {
-        namespace: Some(namespace.into()),
-        ..Options::default()
-    };
-    let (synced, _) = tokio::sync::oneshot::channel();
-    controller::run(
-        client,
-        plugin,
-        options,
-        Leader::always(),
-        std::future::pending(),
-        synced,
-    )
-    .await
+    let serving = host.serve(client).await?;
+    println!("METRICS {}", serving.metrics_addr());
+    serving.until(std::future::pending()).await;
+    Ok(())
 }
 
 /// Peak resident set of `pid` (VmHWM), in MiB.
@@ -392,7 +406,7 @@ fn main() -> Result<()> {
         .unwrap_or(1000);
     // Build the plugin and fill the compile cache before anything is timed.
     std::fs::remove_dir_all(cache_dir()).ok();
-    load_echo(Some(cache_dir()))?;
+    engine(Some(cache_dir()))?.load_file(&capstan_tests::plugin("echo"), Default::default())?;
     runtime.block_on(async {
         let plane = Plane::start(PlaneConfig::api_only()).await?;
         install_plugin_crd(&plane, "echo").await?;

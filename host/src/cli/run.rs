@@ -8,14 +8,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use crate::config::{self, PluginConfig};
 use crate::controller::Options;
-use crate::engine::{Engine, Limits, Plugin};
-use crate::leader::{self, Leader};
-use crate::ops;
-use crate::ops::health::Health;
-use crate::reload;
-use crate::supervisor::Supervisor;
+use crate::host::{Host, HostConfig, RELEASE_TIMEOUT};
+use crate::leader;
 
 /// Arguments of `capstan run`.
 #[derive(Args, Debug)]
@@ -93,8 +88,9 @@ struct ElectionArgs {
 }
 
 impl ElectionArgs {
-    /// The Lease settings, or `None` without `--leader-elect`.
-    fn settings(&self, default_namespace: &str) -> Option<leader::Settings> {
+    /// The Lease settings, or `None` without `--leader-elect`; without a namespace from
+    /// the flag or `$POD_NAMESPACE`, the namespace is left empty: the client's default.
+    fn settings(&self) -> Option<leader::Settings> {
         if !self.leader_elect {
             return None;
         }
@@ -102,7 +98,7 @@ impl ElectionArgs {
             .leader_election_namespace
             .clone()
             .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|n| !n.is_empty()))
-            .unwrap_or_else(|| default_namespace.to_string());
+            .unwrap_or_default();
         let mut settings = leader::Settings::new(&self.leader_election_id, namespace, leader::identity());
         settings.lease_duration = self.lease_duration;
         settings.renew_deadline = self.renew_deadline;
@@ -111,213 +107,80 @@ impl ElectionArgs {
     }
 }
 
-/// Every plugin to run with its options: the config file's entries, then every other
-/// `*.wasm` in the plugin directory with the command-line defaults.
-fn load_plugins(engine: &Engine, args: &RunArgs) -> anyhow::Result<Loaded> {
-    let defaults = defaults(args);
-    let mut entries: Vec<PluginConfig> = match &args.config {
-        Some(path) => config::load(path)?.plugins,
-        None => Vec::new(),
-    };
-    if let Some(dir) = &args.plugins {
-        let paths = reload::wasm_files(dir)
-            .with_context(|| format!("cannot read plugin directory {}", dir.display()))?;
-        anyhow::ensure!(!paths.is_empty(), "no *.wasm plugins in {}", dir.display());
-        let configured: Vec<PathBuf> = entries
-            .iter()
-            .filter_map(|e| e.path.canonicalize().ok())
-            .collect();
-        for path in paths {
-            if !path.canonicalize().is_ok_and(|p| configured.contains(&p)) {
-                entries.push(PluginConfig {
-                    path,
-                    limits: Limits::default(),
-                    concurrency: None,
-                    resync: None,
-                    allow_cluster_kinds: Vec::new(),
-                    allow_namespaces: Vec::new(),
-                    allow_secrets: false,
-                    allow_own_kind: false,
-                });
-            }
+impl RunArgs {
+    /// The host's configuration from the flags.
+    fn host_config(&self) -> HostConfig {
+        HostConfig {
+            plugins: self.plugins.clone(),
+            config: self.config.clone(),
+            defaults: self.defaults(),
+            metrics_addr: self.metrics_addr,
+            health_addr: self.health_addr,
+            hot_reload: self.hot_reload,
+            reload_interval: self.reload_interval,
+            shutdown_timeout: self.shutdown_timeout,
+            election: self.election.settings(),
         }
     }
-    anyhow::ensure!(!entries.is_empty(), "no plugins configured");
-    let mut loaded = Loaded::default();
-    for e in entries {
-        let (cpu_millicores, creations, finalizer_timeout) = (
-            e.limits.cpu_millicores,
-            e.limits.creations_per_second,
-            e.limits.finalizer_timeout,
-        );
-        let plugin = match engine.load_file(&e.path, e.limits) {
-            Ok(plugin) => plugin,
-            Err(err) => {
-                loaded.broken.push((e.path, err.to_string()));
-                continue;
-            }
-        };
-        let mut options = defaults.clone();
-        options.concurrency = e.concurrency.unwrap_or(options.concurrency);
-        options.resync = e.resync.unwrap_or(options.resync);
-        options.cpu_millicores = cpu_millicores;
-        options.creations_per_second = creations;
-        options.finalizer_timeout = finalizer_timeout;
-        options.allow.cluster_kinds.extend(e.allow_cluster_kinds);
-        if let Some(ns) = &args.namespace
-            && let Some(outside) = e.allow_namespaces.iter().find(|n| *n != ns)
-        {
-            anyhow::bail!(
-                "{}: allowNamespaces names {outside}, outside --namespace {ns}",
-                e.path.display()
-            );
-        }
-        options.allow.namespaces.extend(e.allow_namespaces);
-        options.allow.namespaces.dedup();
-        options.grants = crate::grants::Grants {
-            secrets: e.allow_secrets,
-            own_kind: e.allow_own_kind,
-        };
-        if let Err(why) = crate::grants::check(plugin.metadata(), &options.grants) {
-            loaded.broken.push((e.path, why));
-            continue;
-        }
-        loaded.plugins.push((e.path, plugin, options));
-    }
-    // A plugin that does not load is that plugin's trouble alone, unless nothing is left.
-    if loaded.plugins.is_empty()
-        && let Some((path, err)) = loaded.broken.first()
-    {
-        anyhow::bail!("{}: {err}", path.display());
-    }
-    let mut names: Vec<&str> = loaded
-        .plugins
-        .iter()
-        .map(|(_, p, _)| p.metadata().name.as_str())
-        .collect();
-    names.sort();
-    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-        anyhow::bail!("two plugins are both named {}", w[0]);
-    }
-    let wanted: u32 = loaded
-        .plugins
-        .iter()
-        .map(|(_, _, o)| u32::from(o.concurrency))
-        .sum();
-    anyhow::ensure!(
-        wanted <= engine.max_instances(),
-        "the plugins' concurrency adds up to {wanted}, more than the {} instances the engine pools (--max-instances)",
-        engine.max_instances()
-    );
-    Ok(loaded)
-}
 
-/// The plugins that loaded, with their options, and the files that did not, with why.
-#[derive(Default)]
-struct Loaded {
-    plugins: Vec<(PathBuf, Plugin, Options)>,
-    broken: Vec<(PathBuf, String)>,
-}
-
-fn defaults(args: &RunArgs) -> Options {
-    Options {
-        namespace: args.namespace.clone(),
-        allow: crate::validate::Allowances {
-            cluster_kinds: args.allow_cluster_kinds.clone(),
-            // Children of a cluster-scoped parent may go into the one namespace the host
-            // watches; without --namespace, only where a plugin's config allows.
-            namespaces: args.namespace.iter().cloned().collect(),
-        },
-        grants: Default::default(),
-        concurrency: args.concurrency,
-        resync: args.resync,
-        ..Options::default()
+    fn defaults(&self) -> Options {
+        Options {
+            namespace: self.namespace.clone(),
+            allow: crate::validate::Allowances {
+                cluster_kinds: self.allow_cluster_kinds.clone(),
+                // Children of a cluster-scoped parent may go into the one namespace the
+                // host watches; without --namespace, only where a plugin's config allows.
+                namespaces: self.namespace.iter().cloned().collect(),
+            },
+            grants: Default::default(),
+            concurrency: self.concurrency,
+            resync: self.resync,
+            ..Options::default()
+        }
     }
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    if let Some(settings) = args.election.settings("default") {
-        settings.validate()?;
-    }
     let engine = args.cache.engine_with(crate::engine::EngineConfig {
         max_instances: args.max_instances,
         memory_budget: args.memory_budget,
         ..Default::default()
     })?;
-    let loaded = load_plugins(&engine, &args)?;
+    let config = args.host_config();
+    let limit = config.shutdown_timeout + RELEASE_TIMEOUT + Duration::from_secs(2);
+    // Plugins load before the runtime starts: loading calls into them.
+    let host = Host::new(config, engine)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         // First, so a signal during start-up is honoured like any other.
         let signal = shutdown_signal()?;
-        tokio::pin!(signal);
-        let health = Health::default();
-        ops::server::metrics(args.metrics_addr).await?;
-        ops::server::health(args.health_addr, health.clone()).await?;
         let client = kube::Client::try_default()
             .await
             .context("no Kubernetes configuration")?;
-        tokio::spawn(ops::server::probe_api(client.clone(), health.clone(), Duration::from_secs(5)));
-        let (leader, elector) = match args.election.settings(client.default_namespace()) {
-            Some(settings) => {
-                tracing::info!(lease = %settings.name, namespace = %settings.namespace, identity = %settings.identity, "leader election on");
-                let (leader, elector) = leader::start(client.clone(), settings);
-                (leader, Some(elector))
-            }
-            None => (Leader::always(), None),
+        let shutdown = async move {
+            signal.await;
+            bound_exit(limit);
         };
-        let mut supervisor = Supervisor::new(client, engine, leader, health.clone(), args.shutdown_timeout);
-        for (path, plugin, options) in loaded.plugins {
-            let m = plugin.metadata();
-            tracing::info!(plugin = %m.name, version = %m.version, path = %path.display(), parent = %m.parent, "plugin loaded");
-            supervisor.start(path, plugin, options);
-        }
-        for (path, error) in loaded.broken {
-            supervisor.broken(path, &error);
-        }
-        if let (true, Some(dir)) = (args.hot_reload, &args.plugins) {
-            supervisor.watch_dir(dir.clone(), defaults(&args));
-        }
-        let mut reload = tokio::time::interval(args.reload_interval);
-        reload.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut beat = tokio::time::interval(Duration::from_secs(1));
-        let mut trim = tokio::time::interval(ops::heap::TRIM_EVERY);
-        loop {
-            tokio::select! {
-                _ = &mut signal => break,
-                _ = beat.tick() => health.beat(),
-                _ = trim.tick() => ops::heap::trim(),
-                _ = reload.tick(), if args.hot_reload => supervisor.reload().await,
-            }
-        }
-        health.stopping();
-        tracing::info!(grace = ?args.shutdown_timeout, "shutting down: finishing in-flight reconciles");
-        // Whatever happens below, the process ends: a second signal ends it at once, and
-        // past the grace period (plus the Lease's release) it ends regardless.
-        tokio::spawn(async {
-            if let Ok(again) = shutdown_signal() {
-                let _ = again.await;
-                tracing::warn!("second signal: exiting now");
-                std::process::exit(1);
-            }
-        });
-        let limit = args.shutdown_timeout + RELEASE_TIMEOUT + Duration::from_secs(2);
-        std::thread::spawn(move || {
-            std::thread::sleep(limit);
-            eprintln!("error: shutdown did not finish within {limit:?}; exiting");
-            std::process::exit(1);
-        });
-        if let Some(elector) = &elector {
-            elector.stop_waiters();
-        }
-        supervisor.stop().await;
-        if let Some(elector) = elector
-            && tokio::time::timeout(RELEASE_TIMEOUT, elector.release()).await.is_err()
-        {
-            tracing::warn!("the Lease was not released in time; standbys take over when it expires");
-        }
-        tracing::info!("stopped");
+        host.run(client, shutdown).await?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// From the first signal on, the process ends whatever happens: a second signal ends it
+/// at once, and past `limit` (the grace period plus the Lease's release) it ends anyway.
+fn bound_exit(limit: Duration) {
+    tokio::spawn(async {
+        if let Ok(again) = shutdown_signal() {
+            let _ = again.await;
+            tracing::warn!("second signal: exiting now");
+            std::process::exit(1);
+        }
+    });
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        eprintln!("error: shutdown did not finish within {limit:?}; exiting");
+        std::process::exit(1);
+    });
 }
 
 /// Bytes from a number with an optional Kubernetes quantity suffix (`Ki`, `Mi`, `Gi`,
@@ -342,9 +205,6 @@ fn parse_size(text: &str) -> Result<usize, String> {
         .filter(|&n| n > 0)
         .ok_or_else(|| format!("{text:?} is not a positive size"))
 }
-
-/// How long releasing the Lease may take on the way out.
-const RELEASE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Resolves on SIGTERM or Ctrl-C; the handlers are installed when this is called.
 fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {

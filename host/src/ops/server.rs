@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;
+use tokio_util::sync::CancellationToken;
 
 use super::health::Health;
 
@@ -27,15 +28,22 @@ pub async fn probe_api(client: kube::Client, ready: Health, period: std::time::D
     }
 }
 
-/// Bind `addr` and serve `routes`; returns the bound address (useful with port 0).
-async fn serve(addr: SocketAddr, routes: Router, what: &str) -> anyhow::Result<SocketAddr> {
+/// Bind `addr` and serve `routes` until `stop`; returns the bound address (useful with
+/// port 0).
+async fn serve(
+    addr: SocketAddr,
+    routes: Router,
+    what: &str,
+    stop: CancellationToken,
+) -> anyhow::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen for {what} on {addr}: {e}"))?;
     let bound = listener.local_addr()?;
     tracing::info!(address = %bound, "serving {what}");
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, routes).await {
+        let serving = axum::serve(listener, routes).with_graceful_shutdown(stop.cancelled_owned());
+        if let Err(e) = serving.await {
             tracing::error!(error = %e, "HTTP server stopped");
         }
     });
@@ -43,8 +51,8 @@ async fn serve(addr: SocketAddr, routes: Router, what: &str) -> anyhow::Result<S
 }
 
 /// Serve `/healthz` (the host is not wedged) and `/readyz` (every plugin runs, the API
-/// server answers; otherwise the body says what does not) on `addr`.
-pub async fn health(addr: SocketAddr, health: Health) -> anyhow::Result<SocketAddr> {
+/// server answers; otherwise the body says what does not) on `addr` until `stop`.
+pub async fn health(addr: SocketAddr, health: Health, stop: CancellationToken) -> anyhow::Result<SocketAddr> {
     let live = health.clone();
     let answer = |why: Option<String>| match why {
         None => (StatusCode::OK, "ok".to_string()),
@@ -59,11 +67,11 @@ pub async fn health(addr: SocketAddr, health: Health) -> anyhow::Result<SocketAd
             "/readyz",
             get(move || std::future::ready(answer(health.not_ready()))),
         );
-    serve(addr, routes, "health probes").await
+    serve(addr, routes, "health probes", stop).await
 }
 
-/// Serve `/metrics` on `addr`.
-pub async fn metrics(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
+/// Serve `/metrics` on `addr` until `stop`.
+pub async fn metrics(addr: SocketAddr, stop: CancellationToken) -> anyhow::Result<SocketAddr> {
     let routes = Router::new().route(
         "/metrics",
         get(|| async {
@@ -77,5 +85,5 @@ pub async fn metrics(addr: SocketAddr) -> anyhow::Result<SocketAddr> {
             )
         }),
     );
-    serve(addr, routes, "metrics").await
+    serve(addr, routes, "metrics", stop).await
 }

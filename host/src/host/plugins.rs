@@ -1,0 +1,135 @@
+//! Which plugins a host runs and with what options: the config file's entries, then every
+//! other `*.wasm` in the plugin directory with the host's defaults. A file that does not
+//! load (or asks for what it was not granted) is that file's trouble alone.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::config::{self, PluginConfig};
+use crate::controller::Options;
+use crate::engine::{Engine, Plugin};
+use crate::reload;
+
+/// The plugins that loaded, with their options, and the files that did not, with why.
+#[derive(Default)]
+pub(super) struct Loaded {
+    pub plugins: Vec<(PathBuf, Plugin, Options)>,
+    pub broken: Vec<(PathBuf, String)>,
+}
+
+/// Load every configured plugin; fails only when nothing is left to run, or when the
+/// plugins together break a host-wide rule (two of one name, more concurrency than the
+/// engine pools).
+pub(super) fn load(
+    engine: &Engine,
+    config: Option<&PathBuf>,
+    dir: Option<&PathBuf>,
+    defaults: &Options,
+) -> anyhow::Result<Loaded> {
+    let entries = entries(config, dir)?;
+    let mut loaded = Loaded::default();
+    for e in entries {
+        let plugin = match engine.load_file(&e.path, e.limits.clone()) {
+            Ok(plugin) => plugin,
+            Err(err) => {
+                loaded.broken.push((e.path, err.to_string()));
+                continue;
+            }
+        };
+        let options = options(&e, defaults)?;
+        if let Err(why) = crate::grants::check(plugin.metadata(), &options.grants) {
+            loaded.broken.push((e.path, why));
+            continue;
+        }
+        loaded.plugins.push((e.path, plugin, options));
+    }
+    // A plugin that does not load is that plugin's trouble alone, unless nothing is left.
+    if loaded.plugins.is_empty()
+        && let Some((path, err)) = loaded.broken.first()
+    {
+        anyhow::bail!("{}: {err}", path.display());
+    }
+    check_together(&loaded, engine)?;
+    Ok(loaded)
+}
+
+/// The config file's entries, then every other `*.wasm` of `dir` with default settings.
+fn entries(config: Option<&PathBuf>, dir: Option<&PathBuf>) -> anyhow::Result<Vec<PluginConfig>> {
+    let mut entries: Vec<PluginConfig> = match config {
+        Some(path) => config::load(path)?.plugins,
+        None => Vec::new(),
+    };
+    if let Some(dir) = dir {
+        let paths = reload::wasm_files(dir)
+            .with_context(|| format!("cannot read plugin directory {}", dir.display()))?;
+        anyhow::ensure!(!paths.is_empty(), "no *.wasm plugins in {}", dir.display());
+        let configured: Vec<PathBuf> = entries
+            .iter()
+            .filter_map(|e| e.path.canonicalize().ok())
+            .collect();
+        for path in paths {
+            if !path.canonicalize().is_ok_and(|p| configured.contains(&p)) {
+                entries.push(PluginConfig::at(path));
+            }
+        }
+    }
+    anyhow::ensure!(!entries.is_empty(), "no plugins configured");
+    Ok(entries)
+}
+
+/// One entry's options: the host's defaults with the entry's own settings over them.
+fn options(e: &PluginConfig, defaults: &Options) -> anyhow::Result<Options> {
+    let mut options = defaults.clone();
+    options.concurrency = e.concurrency.unwrap_or(options.concurrency);
+    options.resync = e.resync.unwrap_or(options.resync);
+    options.cpu_millicores = e.limits.cpu_millicores;
+    options.creations_per_second = e.limits.creations_per_second;
+    options.finalizer_timeout = e.limits.finalizer_timeout;
+    options
+        .allow
+        .cluster_kinds
+        .extend(e.allow_cluster_kinds.iter().cloned());
+    if let Some(ns) = &defaults.namespace
+        && let Some(outside) = e.allow_namespaces.iter().find(|n| *n != ns)
+    {
+        anyhow::bail!(
+            "{}: allowNamespaces names {outside}, outside --namespace {ns}",
+            e.path.display()
+        );
+    }
+    options
+        .allow
+        .namespaces
+        .extend(e.allow_namespaces.iter().cloned());
+    options.allow.namespaces.dedup();
+    options.grants = crate::grants::Grants {
+        secrets: e.allow_secrets,
+        own_kind: e.allow_own_kind,
+    };
+    Ok(options)
+}
+
+/// Rules over all loaded plugins: unique names, and concurrency the engine's pool holds.
+fn check_together(loaded: &Loaded, engine: &Engine) -> anyhow::Result<()> {
+    let mut names: Vec<&str> = loaded
+        .plugins
+        .iter()
+        .map(|(_, p, _)| p.metadata().name.as_str())
+        .collect();
+    names.sort();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        anyhow::bail!("two plugins are both named {}", w[0]);
+    }
+    let wanted: u32 = loaded
+        .plugins
+        .iter()
+        .map(|(_, _, o)| u32::from(o.concurrency))
+        .sum();
+    anyhow::ensure!(
+        wanted <= engine.max_instances(),
+        "the plugins' concurrency adds up to {wanted}, more than the {} instances the engine pools (--max-instances)",
+        engine.max_instances()
+    );
+    Ok(())
+}
