@@ -102,10 +102,10 @@ fn cache_dir() -> std::path::PathBuf {
 }
 
 fn engine(cache_dir: Option<std::path::PathBuf>) -> Result<Engine> {
-    Ok(Engine::new(EngineConfig {
+    Engine::new(EngineConfig {
         cache_dir,
         ..EngineConfig::default()
-    })?)
+    })
 }
 
 /// The child process: the real host (servers, supervisor, readiness) with one Echo
