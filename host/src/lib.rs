@@ -13,6 +13,7 @@ pub mod dev;
 pub mod engine;
 pub mod grants;
 pub mod host;
+pub mod key;
 pub mod leader;
 pub mod ops;
 pub mod reload;

@@ -60,38 +60,11 @@ pub(super) async fn claim(
             });
             continue;
         }
-        let c = &shared.children[kind];
-        let mut reference = ObjectRef::new_with(&child.name, c.resource.clone());
-        reference.namespace = child.namespace.clone();
-        let existing = match c.store.get(&reference) {
-            Some(cached) => Some(cached),
-            None => apply::get(
-                &shared.client,
-                &c.resource,
-                child.namespace.as_deref(),
-                &child.name,
-            )
-            .await?
-            .map(Arc::new),
-        };
+        let existing = existing(shared, kind, &child).await?;
         if let Some(existing) = &existing
             && !apply::controlled_by(existing, &uid, &metadata.name)
         {
-            let what = describe(&child);
-            let message = format!(
-                "{what} already exists and is not controlled by this {} (its controller: {}); nothing applied",
-                shared.parent.kind,
-                apply::controller_of(existing)
-            );
-            let label = PluginLabel {
-                plugin: metadata.name.clone(),
-            };
-            crate::ops::metrics::get()
-                .child_conflicts
-                .get_or_create(&label)
-                .inc();
-            warn(shared, parent, "ChildConflict", &message).await;
-            return Err(Error::Conflict(message));
+            return Err(conflict(shared, parent, &metadata.name, &child, existing).await);
         }
         plan.push(Step {
             child,
@@ -102,6 +75,55 @@ pub(super) async fn claim(
         });
     }
     Ok(plan)
+}
+
+/// The object that holds a desired child's name, from the cache (which holds only
+/// this plugin's children) or else from the API.
+async fn existing(
+    shared: &Shared,
+    kind: usize,
+    child: &validate::Child,
+) -> Result<Option<Arc<DynamicObject>>, Error> {
+    let c = &shared.children[kind];
+    let mut reference = ObjectRef::new_with(&child.name, c.resource.clone());
+    reference.namespace = child.namespace.clone();
+    if let Some(cached) = c.store.get(&reference) {
+        return Ok(Some(cached));
+    }
+    let fetched = apply::get(
+        &shared.client,
+        &c.resource,
+        child.namespace.as_deref(),
+        &child.name,
+    )
+    .await?;
+    Ok(fetched.map(Arc::new))
+}
+
+/// Refuse a response that names an object someone else controls: a `ChildConflict`
+/// Warning, `capstan_child_conflicts_total`, and the error that backs the parent off.
+async fn conflict(
+    shared: &Shared,
+    parent: &DynamicObject,
+    plugin: &str,
+    child: &validate::Child,
+    existing: &DynamicObject,
+) -> Error {
+    let message = format!(
+        "{} already exists and is not controlled by this {} (its controller: {}); nothing applied",
+        describe(child),
+        shared.parent.kind,
+        apply::controller_of(existing)
+    );
+    let label = PluginLabel {
+        plugin: plugin.into(),
+    };
+    crate::ops::metrics::get()
+        .child_conflicts
+        .get_or_create(&label)
+        .inc();
+    warn(shared, parent, "ChildConflict", &message).await;
+    Error::Conflict(message)
 }
 
 /// `Kind namespace/name` of a child, for messages.

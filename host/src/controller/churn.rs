@@ -23,6 +23,7 @@ use super::Shared;
 use super::events::warn;
 use super::reconcile::Error;
 use crate::bucket::Bucket;
+use crate::key::ObjectKey;
 use crate::ops::metrics::PluginLabel;
 
 /// How long a written digest counts as recent.
@@ -62,7 +63,7 @@ pub struct Churn {
 
 #[derive(Default)]
 struct Entries {
-    map: HashMap<(String, String), Entry>,
+    map: HashMap<(ObjectKey, String), Entry>,
     /// When objects with no write in the window were last dropped.
     swept: Option<Instant>,
 }
@@ -70,11 +71,11 @@ struct Entries {
 impl Churn {
     /// Whether `target` (of `parent`), observed at resourceVersion `seen` ("" when not
     /// observed), may be written with content `digest` now; only a write is recorded.
-    pub fn check(&self, parent: &str, target: &str, digest: &str, seen: &str) -> Verdict {
+    pub fn check(&self, parent: &ObjectKey, target: &str, digest: &str, seen: &str) -> Verdict {
         self.check_at(parent, target, digest, seen, Instant::now())
     }
 
-    fn check_at(&self, parent: &str, target: &str, digest: &str, seen: &str, now: Instant) -> Verdict {
+    fn check_at(&self, parent: &ObjectKey, target: &str, digest: &str, seen: &str, now: Instant) -> Verdict {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         // Objects written once and then left alone (most of them) are not kept.
         if entries
@@ -88,7 +89,7 @@ impl Churn {
                     .is_some_and(|(_, _, at)| now.saturating_duration_since(*at) < WINDOW)
             });
         }
-        let key = (parent.to_string(), target.to_string());
+        let key = (parent.clone(), target.to_string());
         let entry = entries.map.entry(key).or_insert_with(|| Entry {
             recent: VecDeque::new(),
             rewrites: Bucket::new(1.0 / WINDOW.as_secs_f64(), BURST, now),
@@ -122,7 +123,7 @@ impl Churn {
     }
 
     /// Forget the objects of a parent that is gone.
-    pub fn forget(&self, parent: &str) {
+    pub fn forget(&self, parent: &ObjectKey) {
         self.entries
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -142,8 +143,8 @@ pub(super) async fn guard(
     target: &str,
     (digest, seen): (&str, &str),
 ) -> Result<(), Error> {
-    let key = super::reconcile::key(parent);
-    let wait = match shared.churn.check(&key, target, digest, seen) {
+    let key = ObjectKey::of(parent);
+    let wait = match shared.per_object.churn.check(&key, target, digest, seen) {
         Verdict::Write => return Ok(()),
         Verdict::Later(wait) => wait,
         Verdict::Loop => {
@@ -182,33 +183,45 @@ mod tests {
         // An honest sequence: every write is new content.
         for (i, d) in ["pending", "running", "succeeded"].iter().enumerate() {
             let at = t0 + Duration::from_secs(i as u64);
-            assert!(wrote(churn.check_at("ns/a", "status", d, &i.to_string(), at)));
+            assert!(wrote(churn.check_at(
+                &"ns/a".into(),
+                "status",
+                d,
+                &i.to_string(),
+                at
+            )));
         }
         // A flip: a, b, a, b, … each over a new version — the first of each is new, then
         // three rewrites pass, then it is a loop.
         let verdicts: Vec<Verdict> = (0..20)
             .map(|i| {
                 let d = if i % 2 == 0 { "a" } else { "b" };
-                churn.check_at("ns/b", "status", d, &i.to_string(), t0)
+                churn.check_at(&"ns/b".into(), "status", d, &i.to_string(), t0)
             })
             .collect();
         assert_eq!(verdicts.iter().filter(|v| **v == Verdict::Write).count(), 2 + 3);
         assert!(verdicts[5..].iter().all(|v| *v == Verdict::Loop));
         let later = |s| t0 + Duration::from_secs(s);
         assert_eq!(
-            churn.check_at("ns/b", "status", "a", "30", later(30)),
+            churn.check_at(&"ns/b".into(), "status", "a", "30", later(30)),
             Verdict::Loop
         );
         assert!(
-            wrote(churn.check_at("ns/b", "status", "a", "61", later(61))),
+            wrote(churn.check_at(&"ns/b".into(), "status", "a", "61", later(61))),
             "one a minute"
         );
         assert!(
-            wrote(churn.check_at("ns/b", "child", "a", "1", t0)),
+            wrote(churn.check_at(&"ns/b".into(), "child", "a", "1", t0)),
             "objects have their own budget"
         );
-        churn.forget("ns/b");
-        assert!(wrote(churn.check_at("ns/b", "status", "a", "62", later(62))));
+        churn.forget(&"ns/b".into());
+        assert!(wrote(churn.check_at(
+            &"ns/b".into(),
+            "status",
+            "a",
+            "62",
+            later(62)
+        )));
     }
 
     #[test]
@@ -216,18 +229,18 @@ mod tests {
         let churn = Churn::default();
         let t0 = Instant::now();
         let undone = (0..10)
-            .filter(|i| wrote(churn.check_at("ns/a", "cm", "mine", &i.to_string(), t0)))
+            .filter(|i| wrote(churn.check_at(&"ns/a".into(), "cm", "mine", &i.to_string(), t0)))
             .count();
         assert_eq!(undone, 1 + 3, "the write, then three rewrites of it");
         let stale: Vec<Verdict> = (0..10)
-            .map(|_| churn.check_at("ns/b", "cm", "mine", "7", t0))
+            .map(|_| churn.check_at(&"ns/b".into(), "cm", "mine", "7", t0))
             .collect();
         assert!(
             !stale.contains(&Verdict::Loop),
             "the same version seen again: the cache lags, nobody fights"
         );
         let deleted = (0..10)
-            .filter(|_| wrote(churn.check_at("ns/c", "cm", "mine", "", t0)))
+            .filter(|_| wrote(churn.check_at(&"ns/c".into(), "cm", "mine", "", t0)))
             .count();
         assert_eq!(deleted, 1 + 3, "made again and again: someone keeps deleting it");
     }
@@ -236,7 +249,8 @@ mod tests {
     fn ever_new_content_is_spaced_out_after_a_burst() {
         let churn = Churn::default();
         let t0 = Instant::now();
-        let counter = |n: u64, at| churn.check_at("ns/a", "status", &n.to_string(), &n.to_string(), at);
+        let counter =
+            |n: u64, at| churn.check_at(&"ns/a".into(), "status", &n.to_string(), &n.to_string(), at);
         assert!((0..5).all(|n| wrote(counter(n, t0))));
         assert_eq!(counter(5, t0), Verdict::Later(WRITE_EVERY));
         assert_eq!(

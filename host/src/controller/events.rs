@@ -17,6 +17,7 @@ use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType};
 use super::Shared;
 use crate::bucket::Bucket;
 use crate::engine::EventType;
+use crate::key::ObjectKey;
 use crate::ops::metrics::PluginLabel;
 
 /// Events of one reason on one object recorded back to back before the rate applies.
@@ -31,21 +32,21 @@ const ANY_REASON: &str = "\0plugin";
 /// Token buckets per (object key, reason).
 #[derive(Default)]
 pub struct EventBudget {
-    buckets: Mutex<HashMap<(String, String), Bucket>>,
+    buckets: Mutex<HashMap<(ObjectKey, String), Bucket>>,
 }
 
 impl EventBudget {
     /// Whether an event of `reason` on `object` may be recorded now (and take its token);
     /// `from_plugin` for the plugin's own events.
-    pub fn allow(&self, object: &str, reason: &str, from_plugin: bool) -> bool {
+    pub fn allow(&self, object: &ObjectKey, reason: &str, from_plugin: bool) -> bool {
         self.allow_at(object, reason, from_plugin, Instant::now())
     }
 
-    fn allow_at(&self, object: &str, reason: &str, from_plugin: bool, now: Instant) -> bool {
+    fn allow_at(&self, object: &ObjectKey, reason: &str, from_plugin: bool, now: Instant) -> bool {
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         let mut has = |reason: &str, burst| {
             buckets
-                .entry((object.to_string(), reason.to_string()))
+                .entry((object.clone(), reason.to_string()))
                 .or_insert_with(|| Bucket::new(1.0 / REFILL.as_secs_f64(), burst, now))
                 .has(1.0, now)
         };
@@ -56,7 +57,7 @@ impl EventBudget {
         }
         let charged = std::iter::once(reason).chain(from_plugin.then_some(ANY_REASON));
         for reason in charged {
-            if let Some(bucket) = buckets.get_mut(&(object.to_string(), reason.to_string())) {
+            if let Some(bucket) = buckets.get_mut(&(object.clone(), reason.to_string())) {
                 bucket.spend(1.0, now);
             }
         }
@@ -64,7 +65,7 @@ impl EventBudget {
     }
 
     /// Drop the buckets of an object that is gone.
-    pub fn forget(&self, object: &str) {
+    pub fn forget(&self, object: &ObjectKey) {
         self.buckets
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -96,8 +97,9 @@ async fn publish(
     };
     let plugin = shared.plugin().metadata().name.clone();
     if !shared
+        .per_object
         .events
-        .allow(&super::reconcile::key(parent), reason, from_plugin)
+        .allow(&ObjectKey::of(parent), reason, from_plugin)
     {
         let label = PluginLabel { plugin };
         crate::ops::metrics::get()
@@ -132,23 +134,23 @@ mod tests {
         let budget = EventBudget::default();
         let t0 = Instant::now();
         let allowed = (0..100)
-            .filter(|_| budget.allow_at("ns/a", "Spam", true, t0))
+            .filter(|_| budget.allow_at(&"ns/a".into(), "Spam", true, t0))
             .count();
         assert_eq!(allowed, 3, "the burst");
         assert!(
-            budget.allow_at("ns/a", "Other", true, t0),
+            budget.allow_at(&"ns/a".into(), "Other", true, t0),
             "reasons have their own budget"
         );
         assert!(
-            budget.allow_at("ns/b", "Spam", true, t0),
+            budget.allow_at(&"ns/b".into(), "Spam", true, t0),
             "objects have their own budget"
         );
-        assert!(!budget.allow_at("ns/a", "Spam", true, t0 + Duration::from_secs(30)));
-        assert!(budget.allow_at("ns/a", "Spam", true, t0 + Duration::from_secs(61)));
-        assert!(!budget.allow_at("ns/a", "Spam", true, t0 + Duration::from_secs(62)));
-        budget.forget("ns/a");
+        assert!(!budget.allow_at(&"ns/a".into(), "Spam", true, t0 + Duration::from_secs(30)));
+        assert!(budget.allow_at(&"ns/a".into(), "Spam", true, t0 + Duration::from_secs(61)));
+        assert!(!budget.allow_at(&"ns/a".into(), "Spam", true, t0 + Duration::from_secs(62)));
+        budget.forget(&"ns/a".into());
         assert!(
-            budget.allow_at("ns/a", "Spam", true, t0 + Duration::from_secs(62)),
+            budget.allow_at(&"ns/a".into(), "Spam", true, t0 + Duration::from_secs(62)),
             "a new object starts afresh"
         );
     }
@@ -158,13 +160,13 @@ mod tests {
         let budget = EventBudget::default();
         let t0 = Instant::now();
         let allowed = (0..100)
-            .filter(|i| budget.allow_at("ns/a", &format!("Spam{i}"), true, t0))
+            .filter(|i| budget.allow_at(&"ns/a".into(), &format!("Spam{i}"), true, t0))
             .count();
         assert_eq!(allowed, OBJECT_BURST as usize, "one budget across reasons");
         assert!(
-            budget.allow_at("ns/a", "PluginFault", false, t0),
+            budget.allow_at(&"ns/a".into(), "PluginFault", false, t0),
             "the host's own warning is not charged to the plugin"
         );
-        assert!(budget.allow_at("ns/a", "Spam0", true, t0 + Duration::from_secs(61)));
+        assert!(budget.allow_at(&"ns/a".into(), "Spam0", true, t0 + Duration::from_secs(61)));
     }
 }

@@ -29,7 +29,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::ResourceExt;
 use tokio::sync::watch;
 
-use crate::engine::{Kind, Reconcile};
+use crate::engine::{Kind, Metadata, Reconcile};
+use crate::key::ObjectKey;
 
 use crate::leader::Leader;
 pub use discovery::served;
@@ -89,11 +90,8 @@ struct Shared {
     children: Vec<ChildKind>,
     recorder: Recorder,
     options: Options,
-    backoff: Arc<backoff::Backoff>,
-    /// What each object's events may still cost.
-    events: Arc<events::EventBudget>,
-    /// Recent writes per object, to catch ping-pong.
-    churn: Arc<churn::Churn>,
+    /// Backoff, event and write budgets per parent.
+    per_object: Arc<PerObject>,
     /// The plugin's share of CPU.
     cpu: throttle::CpuBudget,
     /// The plugin's budget of child creations.
@@ -121,6 +119,24 @@ impl Shared {
     }
 }
 
+/// What the host remembers per parent, forgotten when the parent is deleted.
+#[derive(Default)]
+struct PerObject {
+    backoff: backoff::Backoff,
+    /// What each object's events may still cost.
+    events: events::EventBudget,
+    /// Recent writes per object, to catch ping-pong.
+    churn: churn::Churn,
+}
+
+impl PerObject {
+    fn forget(&self, key: &ObjectKey) {
+        self.backoff.forget(key);
+        self.events.forget(key);
+        self.churn.forget(key);
+    }
+}
+
 /// Counts the watch streams that have not finished their first list.
 struct SyncCount {
     remaining: AtomicUsize,
@@ -128,6 +144,16 @@ struct SyncCount {
 }
 
 impl SyncCount {
+    /// A counter of `streams` first lists, and what turns true once all are done.
+    fn new(streams: usize) -> (Arc<Self>, watch::Receiver<bool>) {
+        let (done, synced) = watch::channel(false);
+        let count = SyncCount {
+            remaining: AtomicUsize::new(streams),
+            done,
+        };
+        (Arc::new(count), synced)
+    }
+
     /// A callback for one stream's `InitDone`; only its first call counts (relists repeat it).
     fn mark(self: &Arc<Self>) -> impl Fn() + Send + Sync + 'static {
         let (sync, seen) = (self.clone(), AtomicBool::new(false));
@@ -148,7 +174,7 @@ fn api(client: &Client, resource: &ApiResource, namespace: Option<&str>) -> Api<
 
 /// Objects of a list come without `apiVersion` and `kind` (list items carry no type);
 /// the contract promises both to plugins, and the unchanged-check compares them.
-fn typed(resource: &ApiResource) -> impl FnMut(&mut DynamicObject) + Send + 'static {
+fn typed(resource: &ApiResource) -> impl FnMut(&mut DynamicObject) + Send + use<> {
     let types = kube::api::TypeMeta {
         api_version: resource.api_version.clone(),
         kind: resource.kind.clone(),
@@ -160,12 +186,15 @@ fn typed(resource: &ApiResource) -> impl FnMut(&mut DynamicObject) + Send + 'sta
     }
 }
 
-/// The queue key of an object: `namespace/name`, or `name` when cluster-scoped.
-fn key(namespace: Option<&str>, name: &str) -> String {
-    match namespace {
-        Some(ns) => format!("{ns}/{name}"),
-        None => name.to_string(),
-    }
+/// What one plugin's watches feed: its queue mirror, first-list count and per-object memory.
+struct Wiring {
+    client: Client,
+    options: Options,
+    metadata: Metadata,
+    parent: ApiResource,
+    queue: Arc<queue::Queue>,
+    sync: Arc<SyncCount>,
+    per_object: Arc<PerObject>,
 }
 
 /// Run one plugin until `shutdown` resolves; in-flight reconciles finish first. `synced`
@@ -181,138 +210,28 @@ pub async fn run(
     synced: tokio::sync::oneshot::Sender<()>,
 ) -> anyhow::Result<()> {
     let metadata = plugin.borrow().metadata().clone();
-    let name = metadata.name.clone();
-    let parent = discovery::resolve(&client, &metadata.parent).await?;
-    let queue = Arc::new(queue::Queue::new(&name));
-    let namespace = options
-        .namespace
-        .as_deref()
-        .filter(|_| metadata.parent.namespaced);
-    let writer = reflector::store::Writer::new(parent.clone());
-    let cache = writer.as_reader();
-    let (synced_tx, synced_rx) = watch::channel(false);
-    let sync = Arc::new(SyncCount {
-        remaining: AtomicUsize::new(1 + metadata.children.len()),
-        done: synced_tx,
-    });
-    let tracked = queue.clone();
-    let listed = sync.mark();
-    let backoff = Arc::new(backoff::Backoff::default());
-    let events = Arc::new(events::EventBudget::default());
-    let churn = Arc::new(churn::Churn::default());
-    let (forget, forget_events, forget_writes) = (backoff.clone(), events.clone(), churn.clone());
-    let parents = reflector::reflector(
-        writer,
-        watcher(api(&client, &parent, namespace), watcher::Config::default()).modify(typed(&parent)),
-    )
-    .inspect_ok(move |event| match event {
-        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
-            tracked.add(key(o.namespace().as_deref(), &o.name_any()))
-        }
-        watcher::Event::Delete(o) => {
-            let key = key(o.namespace().as_deref(), &o.name_any());
-            forget.forget(&key);
-            forget_events.forget(&key);
-            forget_writes.forget(&key);
-            tracked.forget(&key);
-        }
-        watcher::Event::InitDone => listed(),
-        watcher::Event::Init => {}
-    })
-    .applied_objects();
-    let mut controller = Controller::for_stream_with(parents, cache.clone(), parent.clone())
-        .with_config(Config::default().concurrency(options.concurrency));
-
-    let mut children = Vec::new();
-    for kind in &metadata.children {
-        let resource = discovery::resolve(&client, kind).await?;
-        let writer = reflector::store::Writer::new(resource.clone());
-        let store = writer.as_reader();
-        let config = watcher::Config::default().labels(&crate::apply::selector(&name));
-        let ns = options.namespace.as_deref().filter(|_| kind.namespaced);
-        let (tracked, owner) = (queue.clone(), parent.clone());
-        let namespaced = metadata.parent.namespaced;
-        let listed = sync.mark();
-        let stream = reflector::reflector(
-            writer,
-            watcher(api(&client, &resource, ns), config).modify(typed(&resource)),
-        )
-        .default_backoff()
-        .inspect_ok(move |event| {
-            if matches!(event, watcher::Event::InitDone) {
-                listed();
-            }
-        })
-        .touched_objects()
-        .inspect_ok(move |child| {
-            let ns = child.namespace().filter(|_| namespaced);
-            for r in child.owner_references() {
-                if r.kind == owner.kind && r.api_version == owner.api_version {
-                    tracked.add(key(ns.as_deref(), &r.name));
-                }
-            }
-        });
-        controller = controller.owns_stream_with(stream, resource.clone());
-        children.push(ChildKind {
-            kind: kind.clone(),
-            resource,
-            store,
-        });
-    }
-    // A new plugin version reconciles every parent once.
-    let (tracked, all) = (queue.clone(), cache.clone());
-    let reloads = futures::stream::unfold(plugin.clone(), |mut rx| async move {
-        rx.changed().await.ok().map(|()| ((), rx))
-    })
-    .map(move |()| {
-        for o in all.state() {
-            tracked.add(key(o.namespace().as_deref(), &o.name_any()));
-        }
-    });
-    controller = controller.reconcile_all_on(reloads);
-
-    // kube-runtime's Store::wait_until_ready wakes only its most recent waiter, and the
-    // controller waits on the parent store itself: count first lists from the streams.
-    let mut listed = synced_rx.clone();
-    tokio::spawn(async move {
-        if listed.wait_for(|s| *s).await.is_ok() {
-            let _ = synced.send(());
-        }
-    });
-    let controller_label = crate::ops::metrics::ControllerLabel {
-        controller: name.clone(),
-    };
-    crate::ops::metrics::get()
-        .max_concurrent
-        .get_or_create(&controller_label)
-        .set(i64::from(options.concurrency));
-
-    let reporter = Reporter {
-        controller: format!("capstan-{name}"),
-        instance: std::env::var("POD_NAME").ok(),
-    };
-    let shared = Arc::new(Shared {
-        cpu: throttle::CpuBudget::new(options.cpu_millicores),
-        creations: std::sync::Mutex::new(crate::bucket::Bucket::new(
-            f64::from(options.creations_per_second.max(1)),
-            2.0 * f64::from(options.creations_per_second.max(1)),
-            std::time::Instant::now(),
-        )),
-        recorder: Recorder::new(client.clone(), reporter),
+    let (sync, synced_rx) = SyncCount::new(1 + metadata.children.len());
+    let wiring = Wiring {
+        parent: discovery::resolve(&client, &metadata.parent).await?,
+        queue: Arc::new(queue::Queue::new(&metadata.name)),
         client,
-        plugin,
-        parent,
-        cache,
-        children,
         options,
-        backoff,
-        events,
-        churn,
-        queue,
-        leader,
-        synced: synced_rx,
-    });
-    tracing::info!(plugin = %name, parent = %metadata.parent, child_kinds = metadata.children.len(), "controller started");
+        metadata,
+        sync,
+        per_object: Arc::default(),
+    };
+    let (mut controller, cache) = wiring.parents();
+    let mut children = Vec::new();
+    for kind in &wiring.metadata.children {
+        let (child, stream) = wiring.children(kind).await?;
+        controller = controller.owns_stream_with(stream, child.resource.clone());
+        children.push(child);
+    }
+    controller = controller.reconcile_all_on(reloads(plugin.clone(), cache.clone(), wiring.queue.clone()));
+    tell_synced(synced_rx.clone(), synced);
+    let name = wiring.metadata.name.clone();
+    let shared = Arc::new(wiring.shared(plugin, cache, children, leader, synced_rx));
+    tracing::info!(plugin = %name, parent = %shared.parent.kind, child_kinds = shared.children.len(), "controller started");
     controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, shared)
@@ -324,4 +243,147 @@ pub async fn run(
         .await;
     tracing::info!(plugin = %name, "controller stopped");
     Ok(())
+}
+
+impl Wiring {
+    /// The parent watch (mirrored into the queue, forgetting deleted objects) and its cache.
+    fn parents(&self) -> (Controller<DynamicObject>, Store<DynamicObject>) {
+        let writer = reflector::store::Writer::new(self.parent.clone());
+        let cache = writer.as_reader();
+        let namespace = self
+            .options
+            .namespace
+            .as_deref()
+            .filter(|_| self.metadata.parent.namespaced);
+        let (tracked, per_object, listed) = (self.queue.clone(), self.per_object.clone(), self.sync.mark());
+        let watch = watcher(
+            api(&self.client, &self.parent, namespace),
+            watcher::Config::default(),
+        );
+        let parents = reflector::reflector(writer, watch.modify(typed(&self.parent)))
+            .inspect_ok(move |event| match event {
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) => tracked.add(ObjectKey::of(o)),
+                watcher::Event::Delete(o) => {
+                    let key = ObjectKey::of(o);
+                    per_object.forget(&key);
+                    tracked.forget(&key);
+                }
+                watcher::Event::InitDone => listed(),
+                watcher::Event::Init => {}
+            })
+            .applied_objects();
+        let controller = Controller::for_stream_with(parents, cache.clone(), self.parent.clone())
+            .with_config(Config::default().concurrency(self.options.concurrency));
+        (controller, cache)
+    }
+
+    /// One child kind's watch (by the plugin's label), its cache, and the stream of
+    /// children that wakes their controlling parents.
+    async fn children(
+        &self,
+        kind: &Kind,
+    ) -> anyhow::Result<(
+        ChildKind,
+        impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
+    )> {
+        let resource = discovery::resolve(&self.client, kind).await?;
+        let writer = reflector::store::Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let config = watcher::Config::default().labels(&crate::apply::selector(&self.metadata.name));
+        let ns = self.options.namespace.as_deref().filter(|_| kind.namespaced);
+        let (tracked, owner, listed) = (self.queue.clone(), self.parent.clone(), self.sync.mark());
+        let namespaced = self.metadata.parent.namespaced;
+        let watch = watcher(api(&self.client, &resource, ns), config).modify(typed(&resource));
+        let stream = reflector::reflector(writer, watch)
+            .default_backoff()
+            .inspect_ok(move |event| {
+                if matches!(event, watcher::Event::InitDone) {
+                    listed();
+                }
+            })
+            .touched_objects()
+            .inspect_ok(move |child| {
+                let ns = child.namespace().filter(|_| namespaced);
+                for r in child.owner_references() {
+                    if r.kind == owner.kind && r.api_version == owner.api_version {
+                        tracked.add(ObjectKey::new(ns.as_deref(), &r.name));
+                    }
+                }
+            });
+        let child = ChildKind {
+            kind: kind.clone(),
+            resource,
+            store,
+        };
+        Ok((child, stream))
+    }
+
+    /// What every reconcile of this plugin shares.
+    fn shared(
+        self,
+        plugin: watch::Receiver<Arc<dyn Reconcile>>,
+        cache: Store<DynamicObject>,
+        children: Vec<ChildKind>,
+        leader: Leader,
+        synced: watch::Receiver<bool>,
+    ) -> Shared {
+        let name = self.metadata.name;
+        crate::ops::metrics::get()
+            .max_concurrent
+            .get_or_create(&crate::ops::metrics::ControllerLabel {
+                controller: name.clone(),
+            })
+            .set(i64::from(self.options.concurrency));
+        let reporter = Reporter {
+            controller: format!("capstan-{name}"),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        let creations = f64::from(self.options.creations_per_second.max(1));
+        Shared {
+            cpu: throttle::CpuBudget::new(self.options.cpu_millicores),
+            creations: std::sync::Mutex::new(crate::bucket::Bucket::new(
+                creations,
+                2.0 * creations,
+                std::time::Instant::now(),
+            )),
+            recorder: Recorder::new(self.client.clone(), reporter),
+            client: self.client,
+            plugin,
+            parent: self.parent,
+            cache,
+            children,
+            options: self.options,
+            per_object: self.per_object,
+            queue: self.queue,
+            leader,
+            synced,
+        }
+    }
+}
+
+/// A new plugin version reconciles every parent once.
+fn reloads(
+    plugin: watch::Receiver<Arc<dyn Reconcile>>,
+    cache: Store<DynamicObject>,
+    queue: Arc<queue::Queue>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(plugin, |mut rx| async move {
+        rx.changed().await.ok().map(|()| ((), rx))
+    })
+    .map(move |()| {
+        for o in cache.state() {
+            queue.add(ObjectKey::of(&*o));
+        }
+    })
+}
+
+/// Fire `synced` once every watch has listed. kube-runtime's Store::wait_until_ready
+/// wakes only its most recent waiter, and the controller waits on the parent store
+/// itself: the first lists are counted from the streams instead.
+fn tell_synced(mut listed: watch::Receiver<bool>, synced: tokio::sync::oneshot::Sender<()>) {
+    tokio::spawn(async move {
+        if listed.wait_for(|s| *s).await.is_ok() {
+            let _ = synced.send(());
+        }
+    });
 }

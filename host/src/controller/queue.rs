@@ -15,6 +15,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
+use crate::key::ObjectKey;
 use crate::ops::metrics::{self, QueueLabel};
 
 /// A key waiting for its reconcile.
@@ -27,7 +28,7 @@ struct Pending {
 
 /// The mirror of one controller's queue.
 pub struct Queue {
-    pending: Mutex<HashMap<String, Pending>>,
+    pending: Mutex<HashMap<ObjectKey, Pending>>,
     adds: Counter,
     depth: Gauge,
     queue_duration: Histogram,
@@ -48,13 +49,13 @@ impl Queue {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Pending>> {
         // The map holds plain data; a panic elsewhere cannot leave it inconsistent.
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A watch event asked for `key` to be reconciled now.
-    pub fn add(&self, key: String) {
+    pub fn add(&self, key: ObjectKey) {
         let now = Instant::now();
         let mut pending = self.lock();
         let entry = pending.entry(key).or_insert(Pending {
@@ -70,7 +71,7 @@ impl Queue {
     }
 
     /// The reconciler asked for `key` again after `after`.
-    pub fn requeue(&self, key: String, after: Duration) {
+    pub fn requeue(&self, key: ObjectKey, after: Duration) {
         let ready = Instant::now() + after;
         let mut pending = self.lock();
         let entry = pending.entry(key).or_insert(Pending {
@@ -81,14 +82,14 @@ impl Queue {
     }
 
     /// `key`'s object is gone; the scheduler drops it without a reconcile.
-    pub fn forget(&self, key: &str) {
+    pub fn forget(&self, key: &ObjectKey) {
         if self.lock().remove(key).is_some_and(|p| p.counted) {
             self.depth.dec();
         }
     }
 
     /// A reconcile of `key` starts: it leaves the queue.
-    pub fn start(&self, key: &str) -> Instant {
+    pub fn start(&self, key: &ObjectKey) -> Instant {
         let now = Instant::now();
         if let Some(p) = self.lock().remove(key) {
             if p.counted {
@@ -126,7 +127,7 @@ mod tests {
         q.add("ns/b".into());
         assert_eq!(q.depth(), 2);
         assert_eq!(q.adds.get(), 2);
-        q.start("ns/a");
+        q.start(&"ns/a".into());
         assert_eq!(q.depth(), 1);
         q.add("ns/a".into());
         assert_eq!((q.depth(), q.adds.get()), (2, 3));
@@ -139,9 +140,9 @@ mod tests {
         assert_eq!((q.depth(), q.adds.get()), (0, 0));
         q.add("ns/a".into());
         assert_eq!((q.depth(), q.adds.get()), (1, 1));
-        q.start("ns/a");
+        q.start(&"ns/a".into());
         q.requeue("ns/a".into(), Duration::ZERO);
-        q.start("ns/a");
+        q.start(&"ns/a".into());
         assert_eq!((q.depth(), q.adds.get()), (0, 2));
     }
 
@@ -149,9 +150,9 @@ mod tests {
     fn a_deleted_object_leaves_the_queue() {
         let q = Queue::new("test-forget");
         q.add("ns/a".into());
-        q.forget("ns/a");
+        q.forget(&"ns/a".into());
         assert_eq!(q.depth(), 0);
-        let started = q.start("ns/a");
+        let started = q.start(&"ns/a".into());
         q.done(started);
         assert_eq!(q.adds.get(), 1);
     }

@@ -14,6 +14,7 @@ use super::events::{self, warn};
 use super::{Shared, children, churn, finalizer};
 use crate::apply;
 use crate::engine::{DispatchError, Reconcile, Request};
+use crate::key::ObjectKey;
 use crate::ops::metrics::{ControllerLabel, FaultLabels, PluginLabel, QueueLabel};
 use crate::validate;
 
@@ -49,43 +50,19 @@ pub enum Error {
     Join(String),
 }
 
-/// The queue key of a parent: `namespace/name`, or `name`.
-pub(super) fn key(parent: &DynamicObject) -> String {
-    match parent.namespace() {
-        Some(ns) => format!("{ns}/{}", parent.name_any()),
-        None => parent.name_any(),
-    }
-}
-
 /// kube-runtime's reconcile entry point: waits for leadership, runs one reconcile with
 /// the current plugin version (cancelled if leadership is lost) and accounts for it.
 pub async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Action, Error> {
-    let object = key(&parent);
+    let object = ObjectKey::of(&*parent);
     let dequeued = shared.queue.start(&object);
     let plugin = shared.plugin();
     let name = plugin.metadata().name.clone();
     let span = tracing::info_span!("reconcile", plugin = %name, object = %object);
     async move {
-        let mut parent = parent;
-        // The parent cache is complete (kube-runtime waits for it), the child caches may
-        // not be yet: a plugin must never see a partial list of its children.
-        let mut synced = shared.synced.clone();
-        if synced.wait_for(|s| *s).await.is_err() {
+        let Some(parent) = admitted(parent, &shared).await else {
             return Ok(Action::await_change());
-        }
-        if !shared.leader.is_leading() {
-            if !shared.leader.acquired().await {
-                return Ok(Action::await_change());
-            }
-            // It may have changed or gone while this process was a standby.
-            let reference = ObjectRef::from_obj_with(&*parent, shared.parent.clone());
-            match shared.cache.get(&reference) {
-                Some(fresh) => parent = fresh,
-                None => return Ok(Action::await_change()),
-            }
-        }
-        let metrics = crate::ops::metrics::get();
-        let workers = metrics
+        };
+        let workers = crate::ops::metrics::get()
             .active_workers
             .get_or_create(&ControllerLabel {
                 controller: name.clone(),
@@ -101,37 +78,68 @@ pub async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Resul
         workers.dec();
         shared.queue.done(dequeued);
         tracing::debug!("reconcile finished");
-        let Some(result) = result else {
-            // Fenced: a later reconcile waits for leadership to come back.
-            tracing::warn!("reconcile cancelled: leadership lost");
-            metrics.reconciled(&name, "requeue", start.elapsed());
-            return Ok(Action::requeue(Duration::from_secs(1)));
-        };
-        let outcome = match &result {
-            Ok(_) => "success",
-            Err(Error::Deferred(_)) => "requeue_after",
-            Err(_) => "error",
-        };
-        metrics.reconciled(&name, outcome, start.elapsed());
-        // Deferred is neither a success nor a failure: the backoff stays as it was.
-        let next = match result {
-            Err(Error::Deferred(after)) => {
-                shared.queue.requeue(object, after);
-                return Ok(Action::requeue(after));
-            }
-            result => result?,
-        };
-        shared.backoff.forget(&object);
-        Ok(match next {
-            Some(after) => {
-                shared.queue.requeue(object, after);
-                Action::requeue(after)
-            }
-            None => Action::await_change(),
-        })
+        next(&shared, object, &name, start, result)
     }
     .instrument(span)
     .await
+}
+
+/// The parent to reconcile once the child caches have listed and this process leads —
+/// re-read from the cache if it waited for leadership — or `None` to wait for a change.
+async fn admitted(parent: Arc<DynamicObject>, shared: &Shared) -> Option<Arc<DynamicObject>> {
+    // The parent cache is complete (kube-runtime waits for it), the child caches may
+    // not be yet: a plugin must never see a partial list of its children.
+    shared.synced.clone().wait_for(|s| *s).await.ok()?;
+    if shared.leader.is_leading() {
+        return Some(parent);
+    }
+    if !shared.leader.acquired().await {
+        return None;
+    }
+    // It may have changed or gone while this process was a standby.
+    shared
+        .cache
+        .get(&ObjectRef::from_obj_with(&*parent, shared.parent.clone()))
+}
+
+/// Count the finished reconcile and say when to come back: `None` is a reconcile
+/// cancelled because leadership was lost.
+fn next(
+    shared: &Shared,
+    object: ObjectKey,
+    name: &str,
+    start: std::time::Instant,
+    result: Option<Result<Option<Duration>, Error>>,
+) -> Result<Action, Error> {
+    let metrics = crate::ops::metrics::get();
+    let Some(result) = result else {
+        // Fenced: a later reconcile waits for leadership to come back.
+        tracing::warn!("reconcile cancelled: leadership lost");
+        metrics.reconciled(name, "requeue", start.elapsed());
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    };
+    let outcome = match &result {
+        Ok(_) => "success",
+        Err(Error::Deferred(_)) => "requeue_after",
+        Err(_) => "error",
+    };
+    metrics.reconciled(name, outcome, start.elapsed());
+    // Deferred is neither a success nor a failure: the backoff stays as it was.
+    let after = match result {
+        Err(Error::Deferred(after)) => Some(after),
+        result => {
+            let after = result?;
+            shared.per_object.backoff.forget(&object);
+            after
+        }
+    };
+    Ok(match after {
+        Some(after) => {
+            shared.queue.requeue(object, after);
+            Action::requeue(after)
+        }
+        None => Action::await_change(),
+    })
 }
 
 /// kube-runtime's error policy: per-object exponential backoff, never giving up.
@@ -141,8 +149,8 @@ pub fn error_policy(parent: Arc<DynamicObject>, error: &Error, shared: Arc<Share
         .retries
         .get_or_create(&QueueLabel { name: name.clone() })
         .inc();
-    let object = key(&parent);
-    let delay = shared.backoff.fail(&object);
+    let object = ObjectKey::of(&*parent);
+    let delay = shared.per_object.backoff.fail(&object);
     tracing::warn!(plugin = %name, object = %object, error = %error, retry_in = ?delay, "reconcile failed");
     shared.queue.requeue(object, delay);
     Action::requeue(delay)

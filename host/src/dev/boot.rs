@@ -114,6 +114,52 @@ pub(crate) async fn boot(
     lifetime: Lifetime,
 ) -> Result<Booted> {
     let t0 = Instant::now();
+    prepare(dir)?;
+    let ports = resolve_ports(config)?;
+    let pki = Pki::generate(&dir.join("pki"))?;
+    let layout = Layout {
+        dir,
+        pki: &pki,
+        ports,
+        bins,
+    };
+    check_fixed_ports(config, &ports, &layout)?;
+    let server = format!("https://127.0.0.1:{}", ports.apiserver);
+    let kubeconfig = write_kubeconfigs(&layout, &server)?;
+    let mut starter = Starter {
+        layout: &layout,
+        lifetime,
+        timeout: config.start_timeout,
+        started: Started(Vec::new()),
+    };
+    let etcd_port = ports.etcd_client;
+    starter
+        .start(ETCD, &bins.etcd, layout.etcd(), "GET /health", || async move {
+            http_get(etcd_port, "/health")
+                .await
+                .is_some_and(|b| b.contains("\"health\":\"true\""))
+        })
+        .await?;
+    let client = kubeconfig::client(&kubeconfig).await?;
+    let apiserver = (&bins.kube_apiserver, layout.apiserver());
+    starter
+        .start(APISERVER, apiserver.0, apiserver.1, "GET /readyz", || {
+            api::readyz(&client)
+        })
+        .await?;
+    start_optional(&mut starter, config, &client).await?;
+    Ok(Booted {
+        kubeconfig,
+        server,
+        ports,
+        procs: std::mem::take(&mut starter.started.0),
+        started_in: t0.elapsed(),
+    })
+}
+
+/// Make `dir` ready for a new plane: created, its old state wiped — unless a detached
+/// plane still runs from it.
+fn prepare(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     // Wiping state under a live detached plane would pull etcd's data out from under it.
     if let Some(state) = Plane::detached_state(dir)?
@@ -124,103 +170,91 @@ pub(crate) async fn boot(
             dir.display()
         );
     }
-    wipe_state(dir)?;
-    let ports = resolve_ports(config)?;
-    let pki = Pki::generate(&dir.join("pki"))?;
-    let layout = Layout {
-        dir,
-        pki: &pki,
-        ports,
-        bins,
-    };
-    check_fixed_ports(config, &ports, &layout)?;
+    wipe_state(dir)
+}
 
-    let server = format!("https://127.0.0.1:{}", ports.apiserver);
-    let admin_kc = dir.join("kubeconfig");
-    kubeconfig::write(&admin_kc, &server, &pki.ca.cert, &pki.admin)?;
+/// The admin kubeconfig (returned) and one per component that talks to the API server.
+fn write_kubeconfigs(layout: &Layout, server: &str) -> Result<PathBuf> {
+    let (dir, pki) = (layout.dir, layout.pki);
+    let admin = dir.join("kubeconfig");
+    kubeconfig::write(&admin, server, &pki.ca.cert, &pki.admin)?;
     for (name, certs) in [
         (KCM, &pki.controller_manager),
         (SCHEDULER, &pki.scheduler),
         (KWOK, &pki.kwok),
     ] {
-        kubeconfig::write(&layout.kubeconfig(name), &server, &pki.ca.cert, certs)?;
+        kubeconfig::write(&layout.kubeconfig(name), server, &pki.ca.cert, certs)?;
     }
+    Ok(admin)
+}
 
-    let timeout = config.start_timeout;
-    let mut started = Started(Vec::new());
-    let spawn = |name: &'static str, program: &Path, args: Vec<String>| {
-        process::spawn(name, program, args, dir, layout.log(name), lifetime)
-    };
-
-    started.0.push(spawn(ETCD, &bins.etcd, layout.etcd())?);
-    let etcd_port = ports.etcd_client;
-    wait_until(
-        started.0.last_mut().unwrap(),
-        timeout,
-        "GET /health",
-        || async move {
-            http_get(etcd_port, "/health")
-                .await
-                .is_some_and(|b| b.contains("\"health\":\"true\""))
-        },
-    )
-    .await?;
-
-    started
-        .0
-        .push(spawn(APISERVER, &bins.kube_apiserver, layout.apiserver())?);
-    let client = kubeconfig::client(&admin_kc).await?;
-    wait_until(started.0.last_mut().unwrap(), timeout, "GET /readyz", || {
-        api::readyz(&client)
-    })
-    .await?;
-
+/// The components a plane may go without: controller-manager, scheduler, kwok's node.
+async fn start_optional(
+    starter: &mut Starter<'_>,
+    config: &PlaneConfig,
+    client: &kube::Client,
+) -> Result<()> {
+    let (layout, bins) = (starter.layout, starter.layout.bins);
     if config.controller_manager {
-        started.0.push(spawn(
-            KCM,
-            &bins.kube_controller_manager,
-            layout.controller_manager(),
-        )?);
-        let port = ports.controller_manager;
-        wait_until(
-            started.0.last_mut().unwrap(),
-            timeout,
-            "its port to listen",
-            || listening(port),
-        )
-        .await?;
+        let port = layout.ports.controller_manager;
+        let kcm = (&bins.kube_controller_manager, layout.controller_manager());
+        starter
+            .start(KCM, kcm.0, kcm.1, "its port to listen", || listening(port))
+            .await?;
     }
     if config.scheduler {
-        started
-            .0
-            .push(spawn(SCHEDULER, &bins.kube_scheduler, layout.scheduler())?);
-        let port = ports.scheduler;
-        wait_until(
-            started.0.last_mut().unwrap(),
-            timeout,
-            "its port to listen",
-            || listening(port),
-        )
-        .await?;
+        let port = layout.ports.scheduler;
+        let scheduler = (&bins.kube_scheduler, layout.scheduler());
+        starter
+            .start(SCHEDULER, scheduler.0, scheduler.1, "its port to listen", || {
+                listening(port)
+            })
+            .await?;
     }
     if config.kwok {
-        api::create_fake_node(&client).await?;
-        started.0.push(spawn(KWOK, &bins.kwok, layout.kwok())?);
-        let port = ports.kwok;
-        let kwok = started.0.last_mut().unwrap();
-        wait_until(kwok, timeout, "GET /healthz", || async move {
-            http_get(port, "/healthz").await.is_some()
+        api::create_fake_node(client).await?;
+        let port = layout.ports.kwok;
+        starter
+            .start(KWOK, &bins.kwok, layout.kwok(), "GET /healthz", || async move {
+                http_get(port, "/healthz").await.is_some()
+            })
+            .await?;
+        let node_ready = format!("node {} to be Ready", api::FAKE_NODE);
+        let kwok = starter.started.0.last_mut().expect("kwok was just started");
+        wait_until(kwok, starter.timeout, &node_ready, || {
+            api::fake_node_ready(client)
         })
         .await?;
-        let node_ready = format!("node {} to be Ready", api::FAKE_NODE);
-        wait_until(kwok, timeout, &node_ready, || api::fake_node_ready(&client)).await?;
     }
+    Ok(())
+}
 
-    Ok(Booted {
-        kubeconfig: admin_kc,
-        server,
-        ports,
-        procs: std::mem::take(&mut started.0),
-        started_in: t0.elapsed(),
-    })
+/// Starts components one at a time, each waited for before the next.
+struct Starter<'a> {
+    layout: &'a Layout<'a>,
+    lifetime: Lifetime,
+    timeout: Duration,
+    started: Started,
+}
+
+impl Starter<'_> {
+    /// Spawn `name` and wait until `ready` (described by `what`) holds.
+    async fn start<F, Fut>(
+        &mut self,
+        name: &'static str,
+        program: &Path,
+        args: Vec<String>,
+        what: &str,
+        ready: F,
+    ) -> Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = bool>,
+    {
+        let log = self.layout.log(name);
+        let proc = process::spawn(name, program, args, self.layout.dir, log, self.lifetime)?;
+        self.started.0.push(proc);
+        let proc = self.started.0.last_mut().expect("just pushed");
+        wait_until(proc, self.timeout, what, ready).await
+    }
 }

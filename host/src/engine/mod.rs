@@ -396,10 +396,5 @@ fn json(value: &serde_json::Value) -> String {
 
 /// `namespace/name` (or `name`) of an object, for logs.
 pub fn object_key(object: &serde_json::Value) -> String {
-    let meta = &object["metadata"];
-    match (meta["namespace"].as_str(), meta["name"].as_str()) {
-        (Some(ns), Some(name)) => format!("{ns}/{name}"),
-        (None, Some(name)) => name.to_string(),
-        _ => "<unnamed>".to_string(),
-    }
+    crate::key::ObjectKey::from_json(object).map_or_else(|| "<unnamed>".to_string(), |k| k.to_string())
 }

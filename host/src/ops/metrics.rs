@@ -160,110 +160,10 @@ pub fn get() -> &'static Metrics {
             status_conflicts: Family::default(),
             write_loops: Family::default(),
         };
-        let r = &mut m.registry;
-        // prometheus-client appends `_total` to counters itself.
-        r.register(
-            "controller_runtime_reconcile",
-            "Total number of reconciliations per controller",
-            m.reconcile_total.clone(),
-        );
-        r.register(
-            "controller_runtime_reconcile_errors",
-            "Total number of reconciliation errors per controller",
-            m.reconcile_errors.clone(),
-        );
-        r.register(
-            "controller_runtime_reconcile_panics",
-            "Total number of reconciliation panics per controller",
-            m.reconcile_panics.clone(),
-        );
-        r.register(
-            "controller_runtime_reconcile_time_seconds",
-            "Length of time per reconciliation per controller",
-            m.reconcile_time.clone(),
-        );
-        r.register(
-            "controller_runtime_max_concurrent_reconciles",
-            "Maximum number of concurrent reconciles per controller",
-            m.max_concurrent.clone(),
-        );
-        r.register(
-            "controller_runtime_active_workers",
-            "Number of currently used workers per controller",
-            m.active_workers.clone(),
-        );
-        r.register(
-            "workqueue_retries",
-            "Total number of retries handled by workqueue",
-            m.retries.clone(),
-        );
-        r.register(
-            "workqueue_adds",
-            "Total number of adds handled by workqueue",
-            m.queue_adds.clone(),
-        );
-        r.register("workqueue_depth", "Current depth of workqueue", m.queue_depth.clone());
-        r.register(
-            "workqueue_queue_duration_seconds",
-            "How long in seconds an item stays in workqueue before being requested",
-            m.queue_duration.clone(),
-        );
-        r.register(
-            "workqueue_work_duration_seconds",
-            "How long in seconds processing an item from workqueue takes",
-            m.work_duration.clone(),
-        );
-        r.register(
-            "leader_election_master_status",
-            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
-            m.leader.clone(),
-        );
-        r.register(
-            "capstan_wasm_dispatch_seconds",
-            "Time of one sandboxed plugin call, instantiation included",
-            m.dispatch_time.clone(),
-        );
-        r.register("capstan_wasm_faults", "Plugin faults by cause", m.faults.clone());
-        r.register(
-            "capstan_plugin_response_refused",
-            "Plugin responses refused by validation",
-            m.refused.clone(),
-        );
-        r.register(
-            "capstan_api_writes",
-            "API writes (apply, delete, status, finalizer) made by reconciles",
-            m.api_writes.clone(),
-        );
-        r.register(
-            "capstan_plugin_reloads",
-            "Plugin files reloaded, restarted with new watches, started, or refused",
-            m.reloads.clone(),
-        );
-        r.register(
-            "capstan_child_conflicts",
-            "Responses refused because a child they name exists and belongs to another owner",
-            m.child_conflicts.clone(),
-        );
-        r.register(
-            "capstan_events_dropped",
-            "Events not recorded: over the budget of their object and reason (3, then 1 a minute)",
-            m.events_dropped.clone(),
-        );
-        r.register(
-            "capstan_status_conflicts",
-            "Status writes not made: another plugin manages a field they set",
-            m.status_conflicts.clone(),
-        );
-        r.register(
-            "capstan_write_loops",
-            "Writes not made: they rewrote content the plugin had just written (3, then 1 a minute per object)",
-            m.write_loops.clone(),
-        );
-        r.register(
-            "capstan_plugin_up",
-            "1 while the plugin's controller runs, 0 while it waits for its kinds or failed to load",
-            m.plugin_up.clone(),
-        );
+        let mut registry = std::mem::take(&mut m.registry);
+        register_controller_runtime(&mut registry, &m);
+        register_capstan(&mut registry, &m);
+        m.registry = registry;
         m
     })
 }
@@ -295,4 +195,119 @@ impl Metrics {
             self.reconcile_errors.get_or_create(&label).inc();
         }
     }
+}
+
+/// controller-runtime's and client-go's names, so their dashboards work unchanged.
+/// prometheus-client appends `_total` to counters itself.
+fn register_controller_runtime(r: &mut Registry, m: &Metrics) {
+    r.register(
+        "controller_runtime_reconcile",
+        "Total number of reconciliations per controller",
+        m.reconcile_total.clone(),
+    );
+    r.register(
+        "controller_runtime_reconcile_errors",
+        "Total number of reconciliation errors per controller",
+        m.reconcile_errors.clone(),
+    );
+    r.register(
+        "controller_runtime_reconcile_panics",
+        "Total number of reconciliation panics per controller",
+        m.reconcile_panics.clone(),
+    );
+    r.register(
+        "controller_runtime_reconcile_time_seconds",
+        "Length of time per reconciliation per controller",
+        m.reconcile_time.clone(),
+    );
+    r.register(
+        "controller_runtime_max_concurrent_reconciles",
+        "Maximum number of concurrent reconciles per controller",
+        m.max_concurrent.clone(),
+    );
+    r.register(
+        "controller_runtime_active_workers",
+        "Number of currently used workers per controller",
+        m.active_workers.clone(),
+    );
+    r.register(
+        "workqueue_retries",
+        "Total number of retries handled by workqueue",
+        m.retries.clone(),
+    );
+    r.register(
+        "workqueue_adds",
+        "Total number of adds handled by workqueue",
+        m.queue_adds.clone(),
+    );
+    r.register(
+        "workqueue_depth",
+        "Current depth of workqueue",
+        m.queue_depth.clone(),
+    );
+    r.register(
+        "workqueue_queue_duration_seconds",
+        "How long in seconds an item stays in workqueue before being requested",
+        m.queue_duration.clone(),
+    );
+    r.register(
+        "workqueue_work_duration_seconds",
+        "How long in seconds processing an item from workqueue takes",
+        m.work_duration.clone(),
+    );
+    r.register(
+        "leader_election_master_status",
+        "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
+        m.leader.clone(),
+    );
+}
+
+/// Capstan's own: the sandbox, the write path's guards, plugin lifecycle.
+fn register_capstan(r: &mut Registry, m: &Metrics) {
+    r.register(
+        "capstan_wasm_dispatch_seconds",
+        "Time of one sandboxed plugin call, instantiation included",
+        m.dispatch_time.clone(),
+    );
+    r.register("capstan_wasm_faults", "Plugin faults by cause", m.faults.clone());
+    r.register(
+        "capstan_plugin_response_refused",
+        "Plugin responses refused by validation",
+        m.refused.clone(),
+    );
+    r.register(
+        "capstan_api_writes",
+        "API writes (apply, delete, status, finalizer) made by reconciles",
+        m.api_writes.clone(),
+    );
+    r.register(
+        "capstan_plugin_reloads",
+        "Plugin files reloaded, restarted with new watches, started, or refused",
+        m.reloads.clone(),
+    );
+    r.register(
+        "capstan_child_conflicts",
+        "Responses refused because a child they name exists and belongs to another owner",
+        m.child_conflicts.clone(),
+    );
+    r.register(
+        "capstan_events_dropped",
+        "Events not recorded: over the budget of their object and reason (3, then 1 a minute)",
+        m.events_dropped.clone(),
+    );
+    r.register(
+        "capstan_status_conflicts",
+        "Status writes not made: another plugin manages a field they set",
+        m.status_conflicts.clone(),
+    );
+    r.register(
+        "capstan_write_loops",
+        "Writes not made: they rewrote content the plugin had just written (3, then 1 a minute per object)",
+        m.write_loops.clone(),
+    );
+    r.register(
+        "capstan_plugin_up",
+        "1 while the plugin's controller runs, 0 while it waits for its kinds or failed to load",
+        m.plugin_up.clone(),
+    );
 }
