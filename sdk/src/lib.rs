@@ -74,7 +74,7 @@ pub mod bindings {
 }
 
 /// The WIT package this SDK implements.
-pub const WIT_PACKAGE: &str = "capstan:reconciler@0.1.0";
+pub use capstan_contract::WIT_PACKAGE;
 
 /// A reconcile plugin: one parent kind in, desired children and status out.
 pub trait Reconciler {

@@ -41,6 +41,23 @@ pub use kind::{Kind, Metadata};
 pub use names::{dns1123_label, dns1123_subdomain, object_name, printable};
 pub use validate::{Allowances, Child, Refusal, children, parent_namespace};
 
+/// The contract's version, named once: every constant below is built from it, and a test
+/// holds it to `wit/reconciler.wit`'s `package` line and to the README.
+macro_rules! wit_version {
+    () => {
+        "0.1.0"
+    };
+}
+
+/// The version of the WIT package the host and the SDK implement.
+pub const WIT_VERSION: &str = wit_version!();
+/// The WIT package the host and the SDK implement, `capstan:reconciler@<version>`.
+pub const WIT_PACKAGE: &str = concat!("capstan:reconciler@", wit_version!());
+/// The interface every plugin exports.
+pub const PLUGIN_EXPORT: &str = concat!("capstan:reconciler/plugin@", wit_version!());
+/// Name prefix of the plugin export, whatever its version.
+pub const PLUGIN_EXPORT_PREFIX: &str = "capstan:reconciler/plugin";
+
 /// Label every managed child carries.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "capstan");
 /// Label naming the plugin that owns a child.

@@ -1,0 +1,38 @@
+//! The contract's version is named once in code; the WIT package and the README agree.
+
+use std::path::Path;
+
+fn read(relative: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn the_wit_package_line_is_the_version_in_code() {
+    let wit = read("../../wit/reconciler.wit");
+    let package = wit
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("package "))
+        .expect("wit/reconciler.wit has a package line");
+    assert_eq!(package.trim_end_matches(';'), capstan_contract::WIT_PACKAGE);
+    assert!(capstan_contract::PLUGIN_EXPORT.ends_with(capstan_contract::WIT_VERSION));
+}
+
+#[test]
+fn the_readme_names_the_version_in_code() {
+    let readme = read("../../README.md");
+    let named: Vec<&str> = readme
+        .match_indices("capstan:reconciler@")
+        .map(|(i, _)| {
+            let rest = &readme[i..];
+            let end = rest
+                .find(|c: char| c == '`' || c.is_whitespace())
+                .unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .collect();
+    assert!(!named.is_empty(), "the README names the contract");
+    for n in named {
+        assert_eq!(n, capstan_contract::WIT_PACKAGE, "README names {n}");
+    }
+}
