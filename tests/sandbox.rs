@@ -215,6 +215,11 @@ fn each_call_gets_a_fresh_instance_even_after_a_trap() {
     }
 }
 
+/// A component written as text, in the binary form the host reads.
+fn text(wat: &str) -> Vec<u8> {
+    wat::parse_str(wat).expect("valid WAT")
+}
+
 fn load_error(bytes: &[u8]) -> LoadError {
     let engine = Engine::new(EngineConfig::default()).unwrap();
     match engine.load(bytes, Limits::default()) {
@@ -231,12 +236,12 @@ fn load_errors_name_the_problem() {
     assert_eq!(load_error(b"MZ\x90\x00 not wasm at all"), LoadError::NotWasm);
     assert_eq!(load_error(b"\0asm\x01\0\0\0"), LoadError::CoreModule);
     assert_eq!(
-        load_error(br#"(component (instance $i) (export "capstan:reconciler/plugin@0.2.0" (instance $i)))"#),
+        load_error(&text(r#"(component (instance $i) (export "capstan:reconciler/plugin@0.2.0" (instance $i)))"#)),
         LoadError::WitVersion {
             found: "capstan:reconciler@0.2.0".into()
         }
     );
-    assert!(matches!(load_error(b"(component)"), LoadError::Exports(_)));
+    assert!(matches!(load_error(&text("(component)")), LoadError::Exports(_)));
     assert!(matches!(
         load_error(b"\0asm\x0d\0\x01\0garbage"),
         LoadError::Invalid(_)
@@ -244,7 +249,7 @@ fn load_errors_name_the_problem() {
     for e in [
         LoadError::NotWasm,
         LoadError::CoreModule,
-        load_error(b"(component)"),
+        load_error(&text("(component)")),
     ] {
         assert!(!e.to_string().contains('\n'), "one line: {e}");
     }

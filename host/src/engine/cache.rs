@@ -134,7 +134,9 @@ impl CompileCache {
 mod tests {
     use super::*;
 
-    const COMPONENT: &str = "(component (core module (func (export \"f\"))))";
+    fn component() -> Vec<u8> {
+        wat::parse_str("(component (core module (func (export \"f\"))))").unwrap()
+    }
 
     fn temp_dir(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("capstan-cache-{name}-{}", std::process::id()));
@@ -169,12 +171,12 @@ mod tests {
         let dir = temp_dir("hit");
         let engine = wasmtime::Engine::default();
         let cache = CompileCache::open(&dir).unwrap();
-        cache.component(&engine, COMPONENT.as_bytes()).unwrap();
+        cache.component(&engine, &component()).unwrap();
         let written = entries(&dir);
         assert_eq!(written.len(), 1, "{written:?}");
         let before = std::fs::metadata(&written[0]).unwrap().modified().unwrap();
         std::thread::sleep(Duration::from_millis(20));
-        cache.component(&engine, COMPONENT.as_bytes()).unwrap();
+        cache.component(&engine, &component()).unwrap();
         assert_eq!(entries(&dir), written, "a hit writes no new entry");
         let after = std::fs::metadata(&written[0]).unwrap().modified().unwrap();
         assert!(after > before, "a hit marks the entry used");
@@ -188,7 +190,7 @@ mod tests {
         let cache = CompileCache::open(&dir).unwrap();
         std::thread::scope(|s| {
             for _ in 0..4 {
-                s.spawn(|| cache.component(&engine, COMPONENT.as_bytes()).unwrap());
+                s.spawn(|| cache.component(&engine, &component()).unwrap());
             }
         });
         assert_eq!(entries(&dir).len(), 1, "no temporary files left behind");
@@ -203,9 +205,9 @@ mod tests {
         let mut config = wasmtime::Config::new();
         config.epoch_interruption(true);
         let epoch = wasmtime::Engine::new(&config).unwrap();
-        cache.component(&plain, COMPONENT.as_bytes()).unwrap();
-        cache.component(&epoch, COMPONENT.as_bytes()).unwrap();
-        cache.component(&plain, b"(component (core module))").unwrap();
+        cache.component(&plain, &component()).unwrap();
+        cache.component(&epoch, &component()).unwrap();
+        cache.component(&plain, &wat::parse_str("(component (core module))").unwrap()).unwrap();
         assert_eq!(entries(&dir).len(), 3);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -215,10 +217,10 @@ mod tests {
         let dir = temp_dir("corrupt");
         let engine = wasmtime::Engine::default();
         let cache = CompileCache::open(&dir).unwrap();
-        cache.component(&engine, COMPONENT.as_bytes()).unwrap();
+        cache.component(&engine, &component()).unwrap();
         let entry = entries(&dir).remove(0);
         std::fs::write(&entry, b"not an ELF file").unwrap();
-        cache.component(&engine, COMPONENT.as_bytes()).unwrap();
+        cache.component(&engine, &component()).unwrap();
         assert!(std::fs::metadata(&entry).unwrap().len() > 100, "entry rewritten");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -228,7 +230,7 @@ mod tests {
         let dir = temp_dir("evict");
         let engine = wasmtime::Engine::default();
         let cache = CompileCache::open(&dir).unwrap();
-        cache.component(&engine, COMPONENT.as_bytes()).unwrap();
+        cache.component(&engine, &component()).unwrap();
         let old = entries(&dir).remove(0);
         let weeks_ago = SystemTime::now() - UNUSED_FOR - Duration::from_secs(60);
         std::fs::File::options()
@@ -237,7 +239,7 @@ mod tests {
             .unwrap()
             .set_modified(weeks_ago)
             .unwrap();
-        cache.component(&engine, b"(component (core module))").unwrap();
+        cache.component(&engine, &wat::parse_str("(component (core module))").unwrap()).unwrap();
         let left = entries(&dir);
         assert_eq!(left.len(), 1);
         assert_ne!(left[0], old);

@@ -55,9 +55,8 @@ pub(crate) fn compile(
     cache: Option<&CompileCache>,
     bytes: &[u8],
 ) -> Result<Component, LoadError> {
-    if bytes.starts_with(b"(") || bytes.starts_with(b";;") {
-        // WAT text; wasmtime parses it, which tests and experiments rely on.
-    } else if !bytes.starts_with(b"\0asm") || bytes.len() < 8 {
+    // Binary only: the host is built without wasmtime's `wat` (text) parser.
+    if !bytes.starts_with(b"\0asm") || bytes.len() < 8 {
         return Err(LoadError::NotWasm);
     } else if bytes[4..8] == [1, 0, 0, 0] {
         return Err(LoadError::CoreModule);
