@@ -79,7 +79,7 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
     let mut config: Config =
-        serde_yaml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        serde_saphyr::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let base = path.parent().unwrap_or(Path::new("."));
     for plugin in &mut config.plugins {
         plugin.path = base.join(&plugin.path);

@@ -88,11 +88,8 @@ impl std::error::Error for FixtureError {}
 
 /// Parse YAML or JSON text holding one or more documents (`---` separated).
 pub fn parse_documents(text: &str) -> Result<Vec<serde_json::Value>, FixtureError> {
-    use serde::Deserialize;
-    serde_yaml::Deserializer::from_str(text)
-        .map(|doc| serde_json::Value::deserialize(doc).map_err(|e| FixtureError(e.to_string())))
-        .filter(|doc| !matches!(doc, Ok(serde_json::Value::Null)))
-        .collect()
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text).map_err(|e| FixtureError(e.to_string()))?;
+    Ok(docs.into_iter().filter(|doc| !doc.is_null()).collect())
 }
 
 /// Read a YAML or JSON file holding one or more documents.

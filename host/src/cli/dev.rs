@@ -87,7 +87,7 @@ pub fn run(args: DevArgs) -> anyhow::Result<ExitCode> {
             println!("{}", if stopped { "stopped" } else { "not running" });
         }
         DevCommand::Status { dir } => match Plane::detached_state(&dir.path()?)? {
-            Some(state) => print!("{}", serde_yaml::to_string(&state)?),
+            Some(state) => print!("{}", serde_saphyr::to_string(&state)?),
             None => {
                 println!("not running");
                 return Ok(ExitCode::from(1));

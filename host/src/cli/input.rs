@@ -3,18 +3,15 @@
 use std::path::Path;
 
 use anyhow::Context;
-use serde::Deserialize;
 
 /// Every non-empty document in a YAML or JSON file (`---` separates YAML documents).
 pub fn documents(path: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let docs = serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| {
-            serde_json::Value::deserialize(doc)
-                .with_context(|| format!("{} is not valid YAML or JSON", path.display()))
-        })
-        .filter(|doc| !matches!(doc, Ok(serde_json::Value::Null)))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let docs = serde_saphyr::from_multiple::<serde_json::Value>(&text)
+        .with_context(|| format!("{} is not valid YAML or JSON", path.display()))?
+        .into_iter()
+        .filter(|doc| !doc.is_null())
+        .collect::<Vec<_>>();
     if let Some(i) = docs.iter().position(|d| !d.is_object()) {
         anyhow::bail!("{}: document {} is not an object", path.display(), i + 1);
     }

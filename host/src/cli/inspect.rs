@@ -57,7 +57,7 @@ fn helm_values(metadata: &Metadata, file: &str) -> anyhow::Result<String> {
     Ok(format!(
         "# Values for charts/capstan: the kinds {name} {version} declares (the chart's RBAC comes from them).\n\
          # Add its source: --set-file plugins.{name}.source.wasm={file}, or plugins.{name}.source.volume and .file.\n{}",
-        serde_yaml::to_string(&values)?,
+        serde_saphyr::to_string(&values)?,
         version = metadata.version,
     ))
 }
@@ -80,6 +80,6 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         size_bytes,
         metadata: plugin.metadata(),
     };
-    print!("{}", serde_yaml::to_string(&report)?);
+    print!("{}", serde_saphyr::to_string(&report)?);
     Ok(ExitCode::SUCCESS)
 }

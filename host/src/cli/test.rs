@@ -124,7 +124,7 @@ fn to_yaml(docs: &[Value]) -> anyhow::Result<String> {
     let mut out = String::new();
     for doc in canonical(docs.to_vec()) {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&doc)?);
+        out.push_str(&serde_saphyr::to_string(&doc)?);
     }
     Ok(out)
 }

@@ -27,7 +27,7 @@ pub(crate) fn write(path: &Path, server: &str, ca: &Path, client: &CertFiles) ->
         }],
         "current-context": "capstan",
     });
-    let text = serde_yaml::to_string(&doc)?;
+    let text = serde_saphyr::to_string(&doc)?;
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 

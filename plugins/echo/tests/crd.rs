@@ -9,7 +9,7 @@ use kube::CustomResourceExt;
 fn committed_crd_matches_the_rust_type() {
     let generated = format!(
         "# Generated from plugins/echo/src/lib.rs by `CAPSTAN_BLESS=1 cargo test -p echo --test crd`; do not edit.\n{}",
-        serde_yaml::to_string(&Echo::crd()).unwrap()
+        serde_saphyr::to_string(&Echo::crd()).unwrap()
     );
     capstan_sdk::testing::assert_generated(concat!(env!("CARGO_MANIFEST_DIR"), "/crd.yaml"), &generated);
     // The Helm chart ships the same CRD (helm installs crds/ before anything else).
