@@ -78,8 +78,8 @@ impl PluginConfig {
 pub fn load(path: &Path) -> anyhow::Result<Config> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
-    let mut config: Config =
-        serde_saphyr::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let mut config: Config = serde_saphyr::from_str_with_options(&text, yaml_options())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let base = path.parent().unwrap_or(Path::new("."));
     for plugin in &mut config.plugins {
         plugin.path = base.join(&plugin.path);
@@ -92,6 +92,14 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
         }
     }
     Ok(config)
+}
+
+/// YAML errors as one line (position and cause), without a drawn snippet of the input:
+/// errors end up in one-line messages and logs.
+pub fn yaml_options() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    options.with_snippet = false;
+    options
 }
 
 #[cfg(test)]

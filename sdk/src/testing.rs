@@ -88,7 +88,11 @@ impl std::error::Error for FixtureError {}
 
 /// Parse YAML or JSON text holding one or more documents (`---` separated).
 pub fn parse_documents(text: &str) -> Result<Vec<serde_json::Value>, FixtureError> {
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text).map_err(|e| FixtureError(e.to_string()))?;
+    // Errors as one line, without a drawn snippet of the input.
+    let mut options = serde_saphyr::Options::default();
+    options.with_snippet = false;
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple_with_options(text, options).map_err(|e| FixtureError(e.to_string()))?;
     Ok(docs.into_iter().filter(|doc| !doc.is_null()).collect())
 }
 

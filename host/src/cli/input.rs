@@ -7,11 +7,12 @@ use anyhow::Context;
 /// Every non-empty document in a YAML or JSON file (`---` separates YAML documents).
 pub fn documents(path: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let docs = serde_saphyr::from_multiple::<serde_json::Value>(&text)
-        .with_context(|| format!("{} is not valid YAML or JSON", path.display()))?
-        .into_iter()
-        .filter(|doc| !doc.is_null())
-        .collect::<Vec<_>>();
+    let docs =
+        serde_saphyr::from_multiple_with_options::<serde_json::Value>(&text, crate::config::yaml_options())
+            .with_context(|| format!("{} is not valid YAML or JSON", path.display()))?
+            .into_iter()
+            .filter(|doc| !doc.is_null())
+            .collect::<Vec<_>>();
     if let Some(i) = docs.iter().position(|d| !d.is_object()) {
         anyhow::bail!("{}: document {} is not an object", path.display(), i + 1);
     }

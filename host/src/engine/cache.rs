@@ -207,7 +207,9 @@ mod tests {
         let epoch = wasmtime::Engine::new(&config).unwrap();
         cache.component(&plain, &component()).unwrap();
         cache.component(&epoch, &component()).unwrap();
-        cache.component(&plain, &wat::parse_str("(component (core module))").unwrap()).unwrap();
+        cache
+            .component(&plain, &wat::parse_str("(component (core module))").unwrap())
+            .unwrap();
         assert_eq!(entries(&dir).len(), 3);
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -239,7 +241,9 @@ mod tests {
             .unwrap()
             .set_modified(weeks_ago)
             .unwrap();
-        cache.component(&engine, &wat::parse_str("(component (core module))").unwrap()).unwrap();
+        cache
+            .component(&engine, &wat::parse_str("(component (core module))").unwrap())
+            .unwrap();
         let left = entries(&dir);
         assert_eq!(left.len(), 1);
         assert_ne!(left[0], old);
