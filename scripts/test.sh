@@ -8,7 +8,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if command -v rustup >/dev/null; then
   rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 fi
-# The control plane, and helm for the chart tests (tests/helm.rs).
+# The control plane, and helm for the chart tests (tests/helm_*.rs).
 scripts/k8s-build.sh all helm >/dev/null
 cargo build --profile plugin --target wasm32-wasip2 -p echo -p hostile -p scheduled-echo -p tenant -p broken-metadata -p greedy -p echo-canary
 

@@ -5,12 +5,14 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use capstan_tests::{capstan_bin, echo_fixture, plugin, workspace};
+use capstan_tests::{capstan_bin, compile_cache, echo_fixture, plugin, workspace};
 
+/// `capstan ARGS`, compiling into the tests' own cache unless ARGS name one.
 fn capstan(args: &[&str]) -> Output {
     Command::new(capstan_bin())
         .args(args)
         .env_remove("RUST_LOG")
+        .env("CAPSTAN_CACHE_DIR", compile_cache())
         .output()
         .expect("capstan runs")
 }
@@ -112,7 +114,7 @@ fn plugin_golden(name: &str, parent: &str, case: &str, extra: &[&str]) {
 
 /// The single output document of a `capstan test` run.
 fn output(out: &Output) -> serde_json::Value {
-    serde_yaml::from_slice(&out.stdout).unwrap_or_else(|e| {
+    serde_saphyr::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!("{e}: {}", String::from_utf8_lossy(&out.stdout));
     })
 }
@@ -212,7 +214,7 @@ fn json_and_multi_document_inputs_are_accepted() {
     std::fs::create_dir_all(&dir).unwrap();
     let parents = dir.join("parents.yaml");
     let one = std::fs::read_to_string(echo_fixture("echo.yaml")).unwrap();
-    let json: serde_json::Value = serde_yaml::from_str(&one).unwrap();
+    let json: serde_json::Value = serde_saphyr::from_str(&one).unwrap();
     std::fs::write(
         &parents,
         format!("{one}---\n{}\n", serde_json::to_string(&json).unwrap()),
@@ -223,7 +225,7 @@ fn json_and_multi_document_inputs_are_accepted() {
     let docs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .split("---\n")
         .filter(|d| !d.trim().is_empty())
-        .map(|d| serde_yaml::from_str(d).unwrap())
+        .map(|d| serde_saphyr::from_str(d).unwrap())
         .collect();
     assert_eq!(docs.len(), 2);
     assert_eq!(docs[0], docs[1], "YAML and JSON of the same Echo reconcile alike");
@@ -234,7 +236,7 @@ fn json_and_multi_document_inputs_are_accepted() {
 fn inspect_shows_metadata_and_contract() {
     let out = capstan(&["inspect", path(&plugin("echo"))]);
     assert!(out.status.success());
-    let report: serde_json::Value = serde_yaml::from_slice(&out.stdout).unwrap();
+    let report: serde_json::Value = serde_saphyr::from_slice(&out.stdout).unwrap();
     assert_eq!(report["wit"], "capstan:reconciler@0.1.0");
     assert_eq!(report["name"], "echo");
     assert_eq!(report["parent"]["kind"], "Echo");

@@ -10,7 +10,7 @@ use capstan::dev::Plane;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 
-use crate::{capstan_bin, plugin};
+use crate::{capstan_bin, compile_cache, plugin};
 
 /// A `capstan run` process, killed when the test ends however it ends.
 pub struct Host {
@@ -60,7 +60,8 @@ pub fn start_host_with(
 
 impl Host {
     /// Start `capstan run ARGS` with JSON logs (at `RUST_LOG=info` unless `env` says
-    /// otherwise) written to `log`, metrics and probes on free loopback ports.
+    /// otherwise) written to `log`, metrics and probes on free loopback ports, and the
+    /// tests' own compile cache ([`compile_cache`]).
     pub fn start(plane: &Plane, args: &[&str], log: &Path, env: &[(&str, &str)]) -> Result<Host> {
         let file = std::fs::File::create(log)?;
         let mut command = Command::new(capstan_bin());
@@ -71,6 +72,7 @@ impl Host {
             .args(["--log-format", "json"])
             .env("KUBECONFIG", plane.kubeconfig())
             .env("RUST_LOG", "info")
+            .env("CAPSTAN_CACHE_DIR", compile_cache())
             .stdout(Stdio::null())
             .stderr(file);
         for (k, v) in env {
@@ -226,7 +228,7 @@ pub fn sample(body: &str, series: &str) -> f64 {
 /// Install the CRD a plugin ships (`plugins/<name>/crd.yaml`).
 pub async fn install_plugin_crd(plane: &Plane, name: &str) -> Result<()> {
     let path = crate::workspace().join("plugins").join(name).join("crd.yaml");
-    let crd = serde_yaml::from_str(&std::fs::read_to_string(&path)?)
+    let crd = serde_saphyr::from_str(&std::fs::read_to_string(&path)?)
         .with_context(|| format!("{}", path.display()))?;
     plane.install_crds(&[crd]).await
 }

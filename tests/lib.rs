@@ -1,5 +1,6 @@
 //! Shared helpers for Capstan's integration tests: building the Wasm plugins and
-//! locating the `capstan` binary, once per test process.
+//! locating the `capstan` binary, once per test process, and the compile cache the
+//! `capstan` processes they start use.
 
 pub mod governance;
 pub mod host;
@@ -62,6 +63,33 @@ pub fn capstan_bin() -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| cargo(&["build", "--workspace", "--bin", "capstan"]));
     target_dir().join("debug/capstan")
+}
+
+/// The compile cache of every `capstan` process the tests start (set as
+/// `CAPSTAN_CACHE_DIR`), so no test writes into the user's `~/.cache/capstan/wasm`: a
+/// directory of this test process's own under the system temp dir, removed at exit.
+/// `capstan` creates the `wasm` directory itself, private to the user as it insists.
+pub fn compile_cache() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    extern "C" fn remove() {
+        if let Some(root) = DIR.get().and_then(|d| d.parent()) {
+            let _ = std::fs::remove_dir_all(root);
+        }
+    }
+    DIR.get_or_init(|| {
+        use std::os::unix::fs::DirBuilderExt;
+        let root = std::env::temp_dir().join(format!("capstan-tests-{}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&root)
+            .expect("creating the tests' compile cache directory");
+        // SAFETY: registering a plain extern "C" fn; it only removes files.
+        unsafe {
+            libc::atexit(remove);
+        }
+        root.join("wasm")
+    })
 }
 
 /// `cargo build` for Wasm plugins (`plugin` profile, `wasm32-wasip2`) with `args`.

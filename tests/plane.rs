@@ -124,8 +124,23 @@ async fn owned_configmap_is_garbage_collected() -> Result<()> {
         "data": { "k": "v" },
     }))?;
     cms.create(&PostParams::default(), &child).await?;
-    // Give the collector a chance to (wrongly) delete a child whose owner still exists.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The collector has had its chance to (wrongly) delete a child whose owner still
+    // exists once it has collected an orphan created after that child: a ConfigMap whose
+    // owner never existed.
+    let orphan: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": "orphan",
+            "ownerReferences": [{
+                "apiVersion": "v1", "kind": "ConfigMap", "name": "never-existed",
+                "uid": "00000000-0000-0000-0000-000000000001",
+            }],
+        },
+    }))?;
+    cms.create(&PostParams::default(), &orphan).await?;
+    eventually("the orphan to be collected", Duration::from_secs(90), || async {
+        Ok(cms.get_opt("orphan").await?.is_none().then_some(()))
+    })
+    .await?;
     assert!(
         cms.get_opt("child").await?.is_some(),
         "child deleted while its owner exists"

@@ -10,7 +10,7 @@ use capstan_tests::host::{
     echo_resource, eventually, first_listed, hostile_crd, hostile_resource, http_get, sample,
     scheduled_echo_resource, start_host, start_host_with,
 };
-use capstan_tests::{capstan_bin, workspace};
+use capstan_tests::{capstan_bin, compile_cache, workspace};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::ResourceExt;
@@ -20,7 +20,7 @@ use serde_json::json;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn echo_becomes_a_job_that_completes_and_follows_the_echo() -> Result<()> {
     let plane = Plane::shared().await?;
-    let crd: CustomResourceDefinition = serde_yaml::from_str(&std::fs::read_to_string(
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(
         workspace().join("plugins/echo/crd.yaml"),
     )?)?;
     plane.install_crds(&[crd]).await?;
@@ -170,6 +170,7 @@ fn expect_one_line_exit_2(plane: &Plane, args: &[&str], needle: &str) -> Result<
         .args(["--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"])
         .env("KUBECONFIG", plane.kubeconfig())
         .env("RUST_LOG", "off")
+        .env("CAPSTAN_CACHE_DIR", compile_cache())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()?;
@@ -451,7 +452,7 @@ async fn a_declared_finalizer_holds_deletion_until_the_plugin_says_finalized() -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steady_state_is_quiet_a_full_resync_of_50_echos_writes_nothing() -> Result<()> {
     let plane = Plane::shared().await?;
-    let crd: CustomResourceDefinition = serde_yaml::from_str(&std::fs::read_to_string(
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(
         workspace().join("plugins/echo/crd.yaml"),
     )?)?;
     plane.install_crds(&[crd]).await?;
@@ -491,12 +492,30 @@ async fn steady_state_is_quiet_a_full_resync_of_50_echos_writes_nothing() -> Res
     let metrics = host.address("metrics").context("metrics address logged")?;
     let reconciles = r#"controller_runtime_reconcile_total{controller="echo",result="success"}"#;
     let writes = r#"capstan_api_writes_total{plugin="echo"}"#;
-    // Let the last status writes' watch events settle before taking the baseline.
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let before = http_get(&metrics, "/metrics")?.1;
-    // Two full resync periods: every Echo is reconciled again at least once.
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    let after = http_get(&metrics, "/metrics")?.1;
+    // The baseline once the last status writes' watch events have settled: 50 more
+    // reconciles (a full resync's worth) since every Echo was seen Succeeded, so every
+    // reconcile that converged one (and recorded its events) has finished.
+    let converged = sample(&http_get(&metrics, "/metrics")?.1, reconciles);
+    let before = eventually(
+        "a full resync after convergence",
+        Duration::from_secs(90),
+        async || {
+            let body = http_get(&metrics, "/metrics")?.1;
+            Ok((sample(&body, reconciles) >= converged + 50.0).then_some(body))
+        },
+    )
+    .await?;
+    // Two full resyncs: every Echo is reconciled again, so any write a resync makes has
+    // been made by then.
+    let after = eventually(
+        "two full resyncs after the baseline",
+        Duration::from_secs(90),
+        async || {
+            let body = http_get(&metrics, "/metrics")?.1;
+            Ok((sample(&body, reconciles) >= sample(&before, reconciles) + 100.0).then_some(body))
+        },
+    )
+    .await?;
     let resynced = sample(&after, reconciles) - sample(&before, reconciles);
     assert!(
         resynced >= 50.0,
@@ -551,7 +570,7 @@ async fn scheduled_echo_becomes_a_cron_job_updated_in_place_beside_echo() -> Res
     let mut crds = Vec::new();
     for plugin in ["echo", "scheduled-echo"] {
         let text = std::fs::read_to_string(workspace().join("plugins").join(plugin).join("crd.yaml"))?;
-        crds.push(serde_yaml::from_str::<CustomResourceDefinition>(&text)?);
+        crds.push(serde_saphyr::from_str::<CustomResourceDefinition>(&text)?);
     }
     plane.install_crds(&crds).await?;
     let ns = plane.namespace("run-sched").await?;

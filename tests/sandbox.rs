@@ -44,7 +44,7 @@ fn hostile(mode: &str, arg: &str) -> Request {
 fn echo_request() -> Request {
     let text = std::fs::read_to_string(echo_fixture("echo.yaml")).unwrap();
     Request {
-        parent: serde_yaml::from_str(&text).unwrap(),
+        parent: serde_saphyr::from_str(&text).unwrap(),
         ..Request::default()
     }
 }
@@ -236,7 +236,9 @@ fn load_errors_name_the_problem() {
     assert_eq!(load_error(b"MZ\x90\x00 not wasm at all"), LoadError::NotWasm);
     assert_eq!(load_error(b"\0asm\x01\0\0\0"), LoadError::CoreModule);
     assert_eq!(
-        load_error(&text(r#"(component (instance $i) (export "capstan:reconciler/plugin@0.2.0" (instance $i)))"#)),
+        load_error(&text(
+            r#"(component (instance $i) (export "capstan:reconciler/plugin@0.2.0" (instance $i)))"#
+        )),
         LoadError::WitVersion {
             found: "capstan:reconciler@0.2.0".into()
         }

@@ -47,7 +47,7 @@ where
 pub fn echo_crd() -> CustomResourceDefinition {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/echo/crd.yaml");
     let text = std::fs::read_to_string(&file).unwrap_or_else(|_| INLINE_ECHO_CRD.to_string());
-    serde_yaml::from_str(&text).expect("the Echo CRD parses")
+    serde_saphyr::from_str(&text).expect("the Echo CRD parses")
 }
 
 const INLINE_ECHO_CRD: &str = r#"

@@ -158,13 +158,12 @@ impl Host {
         for (reconciler, options) in self.native {
             supervisor.start_native(reconciler, options);
         }
-        let reload = match (self.config.hot_reload, self.config.plugins) {
-            (true, Some(dir)) => {
-                supervisor.watch_dir(dir, self.config.defaults.clone());
-                Some(self.config.reload_interval)
-            }
-            _ => None,
-        };
+        // Hot reload re-reads every plugin file, the config file's too; a plugin directory
+        // is also watched for new files.
+        let reload = self.config.hot_reload.then_some(self.config.reload_interval);
+        if let (true, Some(dir)) = (self.config.hot_reload, self.config.plugins) {
+            supervisor.watch_dir(dir, self.config.defaults.clone());
+        }
         Ok(Serving {
             supervisor,
             elector,

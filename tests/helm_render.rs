@@ -1,0 +1,217 @@
+//! The Helm chart `charts/capstan` rendered by the pinned `helm` alone, no cluster:
+//! `capstan inspect --helm-values` output as a values file, one clear message for each
+//! typo or unusable plugin, a rollout only without hot reload, and Secrets granted by the
+//! operator's values, never by a plugin's.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::Result;
+use capstan_tests::{capstan_bin, compile_cache, plugin};
+use serde_json::Value;
+
+#[path = "helm/common.rs"]
+mod common;
+
+use common::{
+    chart, ci_values, echo_grants, event_grants, grants, helm, of_kind, one, render, scheduled_echo_grants,
+    union, wasm_from, with_custom_section,
+};
+
+#[test]
+fn inspect_prints_the_values_entry_the_chart_takes() -> Result<()> {
+    let ha: Value = serde_saphyr::from_str(&std::fs::read_to_string(ci_values("ha-values.yaml"))?)?;
+    let dir = std::env::temp_dir().join(format!("capstan-helm-inspect-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    for name in ["echo", "scheduled-echo"] {
+        let out = Command::new(capstan_bin())
+            .args(["inspect", "--helm-values"])
+            .arg(plugin(name))
+            .env("CAPSTAN_CACHE_DIR", compile_cache())
+            .output()?;
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout)?;
+        let printed: Value = serde_saphyr::from_str(&text)?;
+        let entry = &printed["plugins"][name];
+        // The ci values were written from this output: the same kinds, key for key.
+        assert_eq!(entry["parent"], ha["plugins"][name]["parent"], "{name}");
+        assert_eq!(entry["children"], ha["plugins"][name]["children"], "{name}");
+        assert!(entry.get("source").is_none(), "the source is the user's to add");
+
+        // The user's flow: that output as a values file plus the file itself installs.
+        let values = dir.join(format!("{name}.yaml"));
+        std::fs::write(&values, &text)?;
+        let docs = render(
+            "capstan",
+            &[
+                "-f",
+                values.to_str().unwrap(),
+                "--set-file",
+                &wasm_from(name, &plugin(name)),
+            ],
+        )?;
+        let role = one(&docs, "ClusterRole");
+        let expected = match name {
+            "echo" => echo_grants(),
+            _ => scheduled_echo_grants(),
+        };
+        assert_eq!(grants(role), union([expected, event_grants()]), "{name}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
+#[test]
+fn typos_and_unusable_plugins_fail_helm_with_one_clear_message() {
+    let echo = wasm_from("echo", &plugin("echo"));
+    let single = ci_values("single-values.yaml");
+    let chart = chart();
+    let chart = chart.to_str().unwrap();
+    let big_file = std::env::temp_dir().join(format!("capstan-big-{}.wasm", std::process::id()));
+    let mut bytes = b"\0asm\x0d\0\x01\0".to_vec();
+    bytes.resize(1_100_000, 0xff);
+    std::fs::write(&big_file, bytes).unwrap();
+    let big = wasm_from("echo", &big_file);
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--set-file", &big],
+            "a ConfigMap holds at most 1048576: ship it in a volume",
+        ),
+        (
+            vec!["--set", "replicaz=2"],
+            "additional properties 'replicaz' not allowed",
+        ),
+        (
+            vec!["--set", "leaderElection.leaseDuraton=20s"],
+            "additional properties 'leaseDuraton' not allowed",
+        ),
+        (
+            vec!["--set", "plugins.echo.limits.deadlin=1s"],
+            "additional properties 'deadlin' not allowed",
+        ),
+        (
+            vec!["--set", "plugins.echo.parent.namespace=true"],
+            "additional properties 'namespace' not allowed",
+        ),
+        (vec!["--set", "resync=soon"], "/resync"),
+        (vec!["--set", "logFormat=yaml"], "/logFormat"),
+        (
+            vec!["--set", "replicas=2"],
+            "more than one host needs leader election",
+        ),
+        (
+            vec!["--set", "plugins.echo.source.wasm=echo.wasm"],
+            "plugins.echo.source.wasm is not a WebAssembly file",
+        ),
+        (
+            vec!["--set", "plugins.echo.source.volume.emptyDir.medium=Memory"],
+            "plugins.echo.source needs exactly one of wasm",
+        ),
+        (
+            vec!["--set", "plugins.echo.source.file=other.wasm"],
+            "plugins.echo.source.file goes with source.volume",
+        ),
+    ];
+    for (extra, needle) in cases {
+        let mut args = vec!["template", "capstan", chart, "-f", &single];
+        // --set-file wins over --set; the case that sets the wasm itself goes without.
+        if !extra.iter().any(|a| a.starts_with("plugins.echo.source.wasm=")) {
+            args.extend(["--set-file", &echo]);
+        }
+        args.extend(extra.iter());
+        let Err(err) = helm(&args, None) else {
+            panic!("{extra:?} must fail");
+        };
+        assert!(err.contains(needle), "{extra:?}: {needle:?} not in {err}");
+        // One error, not a wall of text.
+        assert!(err.trim().lines().count() <= 4, "{extra:?}: {err}");
+    }
+    // A values file without any plugin says what to add.
+    let Err(err) = helm(&["template", "capstan", chart], None) else {
+        panic!("no plugins must fail");
+    };
+    assert!(err.contains("capstan inspect --helm-values"), "{err}");
+    std::fs::remove_file(big_file).ok();
+}
+
+#[test]
+fn hot_reload_keeps_the_pod_template_and_without_it_a_new_plugin_rolls_the_deployment() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("capstan-helm-rollout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let v2 = dir.join("echo-v2.wasm");
+    std::fs::write(
+        &v2,
+        with_custom_section(&std::fs::read(plugin("echo"))?, "capstan-test", b"v2"),
+    )?;
+    let template = |hot: bool, wasm: &Path| -> Result<Value> {
+        let hot = format!("hotReload.enabled={hot}");
+        let docs = render(
+            "capstan",
+            &[
+                "-f",
+                &ci_values("single-values.yaml"),
+                "--set",
+                &hot,
+                "--set-file",
+                &wasm_from("echo", wasm),
+            ],
+        )?;
+        Ok(one(&docs, "Deployment")["spec"]["template"].clone())
+    };
+    let v1 = plugin("echo");
+    assert_eq!(
+        template(true, &v1)?,
+        template(true, &v2)?,
+        "hot reload: no rollout"
+    );
+    assert_ne!(
+        template(false, &v1)?,
+        template(false, &v2)?,
+        "no hot reload: a rollout"
+    );
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
+#[test]
+fn secrets_are_granted_by_the_operator_never_by_the_plugin() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("capstan-helm-secrets-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let values = dir.join("vault.yaml");
+    // What `capstan inspect --helm-values` prints for a plugin that declares Secret.
+    std::fs::write(
+        &values,
+        "plugins:\n  vault:\n    source: {volume: {emptyDir: {}}, file: vault.wasm}\n    \
+         parent: {group: example.com, version: v1, kind: Vault, plural: vaults, namespaced: true}\n    \
+         children: [{group: \"\", version: v1, kind: Secret, plural: secrets, namespaced: true}]\n",
+    )?;
+    let refused = render("capstan", &["-f", values.to_str().unwrap()]).unwrap_err();
+    assert!(
+        refused.to_string().contains("plugins.vault.allowSecrets=true"),
+        "{refused}"
+    );
+    let docs = render(
+        "capstan",
+        &[
+            "-f",
+            values.to_str().unwrap(),
+            "--set",
+            "plugins.vault.allowSecrets=true",
+        ],
+    )?;
+    let config = one(&docs, "ConfigMap")["data"]["config.yaml"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(config.contains("allowSecrets: true"), "{config}");
+    let granted = of_kind(&docs, "ClusterRole").iter().any(|r| {
+        r["rules"].as_array().into_iter().flatten().any(|rule| {
+            rule["resources"]
+                .as_array()
+                .is_some_and(|rs| rs.iter().any(|x| x == "secrets"))
+        })
+    });
+    assert!(granted, "the operator's grant becomes RBAC for Secrets");
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
