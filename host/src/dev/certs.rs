@@ -40,19 +40,7 @@ impl Pki {
     /// Generates all keys and certs into `dir` (created if needed).
     pub fn generate(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let ca_key = KeyPair::generate()?;
-        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params.distinguished_name = dn("capstan-plane-ca", None);
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_cert = ca_params.self_signed(&ca_key)?;
-        let ca = write_pair(dir, "ca", &ca_cert.pem(), &ca_key)?;
-        let issuer = Issuer::new(ca_params, ca_key);
-
+        let (ca, issuer) = authority(dir)?;
         let serving_names = [
             "127.0.0.1",
             "localhost",
@@ -102,6 +90,22 @@ impl Pki {
             sa_pub,
         })
     }
+}
+
+/// The plane's CA, written to `dir`, and the issuer that signs every leaf with it.
+fn authority(dir: &Path) -> Result<(CertFiles, Issuer<'static, KeyPair>)> {
+    let ca_key = KeyPair::generate()?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.distinguished_name = dn("capstan-plane-ca", None);
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_cert = ca_params.self_signed(&ca_key)?;
+    let ca = write_pair(dir, "ca", &ca_cert.pem(), &ca_key)?;
+    Ok((ca, Issuer::new(ca_params, ca_key)))
 }
 
 fn dn(cn: &str, org: Option<&str>) -> DistinguishedName {
