@@ -493,3 +493,78 @@ async fn ensure_without_go_fails_in_one_line() -> Result<()> {
     assert_eq!(built, 0, "nothing built, nothing locked");
     Ok(())
 }
+
+/// `capstan dev` as a user runs it: `build` prints where the binaries are, `up` starts a
+/// detached plane and prints `export KUBECONFIG=…` last, `status` shows it, `down` stops
+/// every process, and `status` then says so with exit 1.
+#[tokio::test]
+async fn capstan_dev_build_up_status_down_from_the_command_line() -> Result<()> {
+    let _turn = HEAVY.lock().await;
+    let dir = tempfile::tempdir()?;
+    let state = dir.path().join("plane");
+    let capstan = capstan_tests::capstan_bin();
+    let run = |args: &[&str]| -> Result<std::process::Output> {
+        Ok(std::process::Command::new(&capstan)
+            .args(args)
+            .env("CAPSTAN_CACHE_DIR", capstan_tests::compile_cache())
+            .output()?)
+    };
+    let text = |out: &std::process::Output| String::from_utf8_lossy(&out.stdout).into_owned();
+    let plane_dir = state.to_str().context("utf-8 dir")?;
+
+    let build = run(&["dev", "build"])?;
+    assert!(
+        build.status.success(),
+        "{}",
+        String::from_utf8_lossy(&build.stderr)
+    );
+    assert!(
+        Path::new(text(&build).trim()).join("kube-apiserver").exists(),
+        "{}",
+        text(&build)
+    );
+
+    let up = run(&["dev", "up", "--dir", plane_dir, "--no-kcm"])?;
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let last = text(&up).lines().last().unwrap_or_default().to_string();
+    let kubeconfig = last.strip_prefix("export KUBECONFIG=").context(last.clone())?;
+    let plane = Plane::external(Path::new(kubeconfig));
+    assert!(
+        !plane
+            .client()
+            .await?
+            .apiserver_version()
+            .await?
+            .git_version
+            .is_empty()
+    );
+
+    let status = run(&["dev", "status", "--dir", plane_dir])?;
+    assert!(status.status.success());
+    let shown: serde_json::Value = serde_saphyr::from_str(&text(&status))?;
+    let pids: Vec<u32> = shown["components"]
+        .as_array()
+        .context("components listed")?
+        .iter()
+        .filter_map(|c| c["pid"].as_u64().map(|p| p as u32))
+        .collect();
+    assert_eq!(
+        pids.len(),
+        4,
+        "etcd, apiserver, scheduler, kwok: {}",
+        text(&status)
+    );
+
+    let down = run(&["dev", "down", "--dir", plane_dir])?;
+    assert_eq!(text(&down).trim(), "stopped");
+    eventually("every component to exit", Duration::from_secs(30), || async {
+        Ok(pids.iter().all(|&p| gone(p)).then_some(()))
+    })
+    .await?;
+    let after = run(&["dev", "status", "--dir", plane_dir])?;
+    assert_eq!(
+        (after.status.code(), text(&after).trim()),
+        (Some(1), "not running")
+    );
+    Ok(())
+}
