@@ -1,8 +1,17 @@
-//! Host bindings generated from `wit/` by wasmtime's `bindgen!`.
+//! Host bindings generated from `wit/` by wasmtime's `bindgen!`: the current contract,
+//! and each older version the host still serves (from its frozen copy in `wit/<version>/`).
 
 wasmtime::component::bindgen!({
     path: "../wit",
     world: "reconciler",
 });
 
-pub use capstan_contract::{PLUGIN_EXPORT, PLUGIN_EXPORT_PREFIX, WIT_PACKAGE};
+/// `capstan:reconciler@0.1.0`, for plugins built against it.
+pub mod v0_1 {
+    wasmtime::component::bindgen!({
+        path: "../wit/0.1.0",
+        world: "reconciler",
+    });
+}
+
+pub use capstan_contract::{OLDER_VERSIONS, PLUGIN_EXPORT, PLUGIN_EXPORT_PREFIX, WIT_PACKAGE};

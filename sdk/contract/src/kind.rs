@@ -53,6 +53,12 @@ pub struct Metadata {
     pub parent: Kind,
     /// Kinds it may create.
     pub children: Vec<Kind>,
+    /// Kinds it reads but never writes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub related: Vec<Kind>,
+    /// JSON Schema of its settings, if it takes any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings_schema: Option<serde_json::Value>,
     /// Finalizer it asks for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finalizer: Option<String>,

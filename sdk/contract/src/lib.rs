@@ -23,6 +23,8 @@
 //!     version: "0.1.0".into(),
 //!     parent: Kind { group: "example.com".into(), kind: "Greeting".into(), plural: "greetings".into(), ..config_map.clone() },
 //!     children: vec![config_map],
+//!     related: vec![],
+//!     settings_schema: None,
 //!     finalizer: None,
 //! };
 //! let ok = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}});
@@ -35,9 +37,13 @@
 
 mod kind;
 mod names;
+pub mod related;
+mod selector;
 mod validate;
 
 pub use kind::{Kind, Metadata};
+pub use related::{RelatedQuery, Selector};
+pub use selector::LabelSelector;
 pub use names::{dns1123_label, dns1123_subdomain, object_name, printable};
 pub use validate::{Allowances, Child, Refusal, children, parent_namespace};
 
@@ -45,7 +51,7 @@ pub use validate::{Allowances, Child, Refusal, children, parent_namespace};
 /// holds it to `wit/reconciler.wit`'s `package` line and to the README.
 macro_rules! wit_version {
     () => {
-        "0.1.0"
+        "0.2.0"
     };
 }
 
@@ -55,6 +61,9 @@ pub const WIT_VERSION: &str = wit_version!();
 pub const WIT_PACKAGE: &str = concat!("capstan:reconciler@", wit_version!());
 /// The interface every plugin exports.
 pub const PLUGIN_EXPORT: &str = concat!("capstan:reconciler/plugin@", wit_version!());
+/// Older versions the host still serves, each adapted to the current one (a test holds
+/// each to its frozen copy in `wit/<version>/`).
+pub const OLDER_VERSIONS: &[&str] = &["0.1.0"];
 /// Name prefix of the plugin export, whatever its version.
 pub const PLUGIN_EXPORT_PREFIX: &str = "capstan:reconciler/plugin";
 

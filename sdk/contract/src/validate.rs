@@ -222,6 +222,8 @@ mod tests {
                 kind("", "ConfigMap", "configmaps", true),
                 kind("", "Namespace", "namespaces", false),
             ],
+            related: vec![],
+            settings_schema: None,
             finalizer: None,
         }
     }

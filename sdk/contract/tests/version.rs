@@ -19,6 +19,17 @@ fn the_wit_package_line_is_the_version_in_code() {
 }
 
 #[test]
+fn every_older_version_served_has_its_frozen_wit() {
+    for version in capstan_contract::OLDER_VERSIONS {
+        let wit = read(&format!("../../wit/{version}/reconciler.wit"));
+        assert!(
+            wit.contains(&format!("package capstan:reconciler@{version};")),
+            "wit/{version}/reconciler.wit is that version"
+        );
+    }
+}
+
+#[test]
 fn the_readme_names_the_version_in_code() {
     let readme = read("../../README.md");
     let named: Vec<&str> = readme
@@ -32,7 +43,14 @@ fn the_readme_names_the_version_in_code() {
         })
         .collect();
     assert!(!named.is_empty(), "the README names the contract");
+    assert!(named.contains(&capstan_contract::WIT_PACKAGE), "the README names the current contract");
+    let served = |n: &str| {
+        n == capstan_contract::WIT_PACKAGE
+            || capstan_contract::OLDER_VERSIONS
+                .iter()
+                .any(|v| n == format!("capstan:reconciler@{v}"))
+    };
     for n in named {
-        assert_eq!(n, capstan_contract::WIT_PACKAGE, "README names {n}");
+        assert!(served(n), "README names {n}, which this host does not serve");
     }
 }
