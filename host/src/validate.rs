@@ -4,5 +4,6 @@
 //! checks cannot disagree.
 
 pub use capstan_contract::{
-    Allowances, Child, Refusal, children, dns1123_label, dns1123_subdomain, object_name, parent_namespace,
+    Allowances, Child, Refusal, children, dns1123_label, dns1123_subdomain, home_namespace, object_name,
+    parent_namespace,
 };

@@ -45,7 +45,7 @@ pub use kind::{Kind, Metadata};
 pub use related::{RelatedQuery, Selector};
 pub use selector::LabelSelector;
 pub use names::{dns1123_label, dns1123_subdomain, object_name, printable};
-pub use validate::{Allowances, Child, Refusal, children, parent_namespace};
+pub use validate::{Allowances, Child, Refusal, children, home_namespace, parent_namespace};
 
 /// The contract's version, named once: every constant below is built from it, and a test
 /// holds it to `wit/reconciler.wit`'s `package` line and to the README.

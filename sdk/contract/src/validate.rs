@@ -181,6 +181,18 @@ fn reserved_keys(object: &serde_json::Value, plugin: &str) -> Result<(), String>
     Ok(())
 }
 
+/// The namespace a parent's children and related objects live in: the parent's own, or —
+/// for a Namespace parent, which lives in none — the Namespace itself (its name), so a
+/// plugin of Namespaces keeps each one's children inside it without further grants.
+pub fn home_namespace<'a>(metadata: &Metadata, namespace: Option<&'a str>, name: &'a str) -> Option<&'a str> {
+    let is_namespace = metadata.parent.group.is_empty() && metadata.parent.kind == "Namespace";
+    if is_namespace && !name.is_empty() {
+        Some(name)
+    } else {
+        namespace
+    }
+}
+
 /// The namespace a parent object lives in, as the API server would have it: none for a
 /// cluster-scoped parent kind (whatever the object says), its `metadata.namespace` for a
 /// namespaced one, or `default` when the object names none — where `kubectl apply -f`
@@ -188,7 +200,7 @@ fn reserved_keys(object: &serde_json::Value, plugin: &str) -> Result<(), String>
 /// `capstan run` takes the namespace of the object it watches.
 pub fn parent_namespace<'a>(metadata: &Metadata, parent: &'a serde_json::Value) -> Option<&'a str> {
     if !metadata.parent.namespaced {
-        return None;
+        return home_namespace(metadata, None, parent["metadata"]["name"].as_str().unwrap_or_default());
     }
     Some(
         parent["metadata"]["namespace"]
