@@ -11,6 +11,7 @@
 //!     allowNamespaces: [team-a]    # for a cluster-scoped parent's children
 //!     allowSecrets: false          # may it declare Secret (parent or child)?
 //!     allowOwnKind: false          # may it make children of its own parent kind?
+//!     settings: { image: busybox } # the plugin's own settings, which it checks at load
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -56,6 +57,9 @@ pub struct PluginConfig {
     /// The plugin may declare its own parent kind as a child kind.
     #[serde(default)]
     pub allow_own_kind: bool,
+    /// The plugin's own settings (a mapping), which it checks when loaded.
+    #[serde(default)]
+    pub settings: Option<serde_json::Value>,
 }
 
 impl PluginConfig {
@@ -70,6 +74,7 @@ impl PluginConfig {
             allow_namespaces: Vec::new(),
             allow_secrets: false,
             allow_own_kind: false,
+            settings: None,
         }
     }
 }

@@ -24,10 +24,12 @@ fn same_kind(a: &Kind, b: &Kind) -> bool {
 
 /// Refuse a plugin whose declared kinds need a grant it does not have, with the reason.
 pub fn check(metadata: &Metadata, grants: &Grants) -> Result<(), String> {
-    let kinds = std::iter::once(&metadata.parent).chain(&metadata.children);
+    let kinds = std::iter::once(&metadata.parent)
+        .chain(&metadata.children)
+        .chain(&metadata.related);
     if !grants.secrets && kinds.clone().any(is_secret) {
         return Err(format!(
-            "plugin {} declares Secret; Secrets need the operator's grant (allowSecrets: true for it in --config, or the chart's plugins.{}.allowSecrets)",
+            "plugin {} declares Secret (to write or to read); Secrets need the operator's grant (allowSecrets: true for it in --config, or the chart's plugins.{}.allowSecrets)",
             metadata.name, metadata.name
         ));
     }
@@ -60,6 +62,8 @@ mod tests {
             version: "1".into(),
             parent,
             children,
+            related: vec![],
+            settings_schema: None,
             finalizer: None,
         }
     }

@@ -180,7 +180,10 @@ impl Supervisor {
     /// Start a new (or fixed) plugin file with the directory's defaults.
     async fn add(&mut self, path: PathBuf, bytes: Vec<u8>) {
         let options = self.dir.as_ref().map(|(_, d)| d.clone()).unwrap_or_default();
-        match self.load(bytes, Limits::default()).await {
+        match self
+            .load(bytes, Limits::default(), options.settings.clone())
+            .await
+        {
             Ok(plugin) if self.named(&plugin.metadata().name) => {
                 refused(&plugin.metadata().name, &path, "another plugin has this name")
             }
@@ -207,9 +210,19 @@ impl Supervisor {
 
     /// Compile and read a plugin on a blocking thread: Wasmtime's WASI output may block on
     /// a runtime of its own, which must not happen on one of the host's async workers.
-    async fn load(&self, bytes: Vec<u8>, limits: Limits) -> Result<Plugin, String> {
+    async fn load(
+        &self,
+        bytes: Vec<u8>,
+        limits: Limits,
+        settings: serde_json::Value,
+    ) -> Result<Plugin, String> {
         let engine = self.engine.clone();
-        match tokio::task::spawn_blocking(move || engine.load(&bytes, limits)).await {
+        let load = move || {
+            engine
+                .load(&bytes, limits)
+                .and_then(|p| p.with_settings(&settings))
+        };
+        match tokio::task::spawn_blocking(load).await {
             Ok(result) => result.map_err(|e| e.to_string()),
             Err(e) => Err(format!("loading failed: {e}")),
         }
@@ -225,7 +238,11 @@ impl Supervisor {
         let Some(path) = self.units[i].watch.as_ref().map(|w| w.path().to_path_buf()) else {
             return;
         };
-        let new = match self.load(bytes, self.units[i].limits.clone()).await {
+        let (limits, settings) = (
+            self.units[i].limits.clone(),
+            self.units[i].options.settings.clone(),
+        );
+        let new = match self.load(bytes, limits, settings).await {
             Ok(new) => new,
             Err(e) => return refused(&name, &path, &e),
         };
@@ -355,6 +372,7 @@ fn same_kinds(old: &Metadata, new: &Metadata) -> bool {
     old.name == new.name
         && old.parent == new.parent
         && old.children == new.children
+        && old.related == new.related
         && old.finalizer == new.finalizer
 }
 

@@ -83,9 +83,9 @@ Checks that fail the render with one clear line instead of a host that cannot st
 {{- fail (printf "replicas is %d but leaderElection.enabled is false: more than one host needs leader election" (int .Values.replicas)) }}
 {{- end }}
 {{- range $name, $p := .Values.plugins }}
-{{- range $k := prepend ($p.children | default list) $p.parent }}
+{{- range $k := prepend (concat ($p.children | default list) ($p.related | default list)) $p.parent }}
 {{- if and (eq $k.group "") (eq $k.kind "Secret") (not $p.allowSecrets) }}
-{{- fail (printf "plugins.%s declares Secret: RBAC for Secrets is granted only by the operator, with plugins.%s.allowSecrets=true" $name $name) }}
+{{- fail (printf "plugins.%s declares Secret (to write or to read): RBAC for Secrets is granted only by the operator, with plugins.%s.allowSecrets=true" $name $name) }}
 {{- end }}
 {{- end }}
 {{- if eq (hasKey $p.source "wasm") (hasKey $p.source "volume") }}
@@ -135,6 +135,13 @@ namespaced kinds (true) or cluster-scoped kinds (false). Renders a YAML list or 
 {{- if eq $child.namespaced $.namespaced }}
 {{- $key := printf "%s|%s" $child.group $child.plural }}
 {{- $_ := set $rules $key (concat (get $rules $key | default list) (list "create" "delete" "get" "list" "patch" "watch")) }}
+{{- end }}
+{{- end }}
+{{- /* Related kinds are read, never written. */}}
+{{- range $related := $p.related | default list }}
+{{- if eq $related.namespaced $.namespaced }}
+{{- $key := printf "%s|%s" $related.group $related.plural }}
+{{- $_ := set $rules $key (concat (get $rules $key | default list) (list "get" "list" "watch")) }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -204,6 +211,9 @@ plugins:
     {{- end }}
     {{- if $p.allowOwnKind }}
     allowOwnKind: true
+    {{- end }}
+    {{- with $p.settings }}
+    settings: {{ toJson . }}
     {{- end }}
 {{- end }}
 {{- end }}

@@ -37,10 +37,20 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.iterations > 0, "-n must be at least 1");
     let plugin = args.plugin.load()?;
     let parent = args.fixtures.parents()?.swap_remove(0);
-    let request = Request {
+    let related = args.fixtures.related()?;
+    let request = match input::request(
+        &plugin,
         parent,
-        children: args.fixtures.children()?,
-        finalizing: false,
+        args.fixtures.children()?,
+        &related,
+        args.fixtures.now,
+        false,
+    ) {
+        Ok(request) => request,
+        Err(input::Unrequestable::Dispatch(e)) => anyhow::bail!("the plugin's related queries failed: {e}"),
+        Err(input::Unrequestable::Refused(m)) => {
+            anyhow::bail!("the plugin's related queries were refused: {m}")
+        }
     };
     match plugin.reconcile(&request) {
         Err(DispatchError::Fault(f)) => anyhow::bail!("plugin faulted on the fixture: {f}"),

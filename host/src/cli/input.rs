@@ -4,6 +4,8 @@ use std::path::Path;
 
 use anyhow::Context;
 
+use crate::engine::{DispatchError, Plugin, Request};
+
 /// Every non-empty document in a YAML or JSON file (`---` separates YAML documents).
 pub fn documents(path: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -37,6 +39,50 @@ pub struct FixtureArgs {
     /// Observed children, YAML or JSON, one or more documents per file.
     #[arg(long, num_args = 1..)]
     pub children: Vec<std::path::PathBuf>,
+    /// Objects the plugin may read (e.g. ConfigMaps), YAML or JSON: each parent gets those
+    /// its `related` queries select, under the rules `capstan run` applies.
+    #[arg(long, num_args = 1..)]
+    pub related: Vec<std::path::PathBuf>,
+    /// The time the plugin is told it is (RFC 3339); fixed so outputs are reproducible.
+    #[arg(long, default_value = "1970-01-01T00:00:00Z", value_parser = parse_now)]
+    pub now: k8s_openapi::jiff::Timestamp,
+}
+
+fn parse_now(text: &str) -> Result<k8s_openapi::jiff::Timestamp, String> {
+    text.parse()
+        .map_err(|e| format!("{text:?} is not an RFC 3339 time such as 2026-11-24T09:30:00Z: {e}"))
+}
+
+/// Why no request could be made for a parent.
+pub enum Unrequestable {
+    /// The plugin's `related` call failed.
+    Dispatch(DispatchError),
+    /// Its queries broke the rules.
+    Refused(String),
+}
+
+/// The request for `parent`: its related objects picked from `candidates` by the plugin's
+/// own queries, checked and answered as `capstan run` does.
+pub fn request(
+    plugin: &Plugin,
+    parent: serde_json::Value,
+    children: Vec<serde_json::Value>,
+    candidates: &[serde_json::Value],
+    now: k8s_openapi::jiff::Timestamp,
+    finalizing: bool,
+) -> Result<Request, Unrequestable> {
+    let metadata = plugin.metadata();
+    let queries = plugin.related(&parent).map_err(Unrequestable::Dispatch)?;
+    let home = capstan_contract::parent_namespace(metadata, &parent);
+    let resolved =
+        capstan_contract::related::resolve(metadata, home, &queries).map_err(Unrequestable::Refused)?;
+    Ok(Request {
+        related: capstan_contract::related::select(metadata, &resolved, candidates),
+        parent,
+        children,
+        now: Some(now),
+        finalizing,
+    })
 }
 
 impl FixtureArgs {
@@ -54,5 +100,10 @@ impl FixtureArgs {
     /// All observed children.
     pub fn children(&self) -> anyhow::Result<Vec<serde_json::Value>> {
         all_documents(&self.children)
+    }
+
+    /// Every object the plugin may read.
+    pub fn related(&self) -> anyhow::Result<Vec<serde_json::Value>> {
+        all_documents(&self.related)
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 use serde::Serialize;
 
-use crate::engine::{Kind, Metadata, WIT_PACKAGE};
+use crate::engine::{Kind, Metadata};
 
 /// Arguments of `capstan inspect`.
 #[derive(Args, Debug)]
@@ -22,7 +22,7 @@ pub struct InspectArgs {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Report<'a> {
-    wit: &'a str,
+    wit: String,
     size_bytes: u64,
     #[serde(flatten)]
     metadata: &'a Metadata,
@@ -38,6 +38,8 @@ struct HelmValues<'a> {
 struct HelmPlugin<'a> {
     parent: &'a Kind,
     children: &'a [Kind],
+    #[serde(skip_serializing_if = "<[Kind]>::is_empty")]
+    related: &'a [Kind],
     #[serde(skip_serializing_if = "Option::is_none")]
     finalizer: Option<&'a str>,
 }
@@ -50,6 +52,7 @@ fn helm_values(metadata: &Metadata, file: &str) -> anyhow::Result<String> {
             HelmPlugin {
                 parent: &metadata.parent,
                 children: &metadata.children,
+                related: &metadata.related,
                 finalizer: metadata.finalizer.as_deref(),
             },
         )]),
@@ -76,7 +79,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     }
     let size_bytes = std::fs::metadata(&args.plugin.plugin)?.len();
     let report = Report {
-        wit: WIT_PACKAGE,
+        wit: format!("capstan:reconciler@{}", plugin.contract_version()),
         size_bytes,
         metadata: plugin.metadata(),
     };

@@ -106,6 +106,9 @@ struct PluginArgs {
     /// Linear memory cap per call, in MiB.
     #[arg(long, default_value_t = 64)]
     memory_mib: usize,
+    /// The plugin's settings (a YAML or JSON mapping), checked by the plugin as at load.
+    #[arg(long, value_name = "FILE")]
+    settings: Option<PathBuf>,
     #[command(flatten)]
     cache: CacheArgs,
 }
@@ -118,9 +121,26 @@ impl PluginArgs {
             memory: self.memory_mib << 20,
             ..Limits::default()
         };
+        let settings = match &self.settings {
+            Some(path) => settings_file(path)?,
+            None => serde_json::Value::Null,
+        };
         engine
             .load_file(&self.plugin, limits)
+            .and_then(|p| p.with_settings(&settings))
             .map_err(|e| anyhow::anyhow!("{}: {e}", self.plugin.display()))
+    }
+}
+
+/// One mapping from a YAML or JSON file.
+fn settings_file(path: &std::path::Path) -> anyhow::Result<serde_json::Value> {
+    match input::documents(path)?.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Ok(serde_json::Value::Null),
+        _ => anyhow::bail!(
+            "{}: settings are one mapping, not several documents",
+            path.display()
+        ),
     }
 }
 

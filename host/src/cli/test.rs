@@ -9,7 +9,7 @@ use clap::Args;
 use serde_json::{Value, json};
 
 use super::input;
-use crate::engine::{DispatchError, Metadata, Request, Response};
+use crate::engine::{DispatchError, Metadata, Response};
 use crate::validate::{self, Allowances};
 
 /// Arguments of `capstan test`.
@@ -42,6 +42,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     let plugin = args.plugin.load()?;
     let parents = args.fixtures.parents()?;
     let children = args.fixtures.children()?;
+    let related = args.fixtures.related()?;
     let allow = Allowances {
         cluster_kinds: args.allow_cluster_kinds,
         namespaces: args.allow_namespaces,
@@ -49,17 +50,21 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     let outcomes: Vec<Value> = parents
         .into_iter()
         .map(|parent| {
-            let request = Request {
-                parent,
-                children: children.clone(),
-                finalizing: args.finalizing,
-            };
-            outcome(
-                plugin.metadata(),
-                &request.parent,
-                plugin.reconcile(&request),
-                &allow,
-            )
+            let made = input::request(
+                &plugin,
+                parent.clone(),
+                children.clone(),
+                &related,
+                args.fixtures.now,
+                args.finalizing,
+            );
+            match made {
+                Ok(request) => outcome(plugin.metadata(), &parent, plugin.reconcile(&request), &allow),
+                Err(input::Unrequestable::Dispatch(e)) => outcome(plugin.metadata(), &parent, Err(e), &allow),
+                Err(input::Unrequestable::Refused(m)) => {
+                    Ok(json!({ "error": { "refused": format!("related: {m}") } }))
+                }
+            }
         })
         .collect::<anyhow::Result<_>>()?;
     let actual = to_yaml(&outcomes)?;
@@ -107,7 +112,11 @@ fn outcome(
                 Err(refusal) => json!({ "error": { "refused": refusal.to_string() } }),
             }
         }
-        Err(DispatchError::Retry(m)) => json!({ "error": { "retry": m } }),
+        Err(DispatchError::Retry { message, after: None }) => json!({ "error": { "retry": message } }),
+        Err(DispatchError::Retry {
+            message,
+            after: Some(after),
+        }) => json!({ "error": { "retry": message, "retryAfter": format!("{}ms", after.as_millis()) } }),
         Err(DispatchError::Fatal(m)) => json!({ "error": { "fatal": m } }),
         Err(DispatchError::Fault(f)) => {
             json!({ "error": { "fault": f.cause(), "message": f.to_string() } })
@@ -153,6 +162,8 @@ mod tests {
                 kind("", "ConfigMap", "configmaps", true),
                 kind("", "Namespace", "namespaces", false),
             ],
+            related: vec![],
+            settings_schema: None,
             finalizer: None,
         }
     }

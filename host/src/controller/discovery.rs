@@ -58,7 +58,7 @@ fn declared_as_served(kind: &Kind, plural: &str, namespaced: bool) -> anyhow::Re
 /// Check every kind of a plugin is served, before anything is started for it.
 pub async fn served(client: &Client, metadata: &crate::engine::Metadata) -> anyhow::Result<()> {
     resolve(client, &metadata.parent).await?;
-    for kind in &metadata.children {
+    for kind in metadata.children.iter().chain(&metadata.related) {
         resolve(client, kind).await?;
     }
     Ok(())

@@ -11,6 +11,7 @@ mod events;
 mod finalizer;
 mod queue;
 mod reconcile;
+mod related;
 mod throttle;
 
 use std::sync::Arc;
@@ -54,6 +55,8 @@ pub struct Options {
     pub creations_per_second: u32,
     /// How long a deletion may wait for the plugin before `FinalizerStuck`.
     pub finalizer_timeout: Duration,
+    /// The plugin's settings (`null` for none), which it checks at load.
+    pub settings: serde_json::Value,
 }
 
 impl Default for Options {
@@ -68,6 +71,7 @@ impl Default for Options {
             cpu_millicores: limits.cpu_millicores,
             creations_per_second: limits.creations_per_second,
             finalizer_timeout: limits.finalizer_timeout,
+            settings: serde_json::Value::Null,
         }
     }
 }
@@ -88,6 +92,8 @@ struct Shared {
     /// The parent cache: reconciles that waited for leadership re-read their object here.
     cache: Store<DynamicObject>,
     children: Vec<ChildKind>,
+    /// Related kinds, in the order the plugin declared them.
+    related: Vec<related::RelatedKind>,
     recorder: Recorder,
     options: Options,
     /// Backoff, event and write budgets per parent.
@@ -127,6 +133,8 @@ struct PerObject {
     events: events::EventBudget,
     /// Recent writes per object, to catch ping-pong.
     churn: churn::Churn,
+    /// What each object asked to read.
+    related: related::Index,
 }
 
 impl PerObject {
@@ -134,6 +142,7 @@ impl PerObject {
         self.backoff.forget(key);
         self.events.forget(key);
         self.churn.forget(key);
+        self.related.forget(key);
     }
 }
 
@@ -210,7 +219,7 @@ pub async fn run(
     synced: tokio::sync::oneshot::Sender<()>,
 ) -> anyhow::Result<()> {
     let metadata = plugin.borrow().metadata().clone();
-    let (sync, synced_rx) = SyncCount::new(1 + metadata.children.len());
+    let (sync, synced_rx) = SyncCount::new(1 + metadata.children.len() + metadata.related.len());
     let wiring = Wiring {
         parent: discovery::resolve(&client, &metadata.parent).await?,
         queue: Arc::new(queue::Queue::new(&metadata.name)),
@@ -227,11 +236,17 @@ pub async fn run(
         controller = controller.owns_stream_with(stream, child.resource.clone());
         children.push(child);
     }
+    let mut related = Vec::new();
+    for (index, kind) in wiring.metadata.related.iter().enumerate() {
+        let (cache, stream, wake) = wiring.related(index, kind).await?;
+        controller = controller.watches_stream_with(stream, wake, cache.resource.clone());
+        related.push(cache);
+    }
     controller = controller.reconcile_all_on(reloads(plugin.clone(), cache.clone(), wiring.queue.clone()));
     tell_synced(synced_rx.clone(), synced);
     let name = wiring.metadata.name.clone();
-    let shared = Arc::new(wiring.shared(plugin, cache, children, leader, synced_rx));
-    tracing::info!(plugin = %name, parent = %shared.parent.kind, child_kinds = shared.children.len(), "controller started");
+    let shared = Arc::new(wiring.shared(plugin, cache, (children, related), leader, synced_rx));
+    tracing::info!(plugin = %name, parent = %shared.parent.kind, child_kinds = shared.children.len(), related_kinds = shared.related.len(), "controller started");
     controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile::reconcile, reconcile::error_policy, shared)
@@ -323,7 +338,7 @@ impl Wiring {
         self,
         plugin: watch::Receiver<Arc<dyn Reconcile>>,
         cache: Store<DynamicObject>,
-        children: Vec<ChildKind>,
+        (children, related): (Vec<ChildKind>, Vec<related::RelatedKind>),
         leader: Leader,
         synced: watch::Receiver<bool>,
     ) -> Shared {
@@ -352,6 +367,7 @@ impl Wiring {
             parent: self.parent,
             cache,
             children,
+            related,
             options: self.options,
             per_object: self.per_object,
             queue: self.queue,

@@ -21,9 +21,17 @@ use crate::validate;
 /// Why a reconcile must be retried with backoff.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The plugin asked to retry.
-    #[error("plugin asked to retry: {0}")]
-    Retry(String),
+    /// The plugin asked to retry, after its own delay or with backoff.
+    #[error("plugin asked to retry: {message}")]
+    Retry {
+        /// Why.
+        message: String,
+        /// The plugin's delay, capped.
+        after: Option<Duration>,
+    },
+    /// The plugin's related queries broke the rules; nothing was dispatched.
+    #[error("related queries refused: {0}")]
+    RelatedRefused(String),
     /// The plugin faulted.
     #[error("plugin fault: {0}")]
     Fault(crate::engine::Fault),
@@ -150,7 +158,12 @@ pub fn error_policy(parent: Arc<DynamicObject>, error: &Error, shared: Arc<Share
         .get_or_create(&QueueLabel { name: name.clone() })
         .inc();
     let object = ObjectKey::of(&*parent);
-    let delay = shared.per_object.backoff.fail(&object);
+    let delay = match error {
+        Error::Retry {
+            after: Some(after), ..
+        } => *after,
+        _ => shared.per_object.backoff.fail(&object),
+    };
     tracing::warn!(plugin = %name, object = %object, error = %error, retry_in = ?delay, "reconcile failed");
     shared.queue.requeue(object, delay);
     Action::requeue(delay)
@@ -182,8 +195,18 @@ async fn reconcile_inner(
         tracing::debug!(wait = ?wait, "plugin over its CPU share; later");
         return Err(Error::Deferred(wait));
     }
+    let parent_json = serde_json::to_value(parent).unwrap_or_default();
+    let related = match super::related::read(parent, &parent_json, plugin, shared).await {
+        Ok(related) => related,
+        Err(super::related::Failure::Dispatch(e)) => {
+            return outcome(parent, metadata, shared, Err(e)).await.map(|_| None);
+        }
+        Err(super::related::Failure::Refused(m)) => {
+            return Err(refused_related(parent, metadata, shared, m).await);
+        }
+    };
     let start = std::time::Instant::now();
-    let dispatched = dispatch(parent, plugin, &observed, deleting).await;
+    let dispatched = dispatch(parent_json, plugin, &observed, related, deleting).await;
     shared.cpu.charge(start.elapsed());
     let (request, result) = dispatched?;
     let Some(response) = outcome(parent, metadata, shared, result).await? else {
@@ -270,17 +293,20 @@ fn observe(parent: &DynamicObject, shared: &Shared) -> Vec<Observed> {
 /// Run the plugin on a blocking thread. The request comes back: its observed children,
 /// already JSON, serve the unchanged-check instead of converting every object again.
 async fn dispatch(
-    parent: &DynamicObject,
+    parent: serde_json::Value,
     plugin: &Arc<dyn Reconcile>,
     observed: &[Observed],
+    related: Vec<serde_json::Value>,
     finalizing: bool,
 ) -> Result<(Request, Result<crate::engine::Response, DispatchError>), Error> {
     let request = Request {
-        parent: serde_json::to_value(parent).unwrap_or_default(),
+        parent,
         children: observed
             .iter()
             .map(|o| serde_json::to_value(&*o.object).unwrap_or_default())
             .collect(),
+        related,
+        now: None,
         finalizing,
     };
     let plugin = plugin.clone();
@@ -311,7 +337,7 @@ async fn outcome(
 ) -> Result<Option<crate::engine::Response>, Error> {
     match result {
         Ok(response) => Ok(Some(response)),
-        Err(DispatchError::Retry(m)) => Err(Error::Retry(m)),
+        Err(DispatchError::Retry { message, after }) => Err(Error::Retry { message, after }),
         Err(DispatchError::Fatal(m)) => {
             warn(shared, parent, "ReconcileFailed", &m).await;
             Ok(None)
@@ -333,6 +359,27 @@ async fn outcome(
             Err(Error::Fault(f))
         }
     }
+}
+
+/// Count and report related queries that broke the rules.
+async fn refused_related(
+    parent: &DynamicObject,
+    metadata: &crate::engine::Metadata,
+    shared: &Shared,
+    message: String,
+) -> Error {
+    let label = PluginLabel {
+        plugin: metadata.name.clone(),
+    };
+    crate::ops::metrics::get().refused.get_or_create(&label).inc();
+    warn(
+        shared,
+        parent,
+        "InvalidResponse",
+        &format!("nothing dispatched: {message}"),
+    )
+    .await;
+    Error::RelatedRefused(message)
 }
 
 /// Validate the whole response before anything of it is written.

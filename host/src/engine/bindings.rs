@@ -14,4 +14,4 @@ pub mod v0_1 {
     });
 }
 
-pub use capstan_contract::{OLDER_VERSIONS, PLUGIN_EXPORT, PLUGIN_EXPORT_PREFIX, WIT_PACKAGE};
+pub use capstan_contract::{OLDER_VERSIONS, PLUGIN_EXPORT, PLUGIN_EXPORT_PREFIX, WIT_PACKAGE, WIT_VERSION};

@@ -3,7 +3,7 @@
 
 use wasmtime::component::Component;
 
-use super::bindings::{PLUGIN_EXPORT, PLUGIN_EXPORT_PREFIX, WIT_PACKAGE};
+use super::bindings::{OLDER_VERSIONS, PLUGIN_EXPORT, PLUGIN_EXPORT_PREFIX, WIT_PACKAGE, WIT_VERSION};
 use super::cache::CompileCache;
 use capstan_contract::{dns1123_label, dns1123_subdomain, printable};
 
@@ -27,7 +27,7 @@ pub enum LoadError {
     #[error("invalid component: {0}")]
     Invalid(String),
     /// Built against another version of the contract.
-    #[error("plugin implements {found}, but this host implements {WIT_PACKAGE}")]
+    #[error("plugin implements {found}, but this host serves {WIT_PACKAGE} and {}", OLDER_VERSIONS.join(", "))]
     WitVersion {
         /// The package version the plugin exports.
         found: String,
@@ -41,6 +41,9 @@ pub enum LoadError {
     /// `metadata()` failed.
     #[error("metadata() failed: {0}")]
     Metadata(String),
+    /// The plugin refused its settings (its own message).
+    #[error("settings refused: {0}")]
+    Settings(String),
     /// `metadata()` answered nonsense.
     #[error("invalid metadata: {0}")]
     InvalidMetadata(String),
@@ -49,12 +52,13 @@ pub enum LoadError {
     Limits(String),
 }
 
-/// Check what the bytes are, then compile the component (or take it from `cache`).
+/// Check what the bytes are, then compile the component (or take it from `cache`); with
+/// the contract version it exports.
 pub(crate) fn compile(
     engine: &wasmtime::Engine,
     cache: Option<&CompileCache>,
     bytes: &[u8],
-) -> Result<Component, LoadError> {
+) -> Result<(Component, &'static str), LoadError> {
     // Binary only: the host is built without wasmtime's `wat` (text) parser.
     if !bytes.starts_with(b"\0asm") || bytes.len() < 8 {
         return Err(LoadError::NotWasm);
@@ -66,16 +70,21 @@ pub(crate) fn compile(
         None => Component::new(engine, bytes),
     }
     .map_err(|e| LoadError::Invalid(one_line(&format!("{e:#}"))))?;
-    check_exports(&component, engine)?;
-    Ok(component)
+    let version = check_exports(&component, engine)?;
+    Ok((component, version))
 }
 
 /// Name the WIT version problem before the linker reports a less helpful type mismatch.
-fn check_exports(component: &Component, engine: &wasmtime::Engine) -> Result<(), LoadError> {
+fn check_exports(component: &Component, engine: &wasmtime::Engine) -> Result<&'static str, LoadError> {
     let ty = component.component_type();
     let names: Vec<&str> = ty.exports(engine).map(|(name, _)| name).collect();
     if names.contains(&PLUGIN_EXPORT) {
-        return Ok(());
+        return Ok(WIT_VERSION);
+    }
+    for version in OLDER_VERSIONS {
+        if names.contains(&format!("{PLUGIN_EXPORT_PREFIX}@{version}").as_str()) {
+            return Ok(version);
+        }
     }
     if let Some(other) = names.iter().find(|n| n.starts_with(PLUGIN_EXPORT_PREFIX)) {
         let version = other.split_once('@').map_or("an unversioned package", |(_, v)| v);
@@ -135,7 +144,15 @@ pub(crate) fn validate_metadata(m: &mut Metadata) -> Result<(), LoadError> {
             m.children.len()
         ));
     }
-    for kind in std::iter::once(&m.parent).chain(&m.children) {
+    let mut seen = std::collections::HashSet::new();
+    m.related.retain(|k| seen.insert(k.clone()));
+    if m.related.len() > MAX_CHILD_KINDS {
+        return bad(format!(
+            "{} related kinds declared; at most {MAX_CHILD_KINDS}",
+            m.related.len()
+        ));
+    }
+    for kind in std::iter::once(&m.parent).chain(&m.children).chain(&m.related) {
         check_kind(kind).map_err(LoadError::InvalidMetadata)?;
     }
     if let Some(f) = &m.finalizer
@@ -223,6 +240,8 @@ mod tests {
                 ..kind("Parent", "parents")
             },
             children: vec![kind("Job", "jobs")],
+            related: vec![],
+            settings_schema: None,
             finalizer: Some("example.com/cleanup".into()),
         }
     }

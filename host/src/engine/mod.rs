@@ -30,6 +30,7 @@ mod memory;
 mod sandbox;
 mod slots;
 mod types;
+mod versions;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,13 +38,13 @@ use std::time::Duration;
 use wasmtime::Store;
 use wasmtime::component::Linker;
 
-pub use bindings::WIT_PACKAGE;
+pub use bindings::{OLDER_VERSIONS, WIT_PACKAGE};
 pub use fault::Fault;
 pub use limits::Limits;
 pub use load::LoadError;
-pub use types::{Event, EventType, Kind, Metadata, Request, Response};
+pub use types::{Event, EventType, Kind, Metadata, RelatedQuery, Request, Response, Selector};
 
-use bindings::{Reconciler, ReconcilerPre, capstan::reconciler::types as wit};
+use bindings::capstan::reconciler::types as wit;
 use sandbox::State;
 
 /// Linear memory of each pool slot kept resident (and reset in place) between calls.
@@ -51,6 +52,9 @@ const KEEP_RESIDENT: usize = 2 << 20;
 
 /// How often the deadline clock ticks; deadlines are enforced to within one tick.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// The longest retry delay a plugin may ask for.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
 
 /// The host's memory budget unless configured: eight plugins at the default total.
 pub const DEFAULT_MEMORY_BUDGET: usize = 1 << 30;
@@ -83,9 +87,14 @@ impl Default for EngineConfig {
 /// Why a reconcile produced no response.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DispatchError {
-    /// The plugin asked to be retried with backoff.
-    #[error("plugin asked to retry: {0}")]
-    Retry(String),
+    /// The plugin asked to be retried: after its delay (capped), or with backoff.
+    #[error("plugin asked to retry: {message}")]
+    Retry {
+        /// Why.
+        message: String,
+        /// How long to wait, if the plugin said.
+        after: Option<Duration>,
+    },
     /// The plugin reported a permanent problem with this object.
     #[error("plugin reported a fatal error: {0}")]
     Fatal(String),
@@ -142,7 +151,7 @@ impl Engine {
         let mut linker = Linker::new(&inner);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         clocks::add_to_linker(&mut linker)?;
-        Reconciler::add_to_linker::<State, wasmtime::component::HasSelf<State>>(&mut linker, |s| s)?;
+        versions::add_to_linker(&mut linker)?;
 
         let weak = inner.weak();
         std::thread::Builder::new()
@@ -174,12 +183,8 @@ impl Engine {
     /// Load, validate and precompile a plugin from bytes, and read its metadata.
     pub fn load(&self, bytes: &[u8], limits: Limits) -> Result<Plugin, LoadError> {
         self.check_limits(&limits)?;
-        let component = load::compile(&self.inner, self.cache.as_ref(), bytes)?;
-        let pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| load::link_error(&component, &self.inner, e))?;
-        let pre = ReconcilerPre::new(pre).map_err(|e| LoadError::Exports(format!("{e:#}")))?;
+        let (component, version) = load::compile(&self.inner, self.cache.as_ref(), bytes)?;
+        let pre = versions::Pre::new(&self.linker, &self.inner, &component, version)?;
         let mut plugin = Plugin {
             engine: self.clone(),
             pre,
@@ -189,13 +194,14 @@ impl Engine {
             limits,
             name: Arc::from("<loading>"),
             metadata: None,
+            settings: Arc::from(NO_SETTINGS),
         };
         let mut instance = plugin
             .instantiate("<metadata>")
             .map_err(|f| LoadError::Metadata(f.to_string()))?;
         let mut metadata = instance
             .metadata()
-            .map_err(|f| LoadError::Metadata(f.to_string()))?;
+            .map_err(|f| LoadError::Metadata(f.to_string()))??;
         drop(instance);
         load::validate_metadata(&mut metadata)?;
         plugin.memory = self.reserve(&metadata.name, &plugin.limits)?;
@@ -241,7 +247,7 @@ impl Engine {
 #[derive(Clone)]
 pub struct Plugin {
     engine: Engine,
-    pre: ReconcilerPre<State>,
+    pre: versions::Pre,
     limits: Limits,
     /// What its live instances hold together, against `limits.memory_total`.
     memory: Arc<memory::PluginMemory>,
@@ -249,13 +255,22 @@ pub struct Plugin {
     metadata: Option<Metadata>,
     /// What the plugin may still log, shared by all its calls.
     logs: Arc<logs::LogBudget>,
+    /// Its settings as JSON text, accepted by the plugin.
+    settings: Arc<str>,
 }
+
+/// Settings of a plugin the operator configured none for.
+const NO_SETTINGS: &str = "{}";
 
 /// What a controller dispatches reconciles to: a sandboxed [`Plugin`], or native code
 /// implementing the same contract (benchmarks compare the two).
 pub trait Reconcile: Send + Sync + 'static {
     /// What the reconciler declares.
     fn metadata(&self) -> &Metadata;
+    /// What the reconciler reads for `parent` besides its children.
+    fn related(&self, _parent: &serde_json::Value) -> Result<Vec<RelatedQuery>, DispatchError> {
+        Ok(Vec::new())
+    }
     /// One reconcile.
     fn reconcile(&self, request: &Request) -> Result<Response, DispatchError>;
 }
@@ -263,6 +278,10 @@ pub trait Reconcile: Send + Sync + 'static {
 impl Reconcile for Plugin {
     fn metadata(&self) -> &Metadata {
         Plugin::metadata(self)
+    }
+
+    fn related(&self, parent: &serde_json::Value) -> Result<Vec<RelatedQuery>, DispatchError> {
+        Plugin::related(self, parent)
     }
 
     fn reconcile(&self, request: &Request) -> Result<Response, DispatchError> {
@@ -290,6 +309,45 @@ impl Plugin {
             limits,
             ..self.clone()
         })
+    }
+
+    /// The contract version the plugin was built against.
+    pub fn contract_version(&self) -> &'static str {
+        self.pre.version()
+    }
+
+    /// The same plugin with these settings, once the plugin has accepted them; its own
+    /// message when it refuses them.
+    pub fn with_settings(&self, settings: &serde_json::Value) -> Result<Plugin, LoadError> {
+        let text = match settings {
+            serde_json::Value::Null => NO_SETTINGS.to_string(),
+            serde_json::Value::Object(_) => json(settings),
+            _ => return Err(LoadError::Settings("settings must be a mapping".into())),
+        };
+        let mut instance = self
+            .instantiate("<settings>")
+            .map_err(|f| LoadError::Settings(f.to_string()))?;
+        instance.validate_settings(&text)?;
+        Ok(Plugin {
+            settings: Arc::from(text),
+            ..self.clone()
+        })
+    }
+
+    /// The settings every call gets, as JSON text.
+    pub fn settings(&self) -> &str {
+        &self.settings
+    }
+
+    /// What the plugin reads for `parent`, in a fresh instance; nothing when it declares
+    /// no related kinds.
+    pub fn related(&self, parent: &serde_json::Value) -> Result<Vec<RelatedQuery>, DispatchError> {
+        if self.metadata().related.is_empty() {
+            return Ok(Vec::new());
+        }
+        let key = object_key(parent);
+        let _span = tracing::debug_span!("related", plugin = %self.name, object = %key).entered();
+        Ok(self.instance_for(key)?.related(parent)?)
     }
 
     /// Reconcile one object in a fresh instance.
@@ -326,6 +384,7 @@ impl Plugin {
             store,
             bindings,
             limits: self.limits.clone(),
+            settings: self.settings.clone(),
             _slot: slot,
         })
     }
@@ -334,45 +393,69 @@ impl Plugin {
 /// One live instance of a plugin.
 pub struct Instance {
     store: Store<State>,
-    bindings: Reconciler,
+    bindings: versions::Bindings,
     limits: Limits,
+    settings: Arc<str>,
     /// Last, so the pool slot is given back only after the store has been dropped.
     _slot: slots::Slot,
 }
 
 impl Instance {
-    fn metadata(&mut self) -> Result<Metadata, Fault> {
+    fn metadata(&mut self) -> Result<Result<Metadata, LoadError>, Fault> {
+        deadline::arm(&mut self.store, self.limits.deadline);
+        let result = self.bindings.metadata(&mut self.store);
+        let result = result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
+        self.store.data().flush_output();
+        result
+    }
+
+    fn validate_settings(&mut self, settings: &str) -> Result<(), LoadError> {
+        deadline::arm(&mut self.store, self.limits.deadline);
+        let result = self.bindings.validate_settings(&mut self.store, settings);
+        let result = result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
+        self.store.data().flush_output();
+        match result {
+            Ok(Ok(())) => Ok(()),
+            // The plugin's own words, on one line and bounded: they end up in a log line.
+            Ok(Err(message)) => Err(LoadError::Settings(capstan_contract::printable(
+                &message.split_whitespace().collect::<Vec<_>>().join(" "),
+            ))),
+            Err(fault) => Err(LoadError::Settings(format!("validate-settings {fault}"))),
+        }
+    }
+
+    fn related(&mut self, parent: &serde_json::Value) -> Result<Vec<RelatedQuery>, Fault> {
         deadline::arm(&mut self.store, self.limits.deadline);
         let result = self
             .bindings
-            .capstan_reconciler_plugin()
-            .call_metadata(&mut self.store);
-        let result = result
-            .map(Metadata::from)
-            .map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
+            .related(&mut self.store, &json(parent), &self.settings);
+        let result = result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
         self.store.data().flush_output();
         result
     }
 
     /// Call `reconcile` and validate the answer against the limits.
     pub fn reconcile(&mut self, request: &Request) -> Result<Response, DispatchError> {
-        let wire = wit::Request {
-            // Not `Display`, which writes through `fmt::Formatter` piece by piece.
-            parent: json(&request.parent),
-            children: request.children.iter().map(json).collect(),
-            finalizing: request.finalizing,
-        };
+        let now = request
+            .now
+            .unwrap_or_else(k8s_openapi::jiff::Timestamp::now)
+            .round(k8s_openapi::jiff::Unit::Millisecond)
+            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
         deadline::arm(&mut self.store, self.limits.deadline);
         let result = self
             .bindings
-            .capstan_reconciler_plugin()
-            .call_reconcile(&mut self.store, &wire);
+            .reconcile(&mut self.store, request, &self.settings, now.to_string());
         // Classify before flushing: the panic text on stderr is part of the evidence.
         let result = result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
         self.store.data().flush_output();
         match result? {
             Ok(response) => Ok(limits::validate(response, &self.limits)?),
-            Err(wit::ReconcileError::Retry(m)) => Err(DispatchError::Retry(m)),
+            Err(wit::ReconcileError::Retry(r)) => Err(DispatchError::Retry {
+                message: r.message,
+                after: r
+                    .after_ms
+                    .map(|ms| Duration::from_millis(ms).clamp(self.limits.min_requeue, MAX_RETRY_DELAY)),
+            }),
             Err(wit::ReconcileError::Fatal(m)) => Err(DispatchError::Fatal(m)),
         }
     }

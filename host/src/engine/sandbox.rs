@@ -147,6 +147,23 @@ impl host::Host for State {
 
 impl super::bindings::capstan::reconciler::types::Host for State {}
 
+/// A 0.1 plugin logs through the same budget and caps.
+impl super::bindings::v0_1::capstan::reconciler::host::Host for State {
+    fn log(&mut self, level: super::bindings::v0_1::capstan::reconciler::types::Level, message: String) {
+        use super::bindings::v0_1::capstan::reconciler::types::Level as Old;
+        let level = match level {
+            Old::Trace => Level::Trace,
+            Old::Debug => Level::Debug,
+            Old::Info => Level::Info,
+            Old::Warn => Level::Warn,
+            Old::Error => Level::Error,
+        };
+        host::Host::log(self, level, message);
+    }
+}
+
+impl super::bindings::v0_1::capstan::reconciler::types::Host for State {}
+
 /// Plugin text with control characters escaped (`\n` → `\\n`, ESC → `\\u{1b}`), so
 /// it can neither forge a host log line nor drive a terminal.
 pub(crate) fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {

@@ -6,10 +6,17 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::bindings::capstan::reconciler::types as wit;
+use super::bindings::v0_1::capstan::reconciler::types as wit_v0_1;
+use super::load::LoadError;
 
 /// The kinds a plugin names and what it declares: defined with the rules that check its
 /// responses ([`crate::validate`]).
 pub use capstan_contract::{Kind, Metadata};
+/// What a plugin reads for one parent: defined with the rules that check it.
+pub use capstan_contract::{RelatedQuery, Selector};
+
+/// Largest settings schema a plugin may declare.
+const MAX_SETTINGS_SCHEMA: usize = 64 << 10;
 
 /// One reconcile's input.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -18,6 +25,10 @@ pub struct Request {
     pub parent: serde_json::Value,
     /// Observed children controlled by the parent.
     pub children: Vec<serde_json::Value>,
+    /// The related objects the plugin's queries selected for this parent.
+    pub related: Vec<serde_json::Value>,
+    /// The time the plugin is told it is; `None` is the host's clock at dispatch.
+    pub now: Option<k8s_openapi::jiff::Timestamp>,
     /// The parent is being deleted and carries the plugin's finalizer.
     pub finalizing: bool,
 }
@@ -87,6 +98,46 @@ mod millis {
     }
 }
 
+impl From<wit_v0_1::KindRef> for Kind {
+    fn from(k: wit_v0_1::KindRef) -> Self {
+        Kind {
+            group: k.group,
+            version: k.version,
+            kind: k.kind,
+            plural: k.plural,
+            namespaced: k.namespaced,
+        }
+    }
+}
+
+impl From<wit_v0_1::PluginMetadata> for Metadata {
+    fn from(m: wit_v0_1::PluginMetadata) -> Self {
+        Metadata {
+            name: m.name,
+            version: m.version,
+            parent: m.parent.into(),
+            children: m.children.into_iter().map(Kind::from).collect(),
+            related: Vec::new(),
+            settings_schema: None,
+            finalizer: m.finalizer,
+        }
+    }
+}
+
+impl From<wit::RelatedQuery> for RelatedQuery {
+    fn from(q: wit::RelatedQuery) -> Self {
+        RelatedQuery {
+            group: q.group,
+            kind: q.kind,
+            namespace: q.namespace,
+            selector: match q.selector {
+                wit::Selector::Names(names) => Selector::Names(names),
+                wit::Selector::Labels(text) => Selector::Labels(text),
+            },
+        }
+    }
+}
+
 impl From<wit::KindRef> for Kind {
     fn from(k: wit::KindRef) -> Self {
         Kind {
@@ -99,15 +150,37 @@ impl From<wit::KindRef> for Kind {
     }
 }
 
-impl From<wit::PluginMetadata> for Metadata {
-    fn from(m: wit::PluginMetadata) -> Self {
-        Metadata {
+impl TryFrom<wit::PluginMetadata> for Metadata {
+    type Error = LoadError;
+
+    /// The settings schema must be a small JSON object.
+    fn try_from(m: wit::PluginMetadata) -> Result<Self, LoadError> {
+        let settings_schema = match m.settings_schema {
+            None => None,
+            Some(text) if text.len() > MAX_SETTINGS_SCHEMA => {
+                return Err(LoadError::InvalidMetadata(format!(
+                    "settings schema of {} bytes; at most {MAX_SETTINGS_SCHEMA}",
+                    text.len()
+                )));
+            }
+            Some(text) => match serde_json::from_str(&text) {
+                Ok(v @ serde_json::Value::Object(_)) => Some(v),
+                _ => {
+                    return Err(LoadError::InvalidMetadata(
+                        "settings schema is not a JSON object".into(),
+                    ));
+                }
+            },
+        };
+        Ok(Metadata {
             name: m.name,
             version: m.version,
             parent: m.parent.into(),
             children: m.children.into_iter().map(Kind::from).collect(),
+            related: m.related.into_iter().map(Kind::from).collect(),
+            settings_schema,
             finalizer: m.finalizer,
-        }
+        })
     }
 }
 

@@ -30,14 +30,15 @@ pub(super) fn load(
     let entries = entries(config, dir)?;
     let mut loaded = Loaded::default();
     for e in entries {
-        let plugin = match engine.load_file(&e.path, e.limits.clone()) {
+        let options = options(&e, defaults)?;
+        let loading = engine.load_file(&e.path, e.limits.clone());
+        let plugin = match loading.and_then(|p| p.with_settings(&options.settings)) {
             Ok(plugin) => plugin,
             Err(err) => {
                 loaded.broken.push((e.path, err.to_string()));
                 continue;
             }
         };
-        let options = options(&e, defaults)?;
         if let Err(why) = crate::grants::check(plugin.metadata(), &options.grants) {
             loaded.broken.push((e.path, why));
             continue;
@@ -103,6 +104,7 @@ fn options(e: &PluginConfig, defaults: &Options) -> anyhow::Result<Options> {
         .namespaces
         .extend(e.allow_namespaces.iter().cloned());
     options.allow.namespaces.dedup();
+    options.settings = e.settings.clone().unwrap_or_default();
     options.grants = crate::grants::Grants {
         secrets: e.allow_secrets,
         own_kind: e.allow_own_kind,
