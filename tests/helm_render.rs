@@ -3,6 +3,7 @@
 //! typo or unusable plugin, a rollout only without hot reload, and Secrets granted by the
 //! operator's values, never by a plugin's.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
@@ -14,7 +15,7 @@ use serde_json::Value;
 mod common;
 
 use common::{
-    chart, ci_values, echo_grants, event_grants, grants, helm, of_kind, one, render, scheduled_echo_grants,
+    chart, ci_values, echo_grants, event_grants, grant, grants, helm, of_kind, one, render, scheduled_echo_grants,
     union, wasm_from, with_custom_section,
 };
 
@@ -36,6 +37,7 @@ fn inspect_prints_the_values_entry_the_chart_takes() -> Result<()> {
         // The ci values were written from this output: the same kinds, key for key.
         assert_eq!(entry["parent"], ha["plugins"][name]["parent"], "{name}");
         assert_eq!(entry["children"], ha["plugins"][name]["children"], "{name}");
+        assert_eq!(entry["related"], ha["plugins"][name]["related"], "{name}");
         assert!(entry.get("source").is_none(), "the source is the user's to add");
 
         // The user's flow: that output as a values file plus the file itself installs.
@@ -212,6 +214,49 @@ fn secrets_are_granted_by_the_operator_never_by_the_plugin() -> Result<()> {
         })
     });
     assert!(granted, "the operator's grant becomes RBAC for Secrets");
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
+#[test]
+fn related_kinds_are_read_only_secrets_among_them_only_by_grant_and_settings_reach_the_host() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("capstan-helm-related-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let values = dir.join("reader.yaml");
+    // What `capstan inspect --helm-values` prints for a plugin that reads Secrets and
+    // ConfigMaps, with settings the operator adds.
+    std::fs::write(
+        &values,
+        "plugins:\n  reader:\n    source: {volume: {emptyDir: {}}, file: reader.wasm}\n    \
+         parent: {group: example.com, version: v1, kind: Reader, plural: readers, namespaced: true}\n    \
+         children: [{group: batch, version: v1, kind: Job, plural: jobs, namespaced: true}]\n    \
+         related:\n      - {group: \"\", version: v1, kind: ConfigMap, plural: configmaps, namespaced: true}\n      \
+         - {group: \"\", version: v1, kind: Secret, plural: secrets, namespaced: true}\n    \
+         settings: {image: \"registry.example.com/tools:1\", backoffLimit: 2}\n",
+    )?;
+    let refused = render("capstan", &["-f", values.to_str().unwrap()]).unwrap_err();
+    assert!(
+        refused.to_string().contains("plugins.reader.allowSecrets=true"),
+        "reading Secrets needs the grant too: {refused}"
+    );
+    let docs = render(
+        "capstan",
+        &["-f", values.to_str().unwrap(), "--set", "plugins.reader.allowSecrets=true"],
+    )?;
+    let rules = union(of_kind(&docs, "ClusterRole").into_iter().map(grants));
+    let reads = |resource: &str| grant("", resource, &["get", "list", "watch"]);
+    for resource in ["configmaps", "secrets"] {
+        let held: BTreeSet<_> = rules.iter().filter(|g| g.1 == resource).cloned().collect();
+        assert_eq!(held, reads(resource), "{resource}: read, never written");
+    }
+    let config: serde_json::Value = serde_saphyr::from_str(
+        one(&docs, "ConfigMap")["data"]["config.yaml"].as_str().unwrap_or_default(),
+    )?;
+    assert_eq!(
+        config["plugins"][0]["settings"],
+        serde_json::json!({"image": "registry.example.com/tools:1", "backoffLimit": 2}),
+        "{config}"
+    );
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }

@@ -161,8 +161,11 @@ pub fn plugin_grants(group: &str, parent: &str, children: &[(&str, &str)]) -> BT
     g
 }
 
+/// Echo's: its Jobs, and read-only ConfigMaps (`spec.messageFrom`).
 pub fn echo_grants() -> BTreeSet<Grant> {
-    plugin_grants("capstan.dev", "echoes", &[("batch", "jobs")])
+    let mut g = plugin_grants("capstan.dev", "echoes", &[("batch", "jobs")]);
+    g.extend(grant("", "configmaps", &["get", "list", "watch"]));
+    g
 }
 
 pub fn scheduled_echo_grants() -> BTreeSet<Grant> {
