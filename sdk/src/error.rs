@@ -1,21 +1,40 @@
 //! Why a reconcile produced no response.
 
 use std::fmt;
+use std::time::Duration;
 
 /// A reconcile failure, as the host sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReconcileError {
-    /// Transient: the host retries with per-object exponential backoff.
-    Retry(String),
+    /// Transient: the host retries, after `after` when given (capped at five minutes by
+    /// the host), else with per-object exponential backoff.
+    Retry {
+        /// What went wrong, for logs and events.
+        message: String,
+        /// How long to wait before the retry.
+        after: Option<Duration>,
+    },
     /// Permanent for this object as it is: the host records a Warning event and waits
     /// until the object changes.
     Fatal(String),
 }
 
 impl ReconcileError {
-    /// A transient failure worth retrying.
+    /// A transient failure worth retrying, with the host's exponential backoff.
     pub fn retry(message: impl Into<String>) -> Self {
-        ReconcileError::Retry(message.into())
+        ReconcileError::Retry {
+            message: message.into(),
+            after: None,
+        }
+    }
+
+    /// A transient failure worth retrying after `after`, e.g. when the plugin knows when
+    /// a dependency will be ready.
+    pub fn retry_after(message: impl Into<String>, after: Duration) -> Self {
+        ReconcileError::Retry {
+            message: message.into(),
+            after: Some(after),
+        }
     }
 
     /// A failure that retrying cannot fix until the object changes.
@@ -26,7 +45,7 @@ impl ReconcileError {
     /// The message, whichever variant.
     pub fn message(&self) -> &str {
         match self {
-            ReconcileError::Retry(m) | ReconcileError::Fatal(m) => m,
+            ReconcileError::Retry { message, .. } | ReconcileError::Fatal(message) => message,
         }
     }
 }
@@ -34,7 +53,11 @@ impl ReconcileError {
 impl fmt::Display for ReconcileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ReconcileError::Retry(m) => write!(f, "retry: {m}"),
+            ReconcileError::Retry { message, after: None } => write!(f, "retry: {message}"),
+            ReconcileError::Retry {
+                message,
+                after: Some(after),
+            } => write!(f, "retry after {after:?}: {message}"),
             ReconcileError::Fatal(m) => write!(f, "fatal: {m}"),
         }
     }

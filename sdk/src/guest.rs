@@ -1,35 +1,37 @@
 //! Glue between the generated WIT bindings and the typed [`Reconciler`] API; used by
 //! [`crate::export!`], not meant to be called directly.
 
+use capstan_contract::{RelatedQuery, Selector};
 use serde_json::value::RawValue;
 
 use crate::bindings::capstan::reconciler::types as wit;
 use crate::{Context, EventType, KindRef, ReconcileError, Reconciler, Response};
 
-/// Run `R` on parsed JSON, through the same text path as the Wasm export; used by
+/// Run `R` on a request, through the same text path as the Wasm export; used by
 /// [`crate::testing`].
-pub fn run<R: Reconciler>(
-    parent: serde_json::Value,
-    children: Vec<serde_json::Value>,
-    finalizing: bool,
-) -> Result<Response, ReconcileError> {
-    respond::<R>(&json(&parent), children.iter().map(json).collect(), finalizing)
+pub fn run<R: Reconciler>(request: wit::Request) -> Result<Response, ReconcileError> {
+    let parent = parse_parent::<R>(&request.parent)?;
+    let now = request.now.parse().map_err(|e| {
+        ReconcileError::fatal(format!(
+            "the request's now {:?} is not an RFC 3339 time: {e}",
+            request.now
+        ))
+    })?;
+    let ctx = Context::new(raw("child", request.children)?, request.finalizing)
+        .with_related(raw("related object", request.related)?)
+        .with_settings(request.settings)
+        .with_now(now);
+    R::reconcile(parent, &ctx)
 }
 
-/// Parse the request's texts and call `R`.
-fn respond<R: Reconciler>(
-    parent: &str,
-    children: Vec<String>,
-    finalizing: bool,
-) -> Result<Response, ReconcileError> {
-    let parent = parse_parent::<R>(parent)?;
-    let children = children
+/// Each text as a `RawValue`, checked to be JSON; `what` names one in the error.
+fn raw(what: &str, texts: Vec<String>) -> Result<Vec<Box<RawValue>>, ReconcileError> {
+    texts
         .into_iter()
-        .map(|c| {
-            RawValue::from_string(c).map_err(|e| ReconcileError::fatal(format!("child is not JSON: {e}")))
+        .map(|t| {
+            RawValue::from_string(t).map_err(|e| ReconcileError::fatal(format!("{what} is not JSON: {e}")))
         })
-        .collect::<Result<_, _>>()?;
-    R::reconcile(parent, &Context::new(children, finalizing))
+        .collect()
 }
 
 /// The full metadata of `R`, parent kind included.
@@ -41,18 +43,56 @@ pub fn full_metadata<R: Reconciler>() -> (KindRef, crate::Metadata) {
 pub fn metadata<R: Reconciler>() -> wit::PluginMetadata {
     let (parent, m) = full_metadata::<R>();
     wit::PluginMetadata {
+        settings_schema: m.settings_schema().map(json),
         name: m.name,
         version: m.version,
         parent: kind_ref(parent),
         children: m.children.into_iter().map(kind_ref).collect(),
+        related: m.related.into_iter().map(kind_ref).collect(),
         finalizer: m.finalizer,
     }
 }
 
+/// `validate-settings` export.
+pub fn validate_settings<R: Reconciler>(settings: String) -> Result<(), String> {
+    R::metadata().validate_settings(&settings)
+}
+
+/// The queries `R` asks for this parent, as the host checks them; used by
+/// [`crate::testing`] and the `related` export.
+pub fn queries<R: Reconciler>(parent: &str, settings: String) -> Vec<RelatedQuery> {
+    match parse_parent::<R>(parent) {
+        Ok(parent) => R::related(&parent, &Context::default().with_settings(settings))
+            .into_iter()
+            .map(RelatedQuery::from)
+            .collect(),
+        Err(e) => {
+            // `reconcile` reports the same error as fatal; no queries until it is fixed.
+            crate::log::warn(&format!("no related objects: {}", e.message()));
+            Vec::new()
+        }
+    }
+}
+
+/// `related` export.
+pub fn related<R: Reconciler>(parent: String, settings: String) -> Vec<wit::RelatedQuery> {
+    queries::<R>(&parent, settings)
+        .into_iter()
+        .map(|q| wit::RelatedQuery {
+            group: q.group,
+            kind: q.kind,
+            namespace: q.namespace,
+            selector: match q.selector {
+                Selector::Names(names) => wit::Selector::Names(names),
+                Selector::Labels(labels) => wit::Selector::Labels(labels),
+            },
+        })
+        .collect()
+}
+
 /// `reconcile` export.
 pub fn reconcile<R: Reconciler>(request: wit::Request) -> Result<wit::Response, wit::ReconcileError> {
-    let result = respond::<R>(&request.parent, request.children, request.finalizing);
-    match result {
+    match run::<R>(request) {
         Ok(r) => Ok(wit::Response {
             // The text moves from `RawValue` to `String` without a copy.
             children: r
@@ -61,9 +101,7 @@ pub fn reconcile<R: Reconciler>(request: wit::Request) -> Result<wit::Response, 
                 .map(|c| Box::<str>::from(c).into_string())
                 .collect(),
             status: r.status.as_ref().map(json),
-            requeue_after_ms: r
-                .requeue_after
-                .map(|d| d.as_millis().min(u64::MAX as u128) as u64),
+            requeue_after_ms: r.requeue_after.map(millis),
             events: r
                 .events
                 .into_iter()
@@ -78,9 +116,16 @@ pub fn reconcile<R: Reconciler>(request: wit::Request) -> Result<wit::Response, 
                 .collect(),
             finalized: r.finalized,
         }),
-        Err(ReconcileError::Retry(m)) => Err(wit::ReconcileError::Retry(m)),
+        Err(ReconcileError::Retry { message, after }) => Err(wit::ReconcileError::Retry(wit::Retry {
+            message,
+            after_ms: after.map(millis),
+        })),
         Err(ReconcileError::Fatal(m)) => Err(wit::ReconcileError::Fatal(m)),
     }
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    d.as_millis().min(u64::MAX as u128) as u64
 }
 
 /// Straight from text to the typed parent: going through a `Value` first doubles the
@@ -96,7 +141,7 @@ fn parse_parent<R: Reconciler>(text: &str) -> Result<R::Parent, ReconcileError> 
 
 /// `serde_json::to_string`, not `Display`: the latter writes through `fmt::Formatter`
 /// piece by piece, several times slower in Wasm.
-fn json(value: &serde_json::Value) -> String {
+pub(crate) fn json(value: &serde_json::Value) -> String {
     serde_json::to_string(value).expect("a Value has string keys, so it always serializes")
 }
 
@@ -113,32 +158,72 @@ fn kind_ref(k: KindRef) -> wit::KindRef {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Related;
     use k8s_openapi::api::core::v1::ConfigMap;
+    use std::time::Duration;
 
-    /// Mirrors its ConfigMap's data into the status, to see what arrived.
+    /// Mirrors what arrived into the status; data `retry` asks for a retry after that
+    /// many ms, data `source` for a related ConfigMap of that name.
     struct Mirror;
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct MirrorSettings {
+        #[serde(default)]
+        tag: String,
+    }
+
+    impl crate::Settings for MirrorSettings {}
 
     impl Reconciler for Mirror {
         type Parent = ConfigMap;
 
         fn metadata() -> crate::Metadata {
             crate::Metadata::new("mirror", "0.1.0")
+                .related::<ConfigMap>()
+                .settings::<MirrorSettings>()
+        }
+
+        fn related(parent: &ConfigMap, ctx: &Context) -> Vec<Related> {
+            let tag = ctx
+                .settings::<MirrorSettings>()
+                .map(|s| s.tag)
+                .unwrap_or_default();
+            let data = parent.data.clone().unwrap_or_default();
+            data.get("source")
+                .map(|s| Related::named::<ConfigMap>([format!("{s}{tag}")]))
+                .into_iter()
+                .collect()
         }
 
         fn reconcile(parent: ConfigMap, ctx: &Context) -> Result<Response, ReconcileError> {
+            let data = parent.data.unwrap_or_default();
+            if let Some(ms) = data.get("retry") {
+                let ms = ms.parse().unwrap_or_default();
+                return Err(ReconcileError::retry_after("later", Duration::from_millis(ms)));
+            }
             Response::new().status(&serde_json::json!({
-                "data": parent.data,
+                "data": data,
                 "children": ctx.raw_children().len(),
+                "related": ctx.related::<ConfigMap>()?.len(),
+                "tag": ctx.settings::<MirrorSettings>()?.tag,
+                "now": ctx.now().to_string(),
             }))
         }
     }
 
-    fn call(parent: &str, children: &[&str]) -> Result<wit::Response, wit::ReconcileError> {
-        reconcile::<Mirror>(wit::Request {
+    fn request(parent: &str, children: &[&str]) -> wit::Request {
+        wit::Request {
             parent: parent.into(),
             children: children.iter().map(|c| c.to_string()).collect(),
+            related: vec![r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"r"}}"#.into()],
+            settings: r#"{"tag":"t"}"#.into(),
+            now: "2026-11-24T09:30:00.123Z".into(),
             finalizing: false,
-        })
+        }
+    }
+
+    fn call(parent: &str, children: &[&str]) -> Result<wit::Response, wit::ReconcileError> {
+        reconcile::<Mirror>(request(parent, children))
     }
 
     fn fatal(result: Result<wit::Response, wit::ReconcileError>) -> String {
@@ -157,7 +242,8 @@ mod tests {
         let status: serde_json::Value = serde_json::from_str(response.status.as_deref().unwrap()).unwrap();
         assert_eq!(
             status,
-            serde_json::json!({"data": {"k": "v \"q\""}, "children": 1})
+            serde_json::json!({"data": {"k": "v \"q\""}, "children": 1, "related": 1, "tag": "t",
+                "now": "2026-11-24T09:30:00.123Z"})
         );
     }
 
@@ -172,5 +258,45 @@ mod tests {
         );
         let child = fatal(call(r#"{"metadata": {"name": "a"}}"#, &["[1,"]));
         assert!(child.starts_with("child is not JSON"), "{child}");
+        let mut r = request(r#"{"metadata": {"name": "a"}}"#, &[]);
+        r.now = "yesterday".into();
+        let now = fatal(reconcile::<Mirror>(r));
+        assert!(now.starts_with("the request's now \"yesterday\""), "{now}");
+    }
+
+    #[test]
+    fn a_retry_delay_crosses_as_milliseconds() {
+        let parent = r#"{"metadata": {"name": "a"}, "data": {"retry": "1500"}}"#;
+        match call(parent, &[]) {
+            Err(wit::ReconcileError::Retry(r)) => {
+                assert_eq!((r.message.as_str(), r.after_ms), ("later", Some(1500)))
+            }
+            other => panic!("expected a retry, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn metadata_carries_related_kinds_and_the_settings_schema() {
+        let m = metadata::<Mirror>();
+        assert_eq!(m.related.len(), 1);
+        assert_eq!(m.related[0].kind, "ConfigMap");
+        let schema: serde_json::Value = serde_json::from_str(&m.settings_schema.unwrap()).unwrap();
+        assert!(schema["properties"]["tag"].is_object(), "{schema}");
+        assert_eq!(validate_settings::<Mirror>(r#"{"tag": "x"}"#.into()), Ok(()));
+        assert_eq!(
+            validate_settings::<Mirror>(r#"{"tag": 1}"#.into()),
+            Err("tag: invalid type: integer `1`, expected a string".into())
+        );
+    }
+
+    #[test]
+    fn related_queries_see_the_settings_and_cross_as_wit_records() {
+        let parent = r#"{"metadata": {"name": "a"}, "data": {"source": "cfg-"}}"#;
+        let q = related::<Mirror>(parent.into(), r#"{"tag": "blue"}"#.into());
+        assert_eq!(q.len(), 1);
+        assert_eq!((q[0].group.as_str(), q[0].kind.as_str()), ("", "ConfigMap"));
+        assert_eq!(q[0].namespace, None);
+        assert!(matches!(&q[0].selector, wit::Selector::Names(n) if n == &["cfg-blue"]));
+        assert!(related::<Mirror>("{nope".into(), "{}".into()).is_empty());
     }
 }

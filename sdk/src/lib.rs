@@ -3,7 +3,11 @@
 //! A plugin is a pure function from a parent object and the children it controls to the
 //! children that should exist, plus status, events and a requeue hint. The Capstan host
 //! does all API I/O. Build with `cargo build --target wasm32-wasip2`; the result is a
-//! WebAssembly component implementing `capstan:reconciler@0.1.0`.
+//! WebAssembly component implementing [`WIT_PACKAGE`] (`capstan:reconciler@0.2.0`).
+//!
+//! Besides the parent and its children, a reconcile gets the operator's [`Settings`]
+//! (validated once when the host loads the plugin), the [`Related`] objects the plugin
+//! asked to read for this parent, and the host's clock ([`Context::now`]).
 //!
 //! ```
 //! use capstan_sdk::{Context, Metadata, ReconcileError, Reconciler, Response};
@@ -41,6 +45,7 @@
 //! # fn main() {}
 //! ```
 
+pub mod conditions;
 mod context;
 mod error;
 #[doc(hidden)]
@@ -48,7 +53,9 @@ pub mod guest;
 pub mod log;
 mod metadata;
 mod observed;
+mod related;
 mod response;
+mod settings;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -56,11 +63,14 @@ pub use context::Context;
 pub use error::ReconcileError;
 pub use metadata::{KindRef, Metadata, Scope};
 pub use observed::{Observed, ObservedMeta};
+pub use related::Related;
 pub use response::{Event, EventType, Response};
+pub use settings::Settings;
 
 /// Re-exported so plugins name the same versions the SDK was built with.
 pub use k8s_openapi;
 pub use kube_core;
+pub use schemars;
 
 /// Bindings generated from `wit/` by wit-bindgen; used by [`export!`].
 #[doc(hidden)]
@@ -81,8 +91,18 @@ pub trait Reconciler {
     /// The kind this plugin reconciles: a kube `CustomResource` type or a k8s-openapi type.
     type Parent: kube_core::Resource<DynamicType = (), Scope: Scope> + serde::de::DeserializeOwned;
 
-    /// Name, version, child kinds and finalizer; the parent kind comes from [`Self::Parent`].
+    /// Name, version, child and related kinds, settings and finalizer; the parent kind
+    /// comes from [`Self::Parent`].
     fn metadata() -> Metadata;
+
+    /// The related objects this parent needs (of kinds declared with
+    /// [`Metadata::related`]), which `reconcile` then reads with [`Context::related`]. The
+    /// host asks whenever the parent changes; `ctx` holds the settings only (no children,
+    /// related objects or clock). None by default.
+    fn related(parent: &Self::Parent, ctx: &Context) -> Vec<Related> {
+        let _ = (parent, ctx);
+        Vec::new()
+    }
 
     /// Compute the desired state of one parent. Must be deterministic in its inputs.
     fn reconcile(parent: Self::Parent, ctx: &Context) -> Result<Response, ReconcileError>;
@@ -97,6 +117,17 @@ macro_rules! export {
             impl $crate::bindings::exports::capstan::reconciler::plugin::Guest for CapstanGuest {
                 fn metadata() -> $crate::bindings::capstan::reconciler::types::PluginMetadata {
                     $crate::guest::metadata::<$reconciler>()
+                }
+                fn validate_settings(
+                    settings: ::std::string::String,
+                ) -> ::core::result::Result<(), ::std::string::String> {
+                    $crate::guest::validate_settings::<$reconciler>(settings)
+                }
+                fn related(
+                    parent: ::std::string::String,
+                    settings: ::std::string::String,
+                ) -> ::std::vec::Vec<$crate::bindings::capstan::reconciler::types::RelatedQuery> {
+                    $crate::guest::related::<$reconciler>(parent, settings)
                 }
                 fn reconcile(
                     request: $crate::bindings::capstan::reconciler::types::Request,

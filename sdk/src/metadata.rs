@@ -1,4 +1,5 @@
-//! What a plugin declares about itself: its name, the kinds it touches, its finalizer.
+//! What a plugin declares about itself: its name, the kinds it touches, its settings, its
+//! finalizer.
 
 use kube_core::Resource;
 
@@ -113,6 +114,8 @@ pub struct Metadata {
     pub(crate) name: String,
     pub(crate) version: String,
     pub(crate) children: Vec<KindRef>,
+    pub(crate) related: Vec<KindRef>,
+    pub(crate) settings: Option<crate::settings::Declared>,
     pub(crate) finalizer: Option<String>,
 }
 
@@ -123,6 +126,8 @@ impl Metadata {
             name: name.into(),
             version: version.into(),
             children: Vec::new(),
+            related: Vec::new(),
+            settings: None,
             finalizer: None,
         }
     }
@@ -140,6 +145,33 @@ impl Metadata {
     /// Declare a child kind that has no Rust type.
     pub fn child_kind(mut self, kind: KindRef) -> Self {
         self.children.push(kind);
+        self
+    }
+
+    /// Declare that the plugin reads objects of type `K` (never writes them): the host
+    /// watches them and passes each parent those its [`Related`](crate::Related) queries
+    /// select. `Secret` needs the operator's grant.
+    pub fn related<K>(mut self) -> Self
+    where
+        K: Resource<DynamicType = ()>,
+        K::Scope: Scope,
+    {
+        self.related.push(KindRef::of::<K>());
+        self
+    }
+
+    /// Declare a related kind that has no Rust type.
+    pub fn related_kind(mut self, kind: KindRef) -> Self {
+        self.related.push(kind);
+        self
+    }
+
+    /// Declare the plugin's settings type: its JSON Schema goes to the host (`capstan
+    /// inspect` shows it) and the operator's settings must parse as `T` and pass
+    /// [`Settings::validate`](crate::Settings::validate) before the host loads the plugin.
+    /// A plugin that declares none takes only `{}`.
+    pub fn settings<T: crate::Settings>(mut self) -> Self {
+        self.settings = Some(crate::settings::Declared::of::<T>());
         self
     }
 
@@ -163,6 +195,22 @@ impl Metadata {
     /// Declared child kinds.
     pub fn children(&self) -> &[KindRef] {
         &self.children
+    }
+
+    /// Declared related kinds.
+    pub fn related_kinds(&self) -> &[KindRef] {
+        &self.related
+    }
+
+    /// JSON Schema of the declared settings type, if any.
+    pub fn settings_schema(&self) -> Option<&serde_json::Value> {
+        self.settings.as_ref().map(|s| &s.schema)
+    }
+
+    /// Check settings JSON as the `validate-settings` export does: the error is the
+    /// one-line message the host refuses the plugin with.
+    pub fn validate_settings(&self, settings: &str) -> Result<(), String> {
+        crate::settings::check(&self.name, self.settings.as_ref(), settings)
     }
 
     /// Declared finalizer, if any.
