@@ -389,12 +389,9 @@ async fn check(
     shared: &Shared,
     children: Vec<serde_json::Value>,
 ) -> Result<Vec<validate::Child>, Error> {
-    match validate::children(
-        metadata,
-        parent.namespace().as_deref(),
-        children,
-        &shared.options.allow,
-    ) {
+    let own = parent.namespace();
+    let home = super::home(metadata, own.as_deref(), parent, &shared.options);
+    match validate::children(metadata, home, children, &shared.options.allow) {
         Ok(desired) => Ok(desired),
         Err(r) => {
             let label = PluginLabel {

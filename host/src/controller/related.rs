@@ -8,11 +8,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::TryStreamExt;
+use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
 
 use capstan_contract::related::{Resolved, resolve};
 
@@ -204,11 +204,7 @@ async fn queries(
     let answer = answer.map_err(Failure::Dispatch)?;
     let metadata = plugin.metadata();
     let own = parent.namespace().filter(|_| metadata.parent.namespaced);
-    let home = capstan_contract::home_namespace(
-        metadata,
-        own.as_deref(),
-        parent.meta().name.as_deref().unwrap_or_default(),
-    );
+    let home = super::home(metadata, own.as_deref(), parent, &shared.options);
     let resolved = Arc::new(resolve(metadata, home, &answer).map_err(Failure::Refused)?);
     index.lock().insert(
         key,
