@@ -120,7 +120,7 @@
 
 use std::{fmt, path::Path};
 
-pub use capstan_contract::{Allowances, Refusal, RelatedQuery};
+pub use capstan_contract::{Allowances, Refusal, RelatedQuery, Selector};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::bindings::capstan::reconciler::types as wit;
