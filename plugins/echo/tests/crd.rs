@@ -23,19 +23,30 @@ fn committed_crd_matches_the_rust_type() {
 }
 
 #[test]
-fn crd_requires_a_non_empty_message_and_has_a_status_subresource() {
+fn crd_requires_one_non_empty_message_source_and_has_a_status_subresource() {
     let crd = serde_json::to_value(Echo::crd()).unwrap();
     let version = &crd["spec"]["versions"][0];
     let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
-    assert_eq!(spec["required"], serde_json::json!(["message"]));
     assert_eq!(spec["properties"]["message"]["minLength"], 1);
+    let key_ref = &spec["properties"]["messageFrom"]["properties"]["configMapKeyRef"];
+    assert_eq!(key_ref["required"], serde_json::json!(["key", "name"]));
+    assert_eq!(
+        spec["x-kubernetes-validations"][0]["rule"], "has(self.message) != has(self.messageFrom)",
+        "the API server refuses an Echo with both or neither"
+    );
     assert!(version["subresources"]["status"].is_object());
+    let conditions =
+        &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"];
+    assert_eq!(
+        conditions["x-kubernetes-list-map-keys"],
+        serde_json::json!(["type"])
+    );
     let columns: Vec<&str> = version["additionalPrinterColumns"]
         .as_array()
         .unwrap()
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(columns, ["Message", "Phase", "Age"]);
+    assert_eq!(columns, ["Message", "Phase", "Ready", "Age"]);
     assert_eq!(crd["spec"]["scope"], "Namespaced");
 }
