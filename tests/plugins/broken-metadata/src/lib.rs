@@ -2,7 +2,9 @@
 
 #![cfg_attr(not(target_family = "wasm"), allow(dead_code))]
 
-use capstan_sdk::bindings::capstan::reconciler::types::{PluginMetadata, ReconcileError, Request, Response};
+use capstan_sdk::bindings::capstan::reconciler::types::{
+    PluginMetadata, ReconcileError, RelatedQuery, Request, Response,
+};
 use capstan_sdk::bindings::exports::capstan::reconciler::plugin::Guest;
 
 struct Broken;
@@ -11,6 +13,14 @@ impl Guest for Broken {
     fn metadata() -> PluginMetadata {
         println!("broken-metadata: about to panic");
         panic!("metadata() panics on purpose")
+    }
+
+    fn validate_settings(_: String) -> Result<(), String> {
+        Err("never loaded".into())
+    }
+
+    fn related(_: String, _: String) -> Vec<RelatedQuery> {
+        vec![]
     }
 
     fn reconcile(_: Request) -> Result<Response, ReconcileError> {

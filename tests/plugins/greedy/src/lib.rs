@@ -8,7 +8,7 @@
 #![cfg_attr(not(target_family = "wasm"), allow(dead_code))]
 
 use capstan_sdk::bindings::capstan::reconciler::types::{
-    KindRef, PluginMetadata, ReconcileError, Request, Response,
+    KindRef, PluginMetadata, ReconcileError, RelatedQuery, Request, Response,
 };
 use capstan_sdk::bindings::exports::capstan::reconciler::plugin::Guest;
 use serde_json::{Value, json};
@@ -39,8 +39,18 @@ impl Guest for Greedy {
             version: "0.0.0".into(),
             parent: echo_kind(),
             children,
+            related: vec![],
+            settings_schema: None,
             finalizer: None,
         }
+    }
+
+    fn validate_settings(_: String) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn related(_: String, _: String) -> Vec<RelatedQuery> {
+        vec![]
     }
 
     fn reconcile(request: Request) -> Result<Response, ReconcileError> {

@@ -2,14 +2,15 @@
 //! can also break the contract (non-JSON output). The parent's `spec.mode` picks the
 //! misbehaviour; `spec.arg` parameterises some modes, and `spec.requeueMs` (any mode) asks
 //! to be called again that soon. Probing modes ("file", "env", "socket") report what they
-//! managed to do in `status.result`.
+//! managed to do in `status.result`. Settings are accepted whatever they hold, except that
+//! a string `refuse` in them is the refusal `validate-settings` answers.
 
 // Natively (a workspace-wide `cargo test`) nothing is exported, so nothing is used.
 #![cfg_attr(not(target_family = "wasm"), allow(dead_code))]
 
 use capstan_sdk::bindings::capstan::reconciler::host::log;
 use capstan_sdk::bindings::capstan::reconciler::types::{
-    Event, EventType, KindRef, Level, PluginMetadata, ReconcileError, Request, Response,
+    Event, EventType, KindRef, Level, PluginMetadata, ReconcileError, RelatedQuery, Request, Response, Retry,
 };
 use capstan_sdk::bindings::exports::capstan::reconciler::plugin::Guest;
 use serde_json::{Value, json};
@@ -26,9 +27,24 @@ impl Guest for Hostile {
                 kind("", "v1", "ConfigMap", "configmaps"),
                 cluster_kind("", "v1", "Namespace", "namespaces"),
             ],
+            related: vec![],
+            settings_schema: None,
             // Deletion waits for the plugin: mode "hold" never lets go, every other mode does.
             finalizer: Some("capstan.dev/hostile".into()),
         }
+    }
+
+    fn validate_settings(settings: String) -> Result<(), String> {
+        let settings: Value = serde_json::from_str(&settings).map_err(|e| e.to_string())?;
+        match settings["refuse"].as_str() {
+            Some(refusal) => Err(refusal.to_string()),
+            None => Ok(()),
+        }
+    }
+
+    // Never called: hostile declares no related kinds.
+    fn related(_: String, _: String) -> Vec<RelatedQuery> {
+        vec![]
     }
 
     fn reconcile(request: Request) -> Result<Response, ReconcileError> {
@@ -201,6 +217,21 @@ impl Guest for Hostile {
                 let mut cm = config_map(&parent, 0);
                 cm["data"] = json!({ "flip": if seen.as_deref() == Some("a") { "b" } else { "a" } });
                 children.push(cm.to_string());
+            }
+            // A transient failure asking to be retried after `spec.arg` ms (none: backoff).
+            "retry" => {
+                return Err(ReconcileError::Retry(Retry {
+                    message: "hostile asks for a retry".into(),
+                    after_ms: arg.parse().ok(),
+                }));
+            }
+            // What arrived besides the parent: the clock, the settings, related objects.
+            "inputs" => {
+                status = Some(json!({
+                    "now": request.now,
+                    "settings": serde_json::from_str::<Value>(&request.settings).unwrap_or(Value::Null),
+                    "related": request.related.len(),
+                }))
             }
             "not-json" => children.push("this is not JSON".into()),
             "not-object" => children.push("[1, 2, 3]".into()),
