@@ -8,7 +8,7 @@ use crate::bindings::capstan::reconciler::types as wit;
 use crate::{Context, EventType, KindRef, ReconcileError, Reconciler, Response};
 
 /// Run `R` on a request, through the same text path as the Wasm export; used by
-/// [`crate::testing`].
+/// `testing`.
 pub fn run<R: Reconciler>(request: wit::Request) -> Result<Response, ReconcileError> {
     let parent = parse_parent::<R>(&request.parent)?;
     let now = request.now.parse().map_err(|e| {
@@ -59,7 +59,7 @@ pub fn validate_settings<R: Reconciler>(settings: String) -> Result<(), String> 
 }
 
 /// The queries `R` asks for this parent, as the host checks them; used by
-/// [`crate::testing`] and the `related` export.
+/// `testing` and the `related` export.
 pub fn queries<R: Reconciler>(parent: &str, settings: String) -> Vec<RelatedQuery> {
     match parse_parent::<R>(parent) {
         Ok(parent) => R::related(&parent, &Context::default().with_settings(settings))

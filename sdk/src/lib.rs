@@ -44,6 +44,96 @@
 //! capstan_sdk::export!(Greeter);
 //! # fn main() {}
 //! ```
+//!
+//! # Settings, related objects, time and conditions
+//!
+//! The same plugin, configurable by the operator, greeting in the words of a ConfigMap
+//! its parent names (so editing that ConfigMap reconciles the Greeting again), and
+//! reporting a `Ready` condition stamped with the host's clock:
+//!
+//! ```
+//! use capstan_sdk::conditions::{Condition, Conditions};
+//! use capstan_sdk::{Context, Metadata, ReconcileError, Reconciler, Related, Response, Settings};
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kube::CustomResource;
+//! use schemars::JsonSchema;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, JsonSchema)]
+//! #[kube(group = "example.com", version = "v1", kind = "Greeting", namespaced, status = "GreetingStatus")]
+//! #[serde(rename_all = "camelCase")]
+//! pub struct GreetingSpec {
+//!     pub name: String,
+//!     /// A ConfigMap whose `salutation` key replaces the operator's.
+//!     pub words_from: Option<String>,
+//! }
+//!
+//! #[derive(Serialize, Deserialize, Clone, Debug, Default, JsonSchema)]
+//! pub struct GreetingStatus {
+//!     #[schemars(schema_with = "capstan_sdk::conditions::schema")]
+//!     pub conditions: Vec<Condition>,
+//! }
+//!
+//! /// What the operator configures for the plugin.
+//! #[derive(Deserialize, JsonSchema)]
+//! #[serde(deny_unknown_fields)]
+//! pub struct GreeterSettings {
+//!     #[serde(default = "hello")]
+//!     pub salutation: String,
+//! }
+//!
+//! fn hello() -> String {
+//!     "hello".into()
+//! }
+//!
+//! impl Settings for GreeterSettings {
+//!     fn validate(&self) -> Result<(), String> {
+//!         if self.salutation.trim().is_empty() {
+//!             return Err("salutation must not be empty".into());
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! pub struct Greeter;
+//!
+//! impl Reconciler for Greeter {
+//!     type Parent = Greeting;
+//!
+//!     fn metadata() -> Metadata {
+//!         Metadata::new("greeter", "0.2.0")
+//!             .child::<ConfigMap>()
+//!             .related::<ConfigMap>()
+//!             .settings::<GreeterSettings>()
+//!     }
+//!
+//!     fn related(greeting: &Greeting, _ctx: &Context) -> Vec<Related> {
+//!         greeting.spec.words_from.iter().map(|n| Related::named::<ConfigMap>([n.clone()])).collect()
+//!     }
+//!
+//!     fn reconcile(greeting: Greeting, ctx: &Context) -> Result<Response, ReconcileError> {
+//!         let settings: GreeterSettings = ctx.settings()?;
+//!         let words = ctx.related::<ConfigMap>()?.into_iter().find_map(|cm| cm.data?.remove("salutation"));
+//!         let name = greeting.metadata.name.clone().unwrap_or_default();
+//!         let mut cm = ConfigMap::default();
+//!         cm.metadata.name = Some(format!("{name}-greeting"));
+//!         let text = format!("{}, {}", words.unwrap_or(settings.salutation), greeting.spec.name);
+//!         cm.data = Some([("text".into(), text)].into());
+//!
+//!         let previous = greeting.status.map(|s| s.conditions).unwrap_or_default();
+//!         let mut conditions = Conditions::new(previous, greeting.metadata.generation, ctx.now());
+//!         let created = !ctx.children::<ConfigMap>()?.is_empty();
+//!         conditions.ready(created, if created { "Greeted" } else { "Creating" }, "");
+//!         Response::new().child(&cm)?.status(&GreetingStatus { conditions: conditions.into_vec() })
+//!     }
+//! }
+//!
+//! capstan_sdk::export!(Greeter);
+//! # fn main() {}
+//! ```
+//!
+//! `testing::Fixture` (feature `testing`) runs such a plugin natively with settings,
+//! related objects and a fixed clock.
 
 pub mod conditions;
 mod context;

@@ -27,3 +27,22 @@ fn a_valid_echo_response_passes() {
         assert_eq!(response.children.len(), 1, "{parent}: one Job");
     }
 }
+
+#[test]
+fn echo_with_settings_and_a_related_config_map_passes_too() {
+    let response = Fixture::load(fixture("echo-message-from.yaml"))
+        .unwrap()
+        .related_file(fixture("configmaps.yaml"))
+        .unwrap()
+        .settings_file(fixture("settings.yaml"))
+        .unwrap()
+        .check::<EchoReconciler>()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(response.children.len(), 1, "one Job");
+    // Without its ConfigMap: no Job at all, which passes as trivially.
+    let missing = Fixture::load(fixture("echo-message-from.yaml"))
+        .unwrap()
+        .check::<EchoReconciler>()
+        .unwrap();
+    assert!(missing.children.is_empty());
+}
