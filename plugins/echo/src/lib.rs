@@ -71,10 +71,13 @@ pub struct MessageSource {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 pub struct ConfigMapKeyRef {
     /// The ConfigMap's name.
-    #[schemars(length(min = 1))]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub name: String,
     /// The key in its `data`.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[-._a-zA-Z0-9]+$"))]
     pub key: String,
 }
 
@@ -124,9 +127,16 @@ impl Reconciler for EchoReconciler {
     }
 
     fn related(echo: &Echo, _: &Context) -> Vec<Related> {
-        let source = echo.spec.message_from.as_ref();
+        // An invalid name is never asked for (the host would refuse the query): reconcile
+        // reports it as the spec's error instead.
+        let source = echo
+            .spec
+            .message_from
+            .as_ref()
+            .map(|s| &s.config_map_key_ref.name);
         source
-            .map(|s| Related::named::<ConfigMap>([s.config_map_key_ref.name.clone()]))
+            .filter(|name| capstan_contract::dns1123_subdomain(name).is_ok())
+            .map(|name| Related::named::<ConfigMap>([name.clone()]))
             .into_iter()
             .collect()
     }
@@ -194,6 +204,8 @@ fn message(echo: &Echo, ctx: &Context) -> Result<Result<String, String>, Reconci
         }
         (None, Some(from)) => &from.config_map_key_ref,
     };
+    capstan_contract::dns1123_subdomain(&from.name)
+        .map_err(|e| ReconcileError::fatal(format!("spec.messageFrom.configMapKeyRef.name {e}")))?;
     let namespace = echo.metadata.namespace.as_deref().unwrap_or("default");
     let found = ctx
         // Name and data only: the rest of a ConfigMap is of no use here.

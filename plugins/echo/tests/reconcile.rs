@@ -264,7 +264,8 @@ fn message_and_message_from_are_exclusive() {
         .reconcile::<EchoReconciler>()
         .unwrap_err();
     assert!(e.message().contains("both set"), "{e}");
-    let neither = "apiVersion: capstan.dev/v1alpha1\nkind: Echo\nmetadata: {name: neither, namespace: d}\nspec: {}";
+    let neither =
+        "apiVersion: capstan.dev/v1alpha1\nkind: Echo\nmetadata: {name: neither, namespace: d}\nspec: {}";
     let e = Fixture::parse(neither)
         .unwrap()
         .reconcile::<EchoReconciler>()
@@ -376,4 +377,17 @@ fn long_names_still_give_valid_job_names() {
         .unwrap();
     let name = r.children_of::<Job>().unwrap()[0].metadata.name.clone().unwrap();
     assert!(name.len() <= 63, "{name}");
+}
+
+#[test]
+fn an_invalid_config_map_name_is_never_asked_for_and_is_the_specs_error() {
+    let text = "apiVersion: capstan.dev/v1alpha1\nkind: Echo\nmetadata: {name: bad, namespace: d}\n\
+                spec: {messageFrom: {configMapKeyRef: {name: Greetings/x, key: k}}}";
+    let f = Fixture::parse(text).unwrap();
+    assert!(f.related_queries::<EchoReconciler>().is_empty());
+    let e = f.reconcile::<EchoReconciler>().unwrap_err();
+    assert!(
+        matches!(&e, ReconcileError::Fatal(m) if m.starts_with("spec.messageFrom.configMapKeyRef.name \"Greetings/x\"")),
+        "{e}"
+    );
 }
