@@ -10,7 +10,7 @@ if command -v rustup >/dev/null; then
 fi
 # The control plane, and helm for the chart tests (tests/helm_*.rs).
 scripts/k8s-build.sh all helm >/dev/null
-cargo build --profile plugin --target wasm32-wasip2 -p echo -p hostile -p scheduled-echo -p tenant -p broken-metadata -p greedy -p echo-canary
+cargo build --profile plugin --target wasm32-wasip2 -p echo -p hostile -p scheduled-echo -p tenant -p broken-metadata -p greedy -p echo-canary -p namespace-defaults
 
 # cargo prints one result line per test binary; finish with the total on one line.
 log=$(mktemp)

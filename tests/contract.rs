@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use capstan::dev::Plane;
-use capstan_tests::host::{Host, echo_resource, eventually, first_listed, install_plugin_crd, scheduled_echo_resource};
+use capstan_tests::host::{
+    Host, echo_resource, eventually, first_listed, install_plugin_crd, scheduled_echo_resource,
+};
 use capstan_tests::{capstan_bin, compile_cache, echo_fixture, plugin, workspace};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Namespace, ResourceQuota};
@@ -65,7 +67,14 @@ fn a_0_1_echo_passes_its_old_goldens_unchanged() {
     for (case, parent, children) in cases {
         let (parent, expect) = (old(parent), old(&format!("golden/{case}.yaml")));
         let children: Vec<PathBuf> = children.iter().map(|c| old(c)).collect();
-        let mut args = vec!["test", path(&wasm), "--parent", path(&parent), "--expect", path(&expect)];
+        let mut args = vec![
+            "test",
+            path(&wasm),
+            "--parent",
+            path(&parent),
+            "--expect",
+            path(&expect),
+        ];
         if !children.is_empty() {
             args.push("--children");
             args.extend(children.iter().map(|c| path(c)));
@@ -91,17 +100,41 @@ fn a_plugin_says_which_contract_it_speaks_and_a_0_1_plugin_takes_no_settings() {
     }
 
     let settings = new("settings.yaml");
-    let out = capstan(&["test", path(&old("echo.wasm")), "--parent", path(&old("echo.yaml")), "--settings", path(&settings)]);
+    let out = capstan(&[
+        "test",
+        path(&old("echo.wasm")),
+        "--parent",
+        path(&old("echo.yaml")),
+        "--settings",
+        path(&settings),
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("capstan:reconciler@0.1.0, which takes no settings"), "{stderr}");
+    assert!(
+        stderr.contains("capstan:reconciler@0.1.0, which takes no settings"),
+        "{stderr}"
+    );
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
 }
 
 /// `capstan test` of today's Echo against its golden `case` in `tests/golden/echo/`.
 fn echo_golden(case: &str, parent: &Path, extra: &[&str]) {
-    let (echo, expect) = (plugin("echo"), workspace().join(format!("tests/golden/echo/{case}.yaml")));
-    let args = [&["test", path(&echo), "--parent", path(parent), "--expect", path(&expect)][..], extra].concat();
+    let (echo, expect) = (
+        plugin("echo"),
+        workspace().join(format!("tests/golden/echo/{case}.yaml")),
+    );
+    let args = [
+        &[
+            "test",
+            path(&echo),
+            "--parent",
+            path(parent),
+            "--expect",
+            path(&expect),
+        ][..],
+        extra,
+    ]
+    .concat();
     succeeded(case, &capstan(&args));
 }
 
@@ -122,7 +155,11 @@ fn goldens_with_settings_related_objects_and_now() {
         &["--related", path(&configmaps), "--now", now],
     );
     // No ConfigMap: a Warning, no Job, and a Ready=False condition stamped with `now`.
-    echo_golden("message-from-missing", &new("echo-message-from.yaml"), &["--now", now]);
+    echo_golden(
+        "message-from-missing",
+        &new("echo-message-from.yaml"),
+        &["--now", now],
+    );
 
     let out = capstan(&[
         "test",
@@ -134,7 +171,10 @@ fn goldens_with_settings_related_objects_and_now() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("settings refused") && stderr.contains("backoffLimit"), "{stderr}");
+    assert!(
+        stderr.contains("settings refused") && stderr.contains("backoffLimit"),
+        "{stderr}"
+    );
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
 }
 
@@ -167,7 +207,11 @@ async fn job_names(jobs: &Api<Job>) -> Result<Vec<String>> {
 }
 
 fn command(job: &Job) -> Vec<String> {
-    let spec = job.spec.as_ref().and_then(|s| s.template.spec.as_ref()).expect("a pod spec");
+    let spec = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("a pod spec");
     spec.containers[0].command.clone().unwrap_or_default()
 }
 
@@ -179,13 +223,20 @@ async fn echo_follows_the_config_map_it_reads_its_message_from() -> Result<()> {
     let dir = std::env::temp_dir().join(format!("capstan-contract-{ns}"));
     let settings = json!({"image": "busybox", "backoffLimit": 1, "ttlSecondsAfterFinished": 3600});
     let config = write_config(&dir, &[("echo", settings)])?;
-    let _host = Host::start(plane, &["--config", path(&config), "--namespace", &ns], &dir.join("host.log"), &[])?;
+    let _host = Host::start(
+        plane,
+        &["--config", path(&config), "--namespace", &ns],
+        &dir.join("host.log"),
+        &[],
+    )?;
     let client = plane.client().await?;
     let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
 
-    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "greetings"}, "data": {"morning": "good morning"}}))?;
+    let cm: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "greetings"}, "data": {"morning": "good morning"}}),
+    )?;
     maps.create(&PostParams::default(), &cm).await?;
     let echo: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "capstan.dev/v1alpha1", "kind": "Echo", "metadata": {"name": "greeting"},
@@ -195,19 +246,30 @@ async fn echo_follows_the_config_map_it_reads_its_message_from() -> Result<()> {
     let first = first_listed("the Echo's Job", &jobs, Duration::from_secs(60)).await?;
     assert_eq!(command(&first), ["echo", "good morning"]);
     let spec = first.spec.as_ref().unwrap();
-    assert_eq!((spec.backoff_limit, spec.ttl_seconds_after_finished), (Some(1), Some(3600)), "the operator's settings");
-    eventually("status Succeeded and Ready", Duration::from_secs(90), async || {
-        let s = echoes.get("greeting").await?.data["status"].clone();
-        let ready = s["conditions"].as_array().into_iter().flatten().any(|c| {
-            c["type"] == "Ready" && c["status"] == "True" && c["observedGeneration"] == 1
-        });
-        Ok((s["phase"] == "Succeeded" && ready).then_some(()))
-    })
+    assert_eq!(
+        (spec.backoff_limit, spec.ttl_seconds_after_finished),
+        (Some(1), Some(3600)),
+        "the operator's settings"
+    );
+    eventually(
+        "status Succeeded and Ready",
+        Duration::from_secs(90),
+        async || {
+            let s = echoes.get("greeting").await?.data["status"].clone();
+            let ready = s["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True" && c["observedGeneration"] == 1);
+            Ok((s["phase"] == "Succeeded" && ready).then_some(()))
+        },
+    )
     .await?;
 
     // Editing the ConfigMap, not the Echo, re-runs it: a new Job, the old one pruned.
     let edit = json!({"data": {"morning": "good morning again"}});
-    maps.patch("greetings", &PatchParams::default(), &Patch::Merge(&edit)).await?;
+    maps.patch("greetings", &PatchParams::default(), &Patch::Merge(&edit))
+        .await?;
     let old_name = first.metadata.name.clone().unwrap();
     let second = eventually("the new Job alone", Duration::from_secs(60), async || {
         let names = job_names(&jobs).await?;
@@ -223,17 +285,34 @@ async fn echo_follows_the_config_map_it_reads_its_message_from() -> Result<()> {
     })
     .await?;
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    let warning = eventually("a Warning naming the ConfigMap", Duration::from_secs(30), async || {
-        let list = events.list(&ListParams::default()).await?.items;
-        Ok(list.into_iter().find(|e| {
-            e.type_.as_deref() == Some("Warning") && e.note.as_deref().is_some_and(|n| n.contains("greetings"))
-        }))
-    })
+    let warning = eventually(
+        "a Warning naming the ConfigMap",
+        Duration::from_secs(30),
+        async || {
+            let list = events.list(&ListParams::default()).await?.items;
+            Ok(list.into_iter().find(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.note.as_deref().is_some_and(|n| n.contains("greetings"))
+            }))
+        },
+    )
     .await?;
-    assert_eq!(warning.regarding.and_then(|r| r.name).as_deref(), Some("greeting"));
+    assert_eq!(
+        warning.regarding.and_then(|r| r.name).as_deref(),
+        Some("greeting")
+    );
     let status = echoes.get("greeting").await?.data["status"].clone();
-    let ready = status["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "Ready").cloned();
-    assert_eq!(ready.as_ref().map(|c| c["status"].clone()), Some(json!("False")), "{status}");
+    let ready = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready")
+        .cloned();
+    assert_eq!(
+        ready.as_ref().map(|c| c["status"].clone()),
+        Some(json!("False")),
+        "{status}"
+    );
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
@@ -245,12 +324,24 @@ async fn invalid_settings_refuse_that_plugin_at_start_with_its_own_message() -> 
     install_plugin_crd(plane, "scheduled-echo").await?;
     let ns = plane.namespace("contract-settings").await?;
     let dir = std::env::temp_dir().join(format!("capstan-contract-{ns}"));
-    let config = write_config(&dir, &[("echo", json!({"backoffLimit": -1})), ("scheduled-echo", json!({}))])?;
-    let host = Host::start(plane, &["--config", path(&config), "--namespace", &ns], &dir.join("host.log"), &[])?;
+    let config = write_config(
+        &dir,
+        &[
+            ("echo", json!({"backoffLimit": -1})),
+            ("scheduled-echo", json!({})),
+        ],
+    )?;
+    let host = Host::start(
+        plane,
+        &["--config", path(&config), "--namespace", &ns],
+        &dir.join("host.log"),
+        &[],
+    )?;
     let line = eventually("the refusal in the log", Duration::from_secs(30), async || {
-        Ok(host.log().into_iter().find(|l| {
-            l.to_string().contains("settings refused") && l.to_string().contains("backoffLimit")
-        }))
+        Ok(host
+            .log()
+            .into_iter()
+            .find(|l| l.to_string().contains("settings refused") && l.to_string().contains("backoffLimit")))
     })
     .await?;
     assert!(line.to_string().contains("echo.wasm"), "names the file: {line}");
@@ -278,10 +369,20 @@ async fn a_0_1_echo_runs_unchanged_beside_a_0_2_plugin_in_one_host() -> Result<(
     std::fs::create_dir_all(&dir)?;
     std::fs::copy(old("echo.wasm"), dir.join("echo.wasm"))?;
     std::fs::copy(plugin("scheduled-echo"), dir.join("scheduled-echo.wasm"))?;
-    let _host = Host::start(plane, &["--plugins", path(&dir), "--namespace", &ns], &dir.join("host.log"), &[])?;
+    let _host = Host::start(
+        plane,
+        &["--plugins", path(&dir), "--namespace", &ns],
+        &dir.join("host.log"),
+        &[],
+    )?;
     let client = plane.client().await?;
     let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
-    echoes.create(&PostParams::default(), &capstan_tests::host::echo("hello", "from 0.1")?).await?;
+    echoes
+        .create(
+            &PostParams::default(),
+            &capstan_tests::host::echo("hello", "from 0.1")?,
+        )
+        .await?;
     let parents: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &scheduled_echo_resource());
     let object: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "capstan.dev/v1alpha1", "kind": "ScheduledEcho",
@@ -292,10 +393,14 @@ async fn a_0_1_echo_runs_unchanged_beside_a_0_2_plugin_in_one_host() -> Result<(
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let job = first_listed("the 0.1 Echo's Job", &jobs, Duration::from_secs(60)).await?;
     assert_eq!(command(&job), ["echo", "from 0.1"]);
-    eventually("the 0.1 Echo's status Succeeded", Duration::from_secs(90), async || {
-        let e = echoes.get("hello").await?;
-        Ok((e.data["status"]["phase"] == "Succeeded").then_some(()))
-    })
+    eventually(
+        "the 0.1 Echo's status Succeeded",
+        Duration::from_secs(90),
+        async || {
+            let e = echoes.get("hello").await?;
+            Ok((e.data["status"]["phase"] == "Succeeded").then_some(()))
+        },
+    )
     .await?;
     let cron_jobs: Api<CronJob> = Api::namespaced(client, &ns);
     first_listed("the 0.2 plugin's CronJob", &cron_jobs, Duration::from_secs(60)).await?;
@@ -307,16 +412,31 @@ async fn a_0_1_echo_runs_unchanged_beside_a_0_2_plugin_in_one_host() -> Result<(
 async fn defaults_in(client: &kube::Client, ns: &str) -> Result<(usize, usize, usize)> {
     let lp = ListParams::default().labels("capstan.dev/plugin=namespace-defaults");
     Ok((
-        Api::<ResourceQuota>::namespaced(client.clone(), ns).list(&lp).await?.items.len(),
-        Api::<LimitRange>::namespaced(client.clone(), ns).list(&lp).await?.items.len(),
-        Api::<NetworkPolicy>::namespaced(client.clone(), ns).list(&lp).await?.items.len(),
+        Api::<ResourceQuota>::namespaced(client.clone(), ns)
+            .list(&lp)
+            .await?
+            .items
+            .len(),
+        Api::<LimitRange>::namespaced(client.clone(), ns)
+            .list(&lp)
+            .await?
+            .items
+            .len(),
+        Api::<NetworkPolicy>::namespaced(client.clone(), ns)
+            .list(&lp)
+            .await?
+            .items
+            .len(),
     ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_defaults_follow_the_label_on_cluster_scoped_namespaces() -> Result<()> {
     let plane = Plane::shared().await?;
-    let (a, b) = (plane.namespace("contract-nsd-a").await?, plane.namespace("contract-nsd-b").await?);
+    let (a, b) = (
+        plane.namespace("contract-nsd-a").await?,
+        plane.namespace("contract-nsd-b").await?,
+    );
     let dir = std::env::temp_dir().join(format!("capstan-contract-{a}"));
     let config = write_config(&dir, &[("namespace-defaults", json!({}))])?;
     // Cluster-wide: the parent kind is cluster-scoped.
@@ -325,14 +445,23 @@ async fn namespace_defaults_follow_the_label_on_cluster_scoped_namespaces() -> R
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let label = |on: bool| json!({"metadata": {"labels": {"capstan.dev/defaults": if on { json!("true") } else { json!(null) }}}});
     for ns in [&a, &b] {
-        namespaces.patch(ns, &PatchParams::default(), &Patch::Merge(&label(true))).await?;
+        namespaces
+            .patch(ns, &PatchParams::default(), &Patch::Merge(&label(true)))
+            .await?;
     }
     for ns in [&a, &b] {
-        eventually("a quota, a limit range and a network policy", Duration::from_secs(60), async || {
-            Ok((defaults_in(&client, ns).await? == (1, 1, 1)).then_some(()))
-        })
+        eventually(
+            "a quota, a limit range and a network policy",
+            Duration::from_secs(60),
+            async || Ok((defaults_in(&client, ns).await? == (1, 1, 1)).then_some(())),
+        )
         .await
-        .with_context(|| format!("in {ns}; host log: {:?}", host.log().iter().rev().take(5).collect::<Vec<_>>()))?;
+        .with_context(|| {
+            format!(
+                "in {ns}; host log: {:?}",
+                host.log().iter().rev().take(5).collect::<Vec<_>>()
+            )
+        })?;
     }
     let quota = Api::<ResourceQuota>::namespaced(client.clone(), &a)
         .list(&ListParams::default().labels("capstan.dev/plugin=namespace-defaults"))
@@ -340,13 +469,21 @@ async fn namespace_defaults_follow_the_label_on_cluster_scoped_namespaces() -> R
         .items
         .remove(0);
     let owner = &quota.metadata.owner_references.as_ref().unwrap()[0];
-    assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Namespace", a.as_str()), "owned by its Namespace");
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("Namespace", a.as_str()),
+        "owned by its Namespace"
+    );
 
     // The label goes: that Namespace's defaults are pruned, the other's stay.
-    namespaces.patch(&a, &PatchParams::default(), &Patch::Merge(&label(false))).await?;
-    eventually("no defaults left in the unlabelled namespace", Duration::from_secs(60), async || {
-        Ok((defaults_in(&client, &a).await? == (0, 0, 0)).then_some(()))
-    })
+    namespaces
+        .patch(&a, &PatchParams::default(), &Patch::Merge(&label(false)))
+        .await?;
+    eventually(
+        "no defaults left in the unlabelled namespace",
+        Duration::from_secs(60),
+        async || Ok((defaults_in(&client, &a).await? == (0, 0, 0)).then_some(())),
+    )
     .await?;
     assert_eq!(defaults_in(&client, &b).await?, (1, 1, 1));
     std::fs::remove_dir_all(dir).ok();

@@ -15,8 +15,8 @@ use serde_json::Value;
 mod common;
 
 use common::{
-    chart, ci_values, echo_grants, event_grants, grant, grants, helm, of_kind, one, render, scheduled_echo_grants,
-    union, wasm_from, with_custom_section,
+    chart, ci_values, echo_grants, event_grants, grant, grants, helm, of_kind, one, render,
+    scheduled_echo_grants, union, wasm_from, with_custom_section,
 };
 
 #[test]
@@ -241,7 +241,12 @@ fn related_kinds_are_read_only_secrets_among_them_only_by_grant_and_settings_rea
     );
     let docs = render(
         "capstan",
-        &["-f", values.to_str().unwrap(), "--set", "plugins.reader.allowSecrets=true"],
+        &[
+            "-f",
+            values.to_str().unwrap(),
+            "--set",
+            "plugins.reader.allowSecrets=true",
+        ],
     )?;
     let rules = union(of_kind(&docs, "ClusterRole").into_iter().map(grants));
     let reads = |resource: &str| grant("", resource, &["get", "list", "watch"]);
@@ -250,7 +255,9 @@ fn related_kinds_are_read_only_secrets_among_them_only_by_grant_and_settings_rea
         assert_eq!(held, reads(resource), "{resource}: read, never written");
     }
     let config: serde_json::Value = serde_saphyr::from_str(
-        one(&docs, "ConfigMap")["data"]["config.yaml"].as_str().unwrap_or_default(),
+        one(&docs, "ConfigMap")["data"]["config.yaml"]
+            .as_str()
+            .unwrap_or_default(),
     )?;
     assert_eq!(
         config["plugins"][0]["settings"],

@@ -129,7 +129,7 @@ use crate::{KindRef, Metadata, ReconcileError, Reconciler, Response};
 
 /// The clock of a fixture that sets none: fixed, so responses never depend on the day a
 /// test runs.
-pub const DEFAULT_NOW: &str = "2026-01-01T00:00:00Z";
+pub const DEFAULT_NOW: &str = capstan_contract::FIXTURE_NOW;
 
 /// A fixture file or text that could not be read.
 #[derive(Debug)]

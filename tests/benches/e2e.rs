@@ -20,7 +20,8 @@ use anyhow::{Context, Result, bail};
 use capstan::controller::Options;
 use capstan::dev::{Plane, PlaneConfig};
 use capstan::engine::{
-    DispatchError, Engine, EngineConfig, Event, EventType, Kind, Metadata, Reconcile, Request, Response,
+    DispatchError, Engine, EngineConfig, Event, EventType, Kind, Metadata, Reconcile, RelatedQuery, Request,
+    Response,
 };
 use capstan::{Host as CapstanHost, HostConfig};
 use capstan_sdk::bindings::capstan::reconciler::types as wit;
@@ -54,6 +55,8 @@ impl NativeEcho {
             version: m.version,
             parent: kind(m.parent),
             children: m.children.into_iter().map(kind).collect(),
+            related: m.related.into_iter().map(kind).collect(),
+            settings_schema: m.settings_schema.and_then(|s| serde_json::from_str(&s).ok()),
             finalizer: m.finalizer,
         })
     }
@@ -64,13 +67,29 @@ impl Reconcile for NativeEcho {
         &self.0
     }
 
+    fn related(&self, parent: &serde_json::Value) -> Result<Vec<RelatedQuery>, DispatchError> {
+        Ok(capstan_sdk::guest::queries::<echo::EchoReconciler>(
+            &parent.to_string(),
+            "{}".into(),
+        ))
+    }
+
     fn reconcile(&self, request: &Request) -> Result<Response, DispatchError> {
+        let now = request.now.unwrap_or_else(k8s_openapi::jiff::Timestamp::now);
         let request = wit::Request {
             parent: request.parent.to_string(),
             children: request.children.iter().map(|c| c.to_string()).collect(),
+            related: request.related.iter().map(|c| c.to_string()).collect(),
+            settings: "{}".into(),
+            now: now.to_string(),
             finalizing: request.finalizing,
         };
-        let json = |s: &str| serde_json::from_str(s).map_err(|e| DispatchError::Retry(e.to_string()));
+        let json = |s: &str| {
+            serde_json::from_str(s).map_err(|e| DispatchError::Retry {
+                message: e.to_string(),
+                after: None,
+            })
+        };
         match capstan_sdk::guest::reconcile::<echo::EchoReconciler>(request) {
             Ok(r) => Ok(Response {
                 children: r.children.iter().map(|c| json(c)).collect::<Result<_, _>>()?,
@@ -90,7 +109,10 @@ impl Reconcile for NativeEcho {
                     .collect(),
                 finalized: r.finalized,
             }),
-            Err(wit::ReconcileError::Retry(m)) => Err(DispatchError::Retry(m)),
+            Err(wit::ReconcileError::Retry(r)) => Err(DispatchError::Retry {
+                message: r.message,
+                after: r.after_ms.map(Duration::from_millis),
+            }),
             Err(wit::ReconcileError::Fatal(m)) => Err(DispatchError::Fatal(m)),
         }
     }

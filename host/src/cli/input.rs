@@ -43,8 +43,9 @@ pub struct FixtureArgs {
     /// its `related` queries select, under the rules `capstan run` applies.
     #[arg(long, num_args = 1..)]
     pub related: Vec<std::path::PathBuf>,
-    /// The time the plugin is told it is (RFC 3339); fixed so outputs are reproducible.
-    #[arg(long, default_value = "1970-01-01T00:00:00Z", value_parser = parse_now)]
+    /// The time the plugin is told it is (RFC 3339); fixed so outputs are reproducible,
+    /// the same default as the SDK's fixtures.
+    #[arg(long, default_value = capstan_contract::FIXTURE_NOW, value_parser = parse_now)]
     pub now: k8s_openapi::jiff::Timestamp,
 }
 

@@ -42,9 +42,9 @@ mod selector;
 mod validate;
 
 pub use kind::{Kind, Metadata};
+pub use names::{dns1123_label, dns1123_subdomain, object_name, printable};
 pub use related::{RelatedQuery, Selector};
 pub use selector::LabelSelector;
-pub use names::{dns1123_label, dns1123_subdomain, object_name, printable};
 pub use validate::{Allowances, Child, Refusal, children, home_namespace, parent_namespace};
 
 /// The contract's version, named once: every constant below is built from it, and a test
@@ -61,6 +61,10 @@ pub const WIT_VERSION: &str = wit_version!();
 pub const WIT_PACKAGE: &str = concat!("capstan:reconciler@", wit_version!());
 /// The interface every plugin exports.
 pub const PLUGIN_EXPORT: &str = concat!("capstan:reconciler/plugin@", wit_version!());
+/// The time offline runs (`capstan test`, the SDK's fixtures) tell a plugin it is unless
+/// told otherwise: fixed, so their outputs are reproducible.
+pub const FIXTURE_NOW: &str = "2026-01-01T00:00:00Z";
+
 /// Older versions the host still serves, each adapted to the current one (a test holds
 /// each to its frozen copy in `wit/<version>/`).
 pub const OLDER_VERSIONS: &[&str] = &["0.1.0"];

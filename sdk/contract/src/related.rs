@@ -74,7 +74,10 @@ pub fn resolve(
     queries: &[RelatedQuery],
 ) -> Result<Vec<Resolved>, String> {
     if queries.len() > MAX_QUERIES {
-        return Err(format!("{} related queries; at most {MAX_QUERIES}", queries.len()));
+        return Err(format!(
+            "{} related queries; at most {MAX_QUERIES}",
+            queries.len()
+        ));
     }
     let names: usize = queries
         .iter()
@@ -84,9 +87,14 @@ pub fn resolve(
         })
         .sum();
     if names > MAX_NAMES {
-        return Err(format!("related queries name {names} objects; at most {MAX_NAMES}"));
+        return Err(format!(
+            "related queries name {names} objects; at most {MAX_NAMES}"
+        ));
     }
-    queries.iter().map(|q| one(metadata, parent_namespace, q)).collect()
+    queries
+        .iter()
+        .map(|q| one(metadata, parent_namespace, q))
+        .collect()
 }
 
 fn one(metadata: &Metadata, parent_namespace: Option<&str>, q: &RelatedQuery) -> Result<Resolved, String> {
@@ -129,7 +137,8 @@ fn one(metadata: &Metadata, parent_namespace: Option<&str>, q: &RelatedQuery) ->
     let (names, labels) = match &q.selector {
         Selector::Names(names) => {
             for n in names {
-                crate::object_name(declared, n).map_err(|e| format!("related query for {}: {e}", declared.kind))?;
+                crate::object_name(declared, n)
+                    .map_err(|e| format!("related query for {}: {e}", declared.kind))?;
             }
             (Some(names.clone()), None)
         }
@@ -232,7 +241,10 @@ mod tests {
         let e = resolve(&m, Some("a"), &[query("ConfigMap", None, names(&["../x"]))]).unwrap_err();
         assert!(e.contains("ConfigMap"), "{e}");
         let cluster = resolve(&m, Some("a"), &[query("Namespace", Some("z"), names(&["a"]))]).unwrap();
-        assert_eq!(cluster[0].namespace, None, "a cluster-scoped kind has no namespace");
+        assert_eq!(
+            cluster[0].namespace, None,
+            "a cluster-scoped kind has no namespace"
+        );
         let many = vec![query("ConfigMap", None, names(&["x"])); MAX_QUERIES + 1];
         assert!(resolve(&m, Some("a"), &many).unwrap_err().contains("at most"));
     }
@@ -251,7 +263,11 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}),
         ];
         let queries = [
-            query("ConfigMap", None, Selector::Names(vec!["x".into(), "missing".into()])),
+            query(
+                "ConfigMap",
+                None,
+                Selector::Names(vec!["x".into(), "missing".into()]),
+            ),
             query("ConfigMap", None, Selector::Labels("app in (web,db)".into())),
             query("Namespace", None, Selector::Names(vec!["a".into()])),
         ];
@@ -259,7 +275,13 @@ mod tests {
         let picked = select(&m, &resolved, &candidates);
         let names: Vec<_> = picked
             .iter()
-            .map(|o| format!("{}/{}", o["kind"].as_str().unwrap(), o["metadata"]["name"].as_str().unwrap()))
+            .map(|o| {
+                format!(
+                    "{}/{}",
+                    o["kind"].as_str().unwrap(),
+                    o["metadata"]["name"].as_str().unwrap()
+                )
+            })
             .collect();
         assert_eq!(names, ["ConfigMap/x", "ConfigMap/y", "Namespace/a"]);
     }

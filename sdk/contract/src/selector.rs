@@ -87,9 +87,9 @@ fn requirement(r: &str) -> Result<Requirement, String> {
     let words: Vec<&str> = r.splitn(2, char::is_whitespace).collect();
     if let [key, rest] = words[..] {
         let rest = rest.trim();
-        let (op, set) = rest
-            .split_once('(')
-            .ok_or_else(|| format!("{r:?} is not key=value, key!=value, key in (...), key notin (...), key or !key"))?;
+        let (op, set) = rest.split_once('(').ok_or_else(|| {
+            format!("{r:?} is not key=value, key!=value, key in (...), key notin (...), key or !key")
+        })?;
         let set = set
             .strip_suffix(')')
             .ok_or_else(|| format!("{r:?} lacks its closing parenthesis"))?;
@@ -109,8 +109,12 @@ fn key_of(key: &str) -> Result<String, String> {
     let name = key.rsplit_once('/').map_or(key, |(_, n)| n);
     let ok = !name.is_empty()
         && name.len() <= 63
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        && key.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
     if ok {
         Ok(key.to_string())
     } else {
@@ -120,7 +124,10 @@ fn key_of(key: &str) -> Result<String, String> {
 
 fn value_of(value: &str) -> Result<String, String> {
     let value = value.trim();
-    let ok = value.len() <= 63 && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    let ok = value.len() <= 63
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
     if ok {
         Ok(value.to_string())
     } else {
@@ -133,12 +140,16 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn every_operator_of_the_text_form_matches_as_kubernetes_does() {
-        let s = LabelSelector::parse("app=web, tier in (a, b),!legacy,env!=prod,team,zone notin (x)").unwrap();
+        let s =
+            LabelSelector::parse("app=web, tier in (a, b),!legacy,env!=prod,team,zone notin (x)").unwrap();
         let web = labels(&[("app", "web"), ("tier", "a"), ("team", "t")]);
         assert!(s.matches(&web));
         let mut legacy = web.clone();
@@ -152,7 +163,11 @@ mod tests {
         assert!(!s.matches(&zone));
         assert!(!s.matches(&labels(&[("app", "web"), ("tier", "c"), ("team", "t")])));
         assert!(LabelSelector::parse("").unwrap().matches(&BTreeMap::new()));
-        assert!(LabelSelector::parse("example.com/role==db").unwrap().matches(&labels(&[("example.com/role", "db")])));
+        assert!(
+            LabelSelector::parse("example.com/role==db")
+                .unwrap()
+                .matches(&labels(&[("example.com/role", "db")]))
+        );
     }
 
     #[test]

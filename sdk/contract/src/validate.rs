@@ -200,7 +200,11 @@ pub fn home_namespace<'a>(metadata: &Metadata, namespace: Option<&'a str>, name:
 /// `capstan run` takes the namespace of the object it watches.
 pub fn parent_namespace<'a>(metadata: &Metadata, parent: &'a serde_json::Value) -> Option<&'a str> {
     if !metadata.parent.namespaced {
-        return home_namespace(metadata, None, parent["metadata"]["name"].as_str().unwrap_or_default());
+        return home_namespace(
+            metadata,
+            None,
+            parent["metadata"]["name"].as_str().unwrap_or_default(),
+        );
     }
     Some(
         parent["metadata"]["namespace"]

@@ -43,7 +43,10 @@ fn the_readme_names_the_version_in_code() {
         })
         .collect();
     assert!(!named.is_empty(), "the README names the contract");
-    assert!(named.contains(&capstan_contract::WIT_PACKAGE), "the README names the current contract");
+    assert!(
+        named.contains(&capstan_contract::WIT_PACKAGE),
+        "the README names the current contract"
+    );
     let served = |n: &str| {
         n == capstan_contract::WIT_PACKAGE
             || capstan_contract::OLDER_VERSIONS
