@@ -237,7 +237,7 @@ fn inspect_shows_metadata_and_contract() {
     let out = capstan(&["inspect", path(&plugin("echo"))]);
     assert!(out.status.success());
     let report: serde_json::Value = serde_saphyr::from_slice(&out.stdout).unwrap();
-    assert_eq!(report["wit"], "capstan:reconciler@0.1.0");
+    assert_eq!(report["wit"], capstan::engine::WIT_PACKAGE);
     assert_eq!(report["name"], "echo");
     assert_eq!(report["parent"]["kind"], "Echo");
     assert_eq!(report["children"][0]["kind"], "Job");
@@ -371,4 +371,37 @@ fn bad_input_is_one_line_and_exit_2() {
         }
     }
     std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn related_queries_the_host_would_refuse_are_refused_and_faults_in_related_are_faults() {
+    let objects = fixture("hostile-related-objects");
+    let extra = ["--related", path(&objects), "--deadline", "200ms"];
+    let out = test_plugin("hostile", "hostile-related", &extra);
+    assert_eq!(out.status.code(), Some(1), "refused queries are plugin bugs");
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    let refused = |i: usize| {
+        docs[i]["error"]["refused"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        refused(0).contains("not the parent's namespace"),
+        "{}",
+        refused(0)
+    );
+    assert!(
+        refused(1).contains("not a declared related kind"),
+        "{}",
+        refused(1)
+    );
+    assert!(refused(2).contains("at most"), "{}", refused(2));
+    assert_eq!(docs[3]["error"]["fault"], "panic", "{}", docs[3]);
+    assert_eq!(docs[4]["error"]["fault"], "deadline", "{}", docs[4]);
+    assert_eq!(
+        docs[5]["status"]["related"], 2,
+        "web-1 and web-2, not db nor another namespace's"
+    );
 }

@@ -178,14 +178,17 @@ fn goldens_with_settings_related_objects_and_now() {
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
 }
 
+/// A `--config` file in `dir` running each named test plugin with its entry's other keys.
 fn write_config(dir: &Path, plugins: &[(&str, serde_json::Value)]) -> Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     let entries: Vec<serde_json::Value> = plugins
         .iter()
-        .map(|(name, settings)| {
+        .map(|(name, entry)| {
             let file = dir.join(format!("{name}.wasm"));
             std::fs::copy(plugin(name), &file)?;
-            Ok(json!({"path": file, "settings": settings}))
+            let mut entry = entry.clone();
+            entry["path"] = json!(file);
+            Ok(entry)
         })
         .collect::<Result<_>>()?;
     let config = dir.join("config.yaml");
@@ -222,7 +225,7 @@ async fn echo_follows_the_config_map_it_reads_its_message_from() -> Result<()> {
     let ns = plane.namespace("contract-from").await?;
     let dir = std::env::temp_dir().join(format!("capstan-contract-{ns}"));
     let settings = json!({"image": "busybox", "backoffLimit": 1, "ttlSecondsAfterFinished": 3600});
-    let config = write_config(&dir, &[("echo", settings)])?;
+    let config = write_config(&dir, &[("echo", json!({ "settings": settings }))])?;
     let _host = Host::start(
         plane,
         &["--config", path(&config), "--namespace", &ns],
@@ -327,7 +330,7 @@ async fn invalid_settings_refuse_that_plugin_at_start_with_its_own_message() -> 
     let config = write_config(
         &dir,
         &[
-            ("echo", json!({"backoffLimit": -1})),
+            ("echo", json!({"settings": {"backoffLimit": -1}})),
             ("scheduled-echo", json!({})),
         ],
     )?;
@@ -438,7 +441,10 @@ async fn namespace_defaults_follow_the_label_on_cluster_scoped_namespaces() -> R
         plane.namespace("contract-nsd-b").await?,
     );
     let dir = std::env::temp_dir().join(format!("capstan-contract-{a}"));
-    let config = write_config(&dir, &[("namespace-defaults", json!({}))])?;
+    // The operator's grant to write into the Namespace reconciled; without it every child
+    // is refused (plugins/namespace-defaults' own tests show that).
+    let entry = json!({"allowOwnNamespace": true});
+    let config = write_config(&dir, &[("namespace-defaults", entry)])?;
     // Cluster-wide: the parent kind is cluster-scoped.
     let host = Host::start(plane, &["--config", path(&config)], &dir.join("host.log"), &[])?;
     let client = plane.client().await?;

@@ -11,6 +11,7 @@
 //!     allowNamespaces: [team-a]    # for a cluster-scoped parent's children
 //!     allowSecrets: false          # may it declare Secret (parent or child)?
 //!     allowOwnKind: false          # may it make children of its own parent kind?
+//!     allowOwnNamespace: false     # may a Namespace parent's children go into that Namespace?
 //!     settings: { image: busybox } # the plugin's own settings, which it checks at load
 //! ```
 
@@ -57,6 +58,9 @@ pub struct PluginConfig {
     /// The plugin may declare its own parent kind as a child kind.
     #[serde(default)]
     pub allow_own_kind: bool,
+    /// A plugin of Namespaces may put children into the Namespace it reconciles.
+    #[serde(default)]
+    pub allow_own_namespace: bool,
     /// The plugin's own settings (a mapping), which it checks when loaded.
     #[serde(default)]
     pub settings: Option<serde_json::Value>,
@@ -74,6 +78,7 @@ impl PluginConfig {
             allow_namespaces: Vec::new(),
             allow_secrets: false,
             allow_own_kind: false,
+            allow_own_namespace: false,
             settings: None,
         }
     }

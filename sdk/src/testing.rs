@@ -324,6 +324,13 @@ impl Fixture {
         self
     }
 
+    /// The operator's grant for a plugin of Namespaces to put children into the Namespace
+    /// it reconciles (`allowOwnNamespace`; `capstan test --allow-own-namespace`).
+    pub fn allow_own_namespace(mut self) -> Self {
+        self.allow.own_namespace = true;
+        self
+    }
+
     /// Run `R` on this fixture, exactly as the Wasm export would, and check the response
     /// as the host would before writing it (see the [module docs](self)).
     ///
@@ -386,7 +393,8 @@ impl Fixture {
         let settings = json(&self.settings);
         metadata.validate_settings(&settings).map_err(Failure::Settings)?;
         let declared = declared(parent_kind, metadata);
-        let namespace = capstan_contract::parent_namespace(&declared, &self.parent).map(str::to_owned);
+        let namespace =
+            capstan_contract::parent_namespace(&declared, &self.parent, &self.allow).map(str::to_owned);
         let parent = json(&self.parent);
         // As the host: no `related` call for a plugin that declares no related kinds.
         let related = if declared.related.is_empty() {

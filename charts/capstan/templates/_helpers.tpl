@@ -212,6 +212,9 @@ plugins:
     {{- if $p.allowOwnKind }}
     allowOwnKind: true
     {{- end }}
+    {{- if $p.allowOwnNamespace }}
+    allowOwnNamespace: true
+    {{- end }}
     {{- with $p.settings }}
     settings: {{ toJson . }}
     {{- end }}

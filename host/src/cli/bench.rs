@@ -45,6 +45,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         &related,
         args.fixtures.now,
         false,
+        &capstan_contract::Allowances::default(),
     ) {
         Ok(request) => request,
         Err(input::Unrequestable::Dispatch(e)) => anyhow::bail!("the plugin's related queries failed: {e}"),

@@ -71,10 +71,11 @@ pub fn request(
     candidates: &[serde_json::Value],
     now: k8s_openapi::jiff::Timestamp,
     finalizing: bool,
+    allow: &capstan_contract::Allowances,
 ) -> Result<Request, Unrequestable> {
     let metadata = plugin.metadata();
     let queries = plugin.related(&parent).map_err(Unrequestable::Dispatch)?;
-    let home = capstan_contract::parent_namespace(metadata, &parent);
+    let home = capstan_contract::parent_namespace(metadata, &parent, allow);
     let resolved =
         capstan_contract::related::resolve(metadata, home, &queries).map_err(Unrequestable::Refused)?;
     Ok(Request {

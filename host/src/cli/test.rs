@@ -33,6 +33,10 @@ pub struct TestArgs {
     /// `capstan run --namespace` or a plugin's `allowNamespaces` gives.
     #[arg(long = "allow-namespace", value_name = "NS")]
     allow_namespaces: Vec<String>,
+    /// A Namespace parent's children may go into that Namespace: the grant a plugin's
+    /// `allowOwnNamespace` gives.
+    #[arg(long)]
+    allow_own_namespace: bool,
 }
 
 pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
@@ -46,6 +50,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     let allow = Allowances {
         cluster_kinds: args.allow_cluster_kinds,
         namespaces: args.allow_namespaces,
+        own_namespace: args.allow_own_namespace,
     };
     let outcomes: Vec<Value> = parents
         .into_iter()
@@ -57,6 +62,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
                 &related,
                 args.fixtures.now,
                 args.finalizing,
+                &allow,
             );
             match made {
                 Ok(request) => outcome(plugin.metadata(), &parent, plugin.reconcile(&request), &allow),
@@ -106,7 +112,7 @@ fn outcome(
 ) -> anyhow::Result<Value> {
     Ok(match result {
         Ok(response) => {
-            let namespace = validate::parent_namespace(metadata, parent);
+            let namespace = validate::parent_namespace(metadata, parent, allow);
             match validate::children(metadata, namespace, response.children.clone(), allow) {
                 Ok(_) => serde_json::to_value(response).context("serializing the response")?,
                 Err(refusal) => json!({ "error": { "refused": refusal.to_string() } }),

@@ -387,7 +387,7 @@ fn home<'a>(
     options: &Options,
 ) -> Option<&'a str> {
     let name = kube::Resource::meta(parent).name.as_deref().unwrap_or_default();
-    let home = capstan_contract::home_namespace(metadata, own, name);
+    let home = capstan_contract::home_namespace(metadata, own, name, &options.allow);
     match (&options.namespace, metadata.parent.namespaced) {
         (Some(watched), false) if home != Some(watched.as_str()) => None,
         _ => home,

@@ -104,6 +104,7 @@ fn options(e: &PluginConfig, defaults: &Options) -> anyhow::Result<Options> {
         .namespaces
         .extend(e.allow_namespaces.iter().cloned());
     options.allow.namespaces.dedup();
+    options.allow.own_namespace = e.allow_own_namespace;
     options.settings = e.settings.clone().unwrap_or_default();
     options.grants = crate::grants::Grants {
         secrets: e.allow_secrets,

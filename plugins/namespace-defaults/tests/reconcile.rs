@@ -17,8 +17,9 @@ fn load(parent: &str) -> Fixture {
     Fixture::load(fixture(parent)).unwrap()
 }
 
+/// Reconciled as the operator runs it: with the grant to write into the Namespace itself.
 fn run(f: Fixture) -> Response {
-    f.reconcile::<NamespaceDefaults>().unwrap()
+    f.allow_own_namespace().reconcile::<NamespaceDefaults>().unwrap()
 }
 
 fn quantities(
@@ -212,6 +213,15 @@ fn invalid_settings_are_refused_at_load_naming_the_setting() {
         .unwrap_err();
     assert!(
         matches!(&e, Failure::Settings(m) if m.contains("defaultRequestMemory")),
+        "{e}"
+    );
+}
+
+#[test]
+fn without_the_operators_grant_its_children_are_refused() {
+    let e = load("team-a.yaml").check::<NamespaceDefaults>().unwrap_err();
+    assert!(
+        matches!(&e, Failure::Refused(r) if r.reason.contains("not allowed")),
         "{e}"
     );
 }

@@ -39,6 +39,10 @@ pub struct Allowances {
     pub cluster_kinds: Vec<String>,
     /// Namespaces where children of a cluster-scoped parent may be created (none by default).
     pub namespaces: Vec<String>,
+    /// A Namespace parent's children (and namespaced related objects) may live in the
+    /// Namespace it reconciles: what a namespace-defaults plugin needs, granted because
+    /// it lets the plugin write into every Namespace it is shown (kube-system too).
+    pub own_namespace: bool,
 }
 
 impl Allowances {
@@ -182,11 +186,16 @@ fn reserved_keys(object: &serde_json::Value, plugin: &str) -> Result<(), String>
 }
 
 /// The namespace a parent's children and related objects live in: the parent's own, or —
-/// for a Namespace parent, which lives in none — the Namespace itself (its name), so a
-/// plugin of Namespaces keeps each one's children inside it without further grants.
-pub fn home_namespace<'a>(metadata: &Metadata, namespace: Option<&'a str>, name: &'a str) -> Option<&'a str> {
+/// for a Namespace parent, which lives in none, and only with the operator's
+/// [`Allowances::own_namespace`] — the Namespace itself (its name).
+pub fn home_namespace<'a>(
+    metadata: &Metadata,
+    namespace: Option<&'a str>,
+    name: &'a str,
+    allow: &Allowances,
+) -> Option<&'a str> {
     let is_namespace = metadata.parent.group.is_empty() && metadata.parent.kind == "Namespace";
-    if is_namespace && !name.is_empty() {
+    if is_namespace && allow.own_namespace && !name.is_empty() {
         Some(name)
     } else {
         namespace
@@ -198,13 +207,14 @@ pub fn home_namespace<'a>(metadata: &Metadata, namespace: Option<&'a str>, name:
 /// namespaced one, or `default` when the object names none — where `kubectl apply -f`
 /// would create it. For objects read from files (`capstan test`, the SDK's fixtures);
 /// `capstan run` takes the namespace of the object it watches.
-pub fn parent_namespace<'a>(metadata: &Metadata, parent: &'a serde_json::Value) -> Option<&'a str> {
+pub fn parent_namespace<'a>(
+    metadata: &Metadata,
+    parent: &'a serde_json::Value,
+    allow: &Allowances,
+) -> Option<&'a str> {
     if !metadata.parent.namespaced {
-        return home_namespace(
-            metadata,
-            None,
-            parent["metadata"]["name"].as_str().unwrap_or_default(),
-        );
+        let name = parent["metadata"]["name"].as_str().unwrap_or_default();
+        return home_namespace(metadata, None, name, allow);
     }
     Some(
         parent["metadata"]["namespace"]
@@ -247,7 +257,7 @@ mod tests {
     fn check(objects: Vec<serde_json::Value>, allowed: &[&str]) -> Result<Vec<Child>, Refusal> {
         let allow = Allowances {
             cluster_kinds: allowed.iter().map(|s| s.to_string()).collect(),
-            namespaces: vec![],
+            ..Allowances::default()
         };
         children(&meta(), Some("team-a"), objects, &allow)
     }
@@ -406,10 +416,30 @@ mod tests {
         let namespaced = meta();
         let in_demo = json!({"metadata": {"name": "a", "namespace": "demo"}});
         let nowhere = json!({"metadata": {"name": "a"}});
-        assert_eq!(parent_namespace(&namespaced, &in_demo), Some("demo"));
-        assert_eq!(parent_namespace(&namespaced, &nowhere), Some("default"));
+        let none = Allowances::default();
+        assert_eq!(parent_namespace(&namespaced, &in_demo, &none), Some("demo"));
+        assert_eq!(parent_namespace(&namespaced, &nowhere, &none), Some("default"));
         let mut cluster = meta();
         cluster.parent.namespaced = false;
-        assert_eq!(parent_namespace(&cluster, &in_demo), None);
+        assert_eq!(parent_namespace(&cluster, &in_demo, &none), None);
+    }
+
+    #[test]
+    fn a_namespace_is_home_to_its_children_only_by_the_operators_grant() {
+        let mut plugin = meta();
+        plugin.parent = kind("", "Namespace", "namespaces", false);
+        let team = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}});
+        let quota = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "q"}});
+        let none = Allowances::default();
+        assert_eq!(parent_namespace(&plugin, &team, &none), None);
+        assert!(children(&plugin, None, vec![quota.clone()], &none).is_err());
+        let granted = Allowances {
+            own_namespace: true,
+            ..Allowances::default()
+        };
+        let home = parent_namespace(&plugin, &team, &granted);
+        assert_eq!(home, Some("team-a"));
+        let placed = children(&plugin, home, vec![quota], &granted).unwrap();
+        assert_eq!(placed[0].namespace.as_deref(), Some("team-a"));
     }
 }

@@ -3,7 +3,10 @@
 //! misbehaviour; `spec.arg` parameterises some modes, and `spec.requeueMs` (any mode) asks
 //! to be called again that soon. Probing modes ("file", "env", "socket") report what they
 //! managed to do in `status.result`. Settings are accepted whatever they hold, except that
-//! a string `refuse` in them is the refusal `validate-settings` answers.
+//! a string `refuse` in them is the refusal `validate-settings` answers. `spec.related`
+//! picks what `related` answers: `labels:SELECTOR` (ConfigMaps by label, the honest
+//! case), or a query the host must refuse (`other-namespace`, `undeclared`, `many`), or a
+//! fault (`panic`, `loop`).
 
 // Natively (a workspace-wide `cargo test`) nothing is exported, so nothing is used.
 #![cfg_attr(not(target_family = "wasm"), allow(dead_code))]
@@ -11,6 +14,7 @@
 use capstan_sdk::bindings::capstan::reconciler::host::log;
 use capstan_sdk::bindings::capstan::reconciler::types::{
     Event, EventType, KindRef, Level, PluginMetadata, ReconcileError, RelatedQuery, Request, Response, Retry,
+    Selector,
 };
 use capstan_sdk::bindings::exports::capstan::reconciler::plugin::Guest;
 use serde_json::{Value, json};
@@ -27,7 +31,7 @@ impl Guest for Hostile {
                 kind("", "v1", "ConfigMap", "configmaps"),
                 cluster_kind("", "v1", "Namespace", "namespaces"),
             ],
-            related: vec![],
+            related: vec![kind("", "v1", "ConfigMap", "configmaps")],
             settings_schema: None,
             // Deletion waits for the plugin: mode "hold" never lets go, every other mode does.
             finalizer: Some("capstan.dev/hostile".into()),
@@ -42,9 +46,36 @@ impl Guest for Hostile {
         }
     }
 
-    // Never called: hostile declares no related kinds.
-    fn related(_: String, _: String) -> Vec<RelatedQuery> {
-        vec![]
+    fn related(parent: String, _: String) -> Vec<RelatedQuery> {
+        let parent: Value = serde_json::from_str(&parent).unwrap_or(Value::Null);
+        let config_maps = |namespace: Option<&str>, selector| RelatedQuery {
+            group: String::new(),
+            kind: "ConfigMap".into(),
+            namespace: namespace.map(Into::into),
+            selector,
+        };
+        match parent["spec"]["related"].as_str().unwrap_or_default() {
+            "" => vec![],
+            "other-namespace" => vec![config_maps(
+                Some("kube-system"),
+                Selector::Names(vec!["any".into()]),
+            )],
+            "undeclared" => vec![RelatedQuery {
+                kind: "Secret".into(),
+                ..config_maps(None, Selector::Names(vec!["any".into()]))
+            }],
+            "many" => vec![config_maps(
+                None,
+                Selector::Names((0..100_000).map(|i| format!("cm-{i}")).collect()),
+            )],
+            "panic" => panic!("related panicked on purpose"),
+            #[allow(clippy::empty_loop)]
+            "loop" => loop {},
+            other => match other.strip_prefix("labels:") {
+                Some(selector) => vec![config_maps(None, Selector::Labels(selector.into()))],
+                None => vec![],
+            },
+        }
     }
 
     fn reconcile(request: Request) -> Result<Response, ReconcileError> {
