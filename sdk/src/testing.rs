@@ -673,19 +673,23 @@ mod tests {
     }
 
     #[test]
-    fn a_namespace_parents_children_live_in_that_namespace() {
+    fn a_namespace_parents_children_live_in_that_namespace_by_the_operators_grant() {
         let annotations =
             json!({ "children": json!([config_map("a", None), config_map("b", Some("p"))]).to_string() });
-        let fixture = Fixture::new(json!({
+        let parent = json!({
             "apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": "p", "annotations": annotations},
-        }));
+        });
+        let ungranted = refusal(Fixture::new(parent.clone()).check::<NamespaceScripted>());
+        assert!(ungranted.contains("cluster-scoped parent"), "{ungranted}");
+        let fixture = Fixture::new(parent).allow_own_namespace();
         assert!(fixture.check::<NamespaceScripted>().is_ok());
         let annotations = json!({ "children": json!([config_map("a", Some("q"))]).to_string() });
         let elsewhere = Fixture::new(json!({
             "apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": "p", "annotations": annotations},
-        }));
+        }))
+        .allow_own_namespace();
         let r = refusal(elsewhere.check::<NamespaceScripted>());
         assert!(r.contains("not the parent's namespace p"), "{r}");
     }

@@ -71,9 +71,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let mut instance = plugin.instantiate("bench")?;
     let reused = measure(n, || drop(instance.reconcile(&request)));
     let (wall, per_thread) = concurrent(&plugin, &request, n, threads);
+    // The host asks `related` once per parent version, not per reconcile: its own row.
+    let related =
+        (!plugin.metadata().related.is_empty()).then(|| measure(n, || drop(plugin.related(&request.parent))));
 
     let name = &plugin.metadata().name;
-    println!("plugin {name}: {n} calls per measurement");
+    println!(
+        "plugin {name}: {n} calls per measurement; {} related object(s), settings {}",
+        request.related.len(),
+        plugin.settings()
+    );
     println!(
         "{:<28} {:>10} {:>10} {:>10} {:>12}",
         "dispatch", "p50", "p99", "mean", "calls/s"
@@ -89,6 +96,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         "",
         (n * threads) as f64 / wall.as_secs_f64()
     );
+    if let Some(related) = related {
+        related.print("related (fresh instance)");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
