@@ -2,24 +2,10 @@
 //! echo.wasm, responses `capstan test` refuses just as `capstan run` would (the hostile
 //! and tenant test plugins), `inspect`, and one-line errors with exit code 2 on bad input.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use capstan_tests::{capstan_bin, compile_cache, echo_fixture, plugin, workspace};
-
-/// `capstan ARGS`, compiling into the tests' own cache unless ARGS name one.
-fn capstan(args: &[&str]) -> Output {
-    Command::new(capstan_bin())
-        .args(args)
-        .env_remove("RUST_LOG")
-        .env("CAPSTAN_CACHE_DIR", compile_cache())
-        .output()
-        .expect("capstan runs")
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+use capstan_tests::{arg, capstan, capstan_bin, echo_fixture, plugin, workspace};
 
 fn golden(name: &str) -> PathBuf {
     workspace().join("tests/golden/echo").join(format!("{name}.yaml"))
@@ -31,15 +17,15 @@ fn run_golden(case: &str, parent: &str, children: &[&str]) {
     let children: Vec<PathBuf> = children.iter().map(|c| echo_fixture(c)).collect();
     let mut args = vec![
         "test",
-        path(&echo),
+        arg(&echo),
         "--parent",
-        path(&parent),
+        arg(&parent),
         "--expect",
-        path(&expect),
+        arg(&expect),
     ];
     if !children.is_empty() {
         args.push("--children");
-        args.extend(children.iter().map(|c| path(c)));
+        args.extend(children.iter().map(|c| arg(c)));
     }
     let out = capstan(&args);
     assert!(
@@ -96,13 +82,13 @@ fn golden_of(plugin: &str, case: &str) -> PathBuf {
 /// `capstan test` of test plugin `name` on `parent` (a fixture name), with `extra` flags.
 fn test_plugin(name: &str, parent: &str, extra: &[&str]) -> Output {
     let (wasm, parent) = (plugin(name), fixture(parent));
-    capstan(&[&["test", path(&wasm), "--parent", path(&parent)][..], extra].concat())
+    capstan(&[&["test", arg(&wasm), "--parent", arg(&parent)][..], extra].concat())
 }
 
 /// `test_plugin` with `--expect` of its golden `case`; asserts the match.
 fn plugin_golden(name: &str, parent: &str, case: &str, extra: &[&str]) {
     let expect = golden_of(name, case);
-    let out = test_plugin(name, parent, &[&["--expect", path(&expect)][..], extra].concat());
+    let out = test_plugin(name, parent, &[&["--expect", arg(&expect)][..], extra].concat());
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -136,7 +122,7 @@ fn an_undeclared_kind_is_refused_exit_1_alone_and_0_when_expected() {
     plugin_golden("hostile", "hostile-undeclared", "undeclared", &[]);
     // Expecting something else is the usual mismatch.
     let ok = golden_of("hostile", "ok");
-    let out = test_plugin("hostile", "hostile-undeclared", &["--expect", path(&ok)]);
+    let out = test_plugin("hostile", "hostile-undeclared", &["--expect", arg(&ok)]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -194,11 +180,11 @@ fn mismatch_prints_a_diff_and_exits_1() {
     let echo = plugin("echo");
     let out = capstan(&[
         "test",
-        path(&echo),
+        arg(&echo),
         "--parent",
-        path(&echo_fixture("echo.yaml")),
+        arg(&echo_fixture("echo.yaml")),
         "--expect",
-        path(&golden("succeeded")),
+        arg(&golden("succeeded")),
     ]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -220,7 +206,7 @@ fn json_and_multi_document_inputs_are_accepted() {
         format!("{one}---\n{}\n", serde_json::to_string(&json).unwrap()),
     )
     .unwrap();
-    let out = capstan(&["test", path(&plugin("echo")), "--parent", path(&parents)]);
+    let out = capstan(&["test", arg(&plugin("echo")), "--parent", arg(&parents)]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let docs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .split("---\n")
@@ -234,7 +220,7 @@ fn json_and_multi_document_inputs_are_accepted() {
 
 #[test]
 fn inspect_shows_metadata_and_contract() {
-    let out = capstan(&["inspect", path(&plugin("echo"))]);
+    let out = capstan(&["inspect", arg(&plugin("echo"))]);
     assert!(out.status.success());
     let report: serde_json::Value = serde_saphyr::from_slice(&out.stdout).unwrap();
     assert_eq!(report["wit"], capstan::engine::WIT_PACKAGE);
@@ -253,24 +239,24 @@ fn compiled_plugins_are_cached_and_an_unusable_default_cache_only_costs_speed() 
             .map(|d| d.map(|e| e.unwrap().path()).collect())
             .unwrap_or_default()
     };
-    let cache = ["--cache-dir", path(&dir)];
-    let first = capstan(&[&["inspect", path(&echo)][..], &cache].concat());
+    let cache = ["--cache-dir", arg(&dir)];
+    let first = capstan(&[&["inspect", arg(&echo)][..], &cache].concat());
     assert!(first.status.success());
     let written = entries();
     assert_eq!(written.len(), 1, "{written:?}");
     assert!(written[0].extension().is_some_and(|e| e == "cwasm"));
     // A cache hit answers the same, and `test` shares the entry with `inspect`.
-    let again = capstan(&[&["inspect", path(&echo)][..], &cache].concat());
+    let again = capstan(&[&["inspect", arg(&echo)][..], &cache].concat());
     assert_eq!(again.stdout, first.stdout);
     let fixture = echo_fixture("echo.yaml");
     let expect = golden("new");
     let test = [
         "test",
-        path(&echo),
+        arg(&echo),
         "--parent",
-        path(&fixture),
+        arg(&fixture),
         "--expect",
-        path(&expect),
+        arg(&expect),
     ];
     let out = capstan(&[&test[..], &cache].concat());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -308,22 +294,22 @@ fn bad_input_is_one_line_and_exit_2() {
     let fixture = echo_fixture("echo.yaml");
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["inspect", "/no/such/plugin.wasm"], "cannot read"),
-        (vec!["inspect", path(&text)], "not a WebAssembly file"),
-        (vec!["inspect", path(&core)], "not a component"),
+        (vec!["inspect", arg(&text)], "not a WebAssembly file"),
+        (vec!["inspect", arg(&core)], "not a component"),
         (
-            vec!["test", path(&echo), "--parent", "/no/such.yaml"],
+            vec!["test", arg(&echo), "--parent", "/no/such.yaml"],
             "cannot read",
         ),
         (
-            vec!["test", path(&echo), "--parent", path(&broken)],
+            vec!["test", arg(&echo), "--parent", arg(&broken)],
             "not valid YAML",
         ),
         (
             vec![
                 "test",
-                path(&echo),
+                arg(&echo),
                 "--parent",
-                path(&fixture),
+                arg(&fixture),
                 "--deadline",
                 "soon",
             ],
@@ -332,24 +318,24 @@ fn bad_input_is_one_line_and_exit_2() {
         (
             vec![
                 "test",
-                path(&echo),
+                arg(&echo),
                 "--parent",
-                path(&fixture),
+                arg(&fixture),
                 "--allow-namespace",
                 "Bad_NS",
             ],
             "--allow-namespace \"Bad_NS\" is not a valid RFC 1123 label",
         ),
         (
-            vec!["bench", path(&echo), "--parent", path(&fixture), "-n", "0"],
+            vec!["bench", arg(&echo), "--parent", arg(&fixture), "-n", "0"],
             "at least 1",
         ),
         (
-            vec!["inspect", path(&echo), "--cache-dir", path(&text)],
+            vec!["inspect", arg(&echo), "--cache-dir", arg(&text)],
             "compile cache",
         ),
         (
-            vec!["inspect", path(&echo), "--cache-dir", path(&shared)],
+            vec!["inspect", arg(&echo), "--cache-dir", arg(&shared)],
             "not private to this user",
         ),
     ];
@@ -376,7 +362,7 @@ fn bad_input_is_one_line_and_exit_2() {
 #[test]
 fn related_queries_the_host_would_refuse_are_refused_and_faults_in_related_are_faults() {
     let objects = fixture("hostile-related-objects");
-    let extra = ["--related", path(&objects), "--deadline", "200ms"];
+    let extra = ["--related", arg(&objects), "--deadline", "200ms"];
     let out = test_plugin("hostile", "hostile-related", &extra);
     assert_eq!(out.status.code(), Some(1), "refused queries are plugin bugs");
     let docs: Vec<serde_json::Value> =

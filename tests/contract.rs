@@ -4,7 +4,7 @@
 //! cluster-scoped parent (Namespace) with namespaced children.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -12,27 +12,13 @@ use capstan::dev::Plane;
 use capstan_tests::host::{
     Host, echo_resource, eventually, first_listed, install_plugin_crd, scheduled_echo_resource,
 };
-use capstan_tests::{capstan_bin, compile_cache, echo_fixture, plugin, workspace};
+use capstan_tests::{arg, capstan, echo_fixture, plugin, workspace};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, LimitRange, Namespace, ResourceQuota};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-
-/// `capstan ARGS` with the tests' compile cache.
-fn capstan(args: &[&str]) -> Output {
-    Command::new(capstan_bin())
-        .args(args)
-        .env_remove("RUST_LOG")
-        .env("CAPSTAN_CACHE_DIR", compile_cache())
-        .output()
-        .expect("capstan runs")
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 /// The Echo built against 0.1, kept as it was built (`tests/fixtures/echo-0.1/`).
 fn old(name: &str) -> PathBuf {
@@ -69,15 +55,15 @@ fn a_0_1_echo_passes_its_old_goldens_unchanged() {
         let children: Vec<PathBuf> = children.iter().map(|c| old(c)).collect();
         let mut args = vec![
             "test",
-            path(&wasm),
+            arg(&wasm),
             "--parent",
-            path(&parent),
+            arg(&parent),
             "--expect",
-            path(&expect),
+            arg(&expect),
         ];
         if !children.is_empty() {
             args.push("--children");
-            args.extend(children.iter().map(|c| path(c)));
+            args.extend(children.iter().map(|c| arg(c)));
         }
         succeeded(case, &capstan(&args));
     }
@@ -86,7 +72,7 @@ fn a_0_1_echo_passes_its_old_goldens_unchanged() {
 #[test]
 fn a_plugin_says_which_contract_it_speaks_and_a_0_1_plugin_takes_no_settings() {
     let report = |wasm: &Path| -> serde_json::Value {
-        let out = capstan(&["inspect", path(wasm)]);
+        let out = capstan(&["inspect", arg(wasm)]);
         succeeded("inspect", &out);
         serde_saphyr::from_slice(&out.stdout).unwrap()
     };
@@ -102,11 +88,11 @@ fn a_plugin_says_which_contract_it_speaks_and_a_0_1_plugin_takes_no_settings() {
     let settings = new("settings.yaml");
     let out = capstan(&[
         "test",
-        path(&old("echo.wasm")),
+        arg(&old("echo.wasm")),
         "--parent",
-        path(&old("echo.yaml")),
+        arg(&old("echo.yaml")),
         "--settings",
-        path(&settings),
+        arg(&settings),
     ]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -126,11 +112,11 @@ fn echo_golden(case: &str, parent: &Path, extra: &[&str]) {
     let args = [
         &[
             "test",
-            path(&echo),
+            arg(&echo),
             "--parent",
-            path(parent),
+            arg(parent),
             "--expect",
-            path(&expect),
+            arg(&expect),
         ][..],
         extra,
     ]
@@ -145,14 +131,14 @@ fn goldens_with_settings_related_objects_and_now() {
     echo_golden(
         "settings",
         &echo_fixture("echo.yaml"),
-        &["--settings", path(&new("settings.yaml")), "--now", now],
+        &["--settings", arg(&new("settings.yaml")), "--now", now],
     );
     // The message comes from the Echo's ConfigMap in its own namespace, not another's.
     let configmaps = new("configmaps.yaml");
     echo_golden(
         "message-from",
         &new("echo-message-from.yaml"),
-        &["--related", path(&configmaps), "--now", now],
+        &["--related", arg(&configmaps), "--now", now],
     );
     // No ConfigMap: a Warning, no Job, and a Ready=False condition stamped with `now`.
     echo_golden(
@@ -163,11 +149,11 @@ fn goldens_with_settings_related_objects_and_now() {
 
     let out = capstan(&[
         "test",
-        path(&plugin("echo")),
+        arg(&plugin("echo")),
         "--parent",
-        path(&echo_fixture("echo.yaml")),
+        arg(&echo_fixture("echo.yaml")),
         "--settings",
-        path(&new("settings-invalid.yaml")),
+        arg(&new("settings-invalid.yaml")),
     ]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -194,6 +180,14 @@ fn write_config(dir: &Path, plugins: &[(&str, serde_json::Value)]) -> Result<Pat
     let config = dir.join("config.yaml");
     std::fs::write(&config, serde_json::to_string(&json!({ "plugins": entries }))?)?;
     Ok(config)
+}
+
+/// A ScheduledEcho, the 0.2 plugin beside the others in these tests.
+fn tick() -> Result<DynamicObject> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "ScheduledEcho",
+        "metadata": {"name": "tick"}, "spec": {"message": "tick", "schedule": "*/5 * * * *"},
+    }))?)
 }
 
 /// The Echo's Job names, sorted.
@@ -228,7 +222,7 @@ async fn echo_follows_the_config_map_it_reads_its_message_from() -> Result<()> {
     let config = write_config(&dir, &[("echo", json!({ "settings": settings }))])?;
     let _host = Host::start(
         plane,
-        &["--config", path(&config), "--namespace", &ns],
+        &["--config", arg(&config), "--namespace", &ns],
         &dir.join("host.log"),
         &[],
     )?;
@@ -336,7 +330,7 @@ async fn invalid_settings_refuse_that_plugin_at_start_with_its_own_message() -> 
     )?;
     let host = Host::start(
         plane,
-        &["--config", path(&config), "--namespace", &ns],
+        &["--config", arg(&config), "--namespace", &ns],
         &dir.join("host.log"),
         &[],
     )?;
@@ -351,11 +345,7 @@ async fn invalid_settings_refuse_that_plugin_at_start_with_its_own_message() -> 
     // The rest of the host serves on.
     let client = plane.client().await?;
     let parents: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &scheduled_echo_resource());
-    let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "capstan.dev/v1alpha1", "kind": "ScheduledEcho",
-        "metadata": {"name": "tick"}, "spec": {"message": "tick", "schedule": "*/5 * * * *"},
-    }))?;
-    parents.create(&PostParams::default(), &object).await?;
+    parents.create(&PostParams::default(), &tick()?).await?;
     let cron_jobs: Api<CronJob> = Api::namespaced(client, &ns);
     first_listed("the other plugin's CronJob", &cron_jobs, Duration::from_secs(60)).await?;
     std::fs::remove_dir_all(dir).ok();
@@ -374,7 +364,7 @@ async fn a_0_1_echo_runs_unchanged_beside_a_0_2_plugin_in_one_host() -> Result<(
     std::fs::copy(plugin("scheduled-echo"), dir.join("scheduled-echo.wasm"))?;
     let _host = Host::start(
         plane,
-        &["--plugins", path(&dir), "--namespace", &ns],
+        &["--plugins", arg(&dir), "--namespace", &ns],
         &dir.join("host.log"),
         &[],
     )?;
@@ -387,11 +377,7 @@ async fn a_0_1_echo_runs_unchanged_beside_a_0_2_plugin_in_one_host() -> Result<(
         )
         .await?;
     let parents: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &scheduled_echo_resource());
-    let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "capstan.dev/v1alpha1", "kind": "ScheduledEcho",
-        "metadata": {"name": "tick"}, "spec": {"message": "tick", "schedule": "*/5 * * * *"},
-    }))?;
-    parents.create(&PostParams::default(), &object).await?;
+    parents.create(&PostParams::default(), &tick()?).await?;
 
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let job = first_listed("the 0.1 Echo's Job", &jobs, Duration::from_secs(60)).await?;
@@ -446,7 +432,7 @@ async fn namespace_defaults_follow_the_label_on_cluster_scoped_namespaces() -> R
     let entry = json!({"allowOwnNamespace": true});
     let config = write_config(&dir, &[("namespace-defaults", entry)])?;
     // Cluster-wide: the parent kind is cluster-scoped.
-    let host = Host::start(plane, &["--config", path(&config)], &dir.join("host.log"), &[])?;
+    let host = Host::start(plane, &["--config", arg(&config)], &dir.join("host.log"), &[])?;
     let client = plane.client().await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let label = |on: bool| json!({"metadata": {"labels": {"capstan.dev/defaults": if on { json!("true") } else { json!(null) }}}});

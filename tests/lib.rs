@@ -65,6 +65,22 @@ pub fn capstan_bin() -> PathBuf {
     target_dir().join("debug/capstan")
 }
 
+/// `capstan ARGS` run to completion, as a user runs it: the default log level, the tests'
+/// own compile cache.
+pub fn capstan(args: &[&str]) -> std::process::Output {
+    Command::new(capstan_bin())
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env("CAPSTAN_CACHE_DIR", compile_cache())
+        .output()
+        .expect("capstan runs")
+}
+
+/// A path as a command-line argument.
+pub fn arg(p: &Path) -> &str {
+    p.to_str().expect("test paths are UTF-8")
+}
+
 /// The compile cache of every `capstan` process the tests start (set as
 /// `CAPSTAN_CACHE_DIR`), so no test writes into the user's `~/.cache/capstan/wasm`: a
 /// directory of this test process's own under the system temp dir, removed at exit.

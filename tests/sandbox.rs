@@ -237,12 +237,26 @@ fn load_errors_name_the_problem() {
     assert_eq!(load_error(b"\0asm\x01\0\0\0"), LoadError::CoreModule);
     assert_eq!(
         load_error(&text(
-            r#"(component (instance $i) (export "capstan:reconciler/plugin@0.2.0" (instance $i)))"#
+            r#"(component (instance $i) (export "capstan:reconciler/plugin@0.9.0" (instance $i)))"#
         )),
         LoadError::WitVersion {
-            found: "capstan:reconciler@0.2.0".into()
+            found: "capstan:reconciler@0.9.0".into()
         }
     );
+    let future = load_error(&text(
+        r#"(component (instance $i) (export "capstan:reconciler/plugin@0.9.0" (instance $i)))"#,
+    ));
+    assert_eq!(
+        future.to_string(),
+        "plugin implements capstan:reconciler@0.9.0, but this host serves capstan:reconciler@0.2.0 and 0.1.0"
+    );
+    // A version the host serves, but not its shape: named as what it is.
+    assert!(matches!(
+        load_error(&text(
+            r#"(component (instance $i) (export "capstan:reconciler/plugin@0.1.0" (instance $i)))"#
+        )),
+        LoadError::Exports(_)
+    ));
     assert!(matches!(load_error(&text("(component)")), LoadError::Exports(_)));
     assert!(matches!(
         load_error(b"\0asm\x0d\0\x01\0garbage"),

@@ -361,6 +361,16 @@ async fn outcome(
     }
 }
 
+/// Count and report a response (or related queries) that broke the rules; `what`
+/// says what was not done.
+async fn refused(parent: &DynamicObject, metadata: &crate::engine::Metadata, shared: &Shared, what: &str) {
+    let label = PluginLabel {
+        plugin: metadata.name.clone(),
+    };
+    crate::ops::metrics::get().refused.get_or_create(&label).inc();
+    warn(shared, parent, "InvalidResponse", what).await;
+}
+
 /// Count and report related queries that broke the rules.
 async fn refused_related(
     parent: &DynamicObject,
@@ -368,14 +378,10 @@ async fn refused_related(
     shared: &Shared,
     message: String,
 ) -> Error {
-    let label = PluginLabel {
-        plugin: metadata.name.clone(),
-    };
-    crate::ops::metrics::get().refused.get_or_create(&label).inc();
-    warn(
-        shared,
+    refused(
         parent,
-        "InvalidResponse",
+        metadata,
+        shared,
         &format!("nothing dispatched: {message}"),
     )
     .await;
@@ -394,17 +400,7 @@ async fn check(
     match validate::children(metadata, home, children, &shared.options.allow) {
         Ok(desired) => Ok(desired),
         Err(r) => {
-            let label = PluginLabel {
-                plugin: metadata.name.clone(),
-            };
-            crate::ops::metrics::get().refused.get_or_create(&label).inc();
-            warn(
-                shared,
-                parent,
-                "InvalidResponse",
-                &format!("nothing applied: {r}"),
-            )
-            .await;
+            refused(parent, metadata, shared, &format!("nothing applied: {r}")).await;
             Err(Error::Refused(r))
         }
     }

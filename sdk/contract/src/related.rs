@@ -172,14 +172,7 @@ pub fn select(
         let kind = &metadata.related[q.kind];
         for c in candidates.iter().filter(|c| kind.matches(c)) {
             let meta = &c["metadata"];
-            let labels = meta["labels"]
-                .as_object()
-                .map(|m| {
-                    m.iter()
-                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let labels = crate::selector::labels_of(c);
             let ns = meta["namespace"].as_str().filter(|_| kind.namespaced);
             let name = meta["name"].as_str().unwrap_or_default();
             if q.matches(ns, name, &labels) && !out.contains(c) {

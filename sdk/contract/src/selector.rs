@@ -41,16 +41,20 @@ impl LabelSelector {
 
     /// True when `object`'s `metadata.labels` satisfy every requirement.
     pub fn matches_object(&self, object: &serde_json::Value) -> bool {
-        let labels = object["metadata"]["labels"]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                    .collect()
-            })
-            .unwrap_or_default();
-        self.matches(&labels)
+        self.matches(&labels_of(object))
     }
+}
+
+/// A JSON object's `metadata.labels` (string values only).
+pub(crate) fn labels_of(object: &serde_json::Value) -> BTreeMap<String, String> {
+    object["metadata"]["labels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Split on commas outside parentheses.
