@@ -481,3 +481,71 @@ async fn namespace_defaults_follow_the_label_on_cluster_scoped_namespaces() -> R
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_version_that_refuses_the_settings_is_refused_and_the_old_one_keeps_serving() -> Result<()> {
+    let plane = Plane::shared().await?;
+    install_plugin_crd(plane, "echo").await?;
+    let ns = plane.namespace("contract-reload").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-contract-{ns}"));
+    let image = "registry.example.com/tools/busybox:1.37";
+    let config = write_config(&dir, &[("echo", json!({"settings": {"image": image}}))])?;
+    let args = [
+        "--config",
+        arg(&config),
+        "--namespace",
+        &ns,
+        "--hot-reload",
+        "--reload-interval",
+        "300ms",
+    ];
+    let host = Host::start(plane, &args, &dir.join("host.log"), &[])?;
+    let client = plane.client().await?;
+    let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let image_of = |job: &Job| {
+        let spec = job.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+        spec.and_then(|s| s.containers[0].image.clone())
+            .unwrap_or_default()
+    };
+    echoes
+        .create(
+            &PostParams::default(),
+            &capstan_tests::host::echo("before", "before")?,
+        )
+        .await?;
+    let first = first_listed("the first Job", &jobs, Duration::from_secs(60)).await?;
+    assert_eq!(image_of(&first), image, "the operator's image");
+
+    // Echo built against 0.1 takes no settings: as a new version of this file it is
+    // refused with that reason, and the running version (with its settings) serves on.
+    let staged = dir.join(".echo.wasm.tmp");
+    std::fs::copy(old("echo.wasm"), &staged)?;
+    std::fs::rename(&staged, dir.join("echo.wasm"))?;
+    let refusal = eventually("the refused reload", Duration::from_secs(30), async || {
+        Ok(host
+            .log()
+            .into_iter()
+            .find(|l| l["message"] == "new plugin file refused; the running version keeps serving"))
+    })
+    .await?;
+    assert!(refusal.to_string().contains("takes no settings"), "{refusal}");
+    echoes
+        .create(
+            &PostParams::default(),
+            &capstan_tests::host::echo("after", "after")?,
+        )
+        .await?;
+    let second = eventually("the second Echo's Job", Duration::from_secs(60), async || {
+        let list = jobs.list(&ListParams::default()).await?.items;
+        Ok(list.into_iter().find(|j| command(j) == ["echo", "after"]))
+    })
+    .await?;
+    assert_eq!(
+        image_of(&second),
+        image,
+        "still the old version, with its settings"
+    );
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
