@@ -1,5 +1,7 @@
-//! A response's children against the cluster: which to create, update or leave alone,
-//! which name is held by someone else (never adopted), and which observed child to delete.
+//! A response's children against the rules and the cluster: where they may live (the
+//! parent's home namespace), whether the response may be written at all, which to create,
+//! update or leave alone, which name is held by someone else (never adopted), and which
+//! observed child to delete.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -193,4 +195,66 @@ pub(super) async fn prune(
         }
     }
     Ok(())
+}
+
+/// Count and report a response (or related queries) that broke the rules; `what`
+/// says what was not done.
+async fn refused(parent: &DynamicObject, metadata: &crate::engine::Metadata, shared: &Shared, what: &str) {
+    let label = PluginLabel {
+        plugin: metadata.name.clone(),
+    };
+    crate::ops::metrics::get().refused.get_or_create(&label).inc();
+    warn(shared, parent, "InvalidResponse", what).await;
+}
+
+/// Count and report related queries that broke the rules.
+pub(super) async fn refused_related(
+    parent: &DynamicObject,
+    metadata: &crate::engine::Metadata,
+    shared: &Shared,
+    message: String,
+) -> Error {
+    refused(
+        parent,
+        metadata,
+        shared,
+        &format!("nothing dispatched: {message}"),
+    )
+    .await;
+    Error::RelatedRefused(message)
+}
+
+/// Validate the whole response before anything of it is written.
+pub(super) async fn check(
+    parent: &DynamicObject,
+    metadata: &crate::engine::Metadata,
+    shared: &Shared,
+    children: Vec<serde_json::Value>,
+) -> Result<Vec<validate::Child>, Error> {
+    let own = parent.namespace();
+    let home = home(metadata, own.as_deref(), parent, &shared.options);
+    match validate::children(metadata, home, children, &shared.options.allow) {
+        Ok(desired) => Ok(desired),
+        Err(r) => {
+            refused(parent, metadata, shared, &format!("nothing applied: {r}")).await;
+            Err(Error::Refused(r))
+        }
+    }
+}
+
+/// Where a parent's children and related objects live: its namespace, or a Namespace
+/// parent itself — unless the host watches one namespace and this is another, whose
+/// children it could never observe (then the plain cluster-scoped rules apply).
+pub(super) fn home<'a>(
+    metadata: &crate::engine::Metadata,
+    own: Option<&'a str>,
+    parent: &'a DynamicObject,
+    options: &super::Options,
+) -> Option<&'a str> {
+    let name = kube::Resource::meta(parent).name.as_deref().unwrap_or_default();
+    let home = capstan_contract::home_namespace(metadata, own, name, &options.allow);
+    match (&options.namespace, metadata.parent.namespaced) {
+        (Some(watched), false) if home != Some(watched.as_str()) => None,
+        _ => home,
+    }
 }

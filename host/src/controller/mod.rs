@@ -377,23 +377,6 @@ impl Wiring {
     }
 }
 
-/// Where a parent's children and related objects live: its namespace, or a Namespace
-/// parent itself — unless the host watches one namespace and this is another, whose
-/// children it could never observe (then the plain cluster-scoped rules apply).
-fn home<'a>(
-    metadata: &Metadata,
-    own: Option<&'a str>,
-    parent: &'a DynamicObject,
-    options: &Options,
-) -> Option<&'a str> {
-    let name = kube::Resource::meta(parent).name.as_deref().unwrap_or_default();
-    let home = capstan_contract::home_namespace(metadata, own, name, &options.allow);
-    match (&options.namespace, metadata.parent.namespaced) {
-        (Some(watched), false) if home != Some(watched.as_str()) => None,
-        _ => home,
-    }
-}
-
 /// A new plugin version reconciles every parent once.
 fn reloads(
     plugin: watch::Receiver<Arc<dyn Reconcile>>,

@@ -202,7 +202,7 @@ async fn reconcile_inner(
             return outcome(parent, metadata, shared, Err(e)).await.map(|_| None);
         }
         Err(super::related::Failure::Refused(m)) => {
-            return Err(refused_related(parent, metadata, shared, m).await);
+            return Err(children::refused_related(parent, metadata, shared, m).await);
         }
     };
     let start = std::time::Instant::now();
@@ -212,7 +212,7 @@ async fn reconcile_inner(
     let Some(response) = outcome(parent, metadata, shared, result).await? else {
         return Ok(None);
     };
-    let mut desired = check(parent, metadata, shared, response.children).await?;
+    let mut desired = children::check(parent, metadata, shared, response.children).await?;
     for child in &mut desired {
         apply::own(child, parent, &shared.parent, &metadata.name);
     }
@@ -357,51 +357,6 @@ async fn outcome(
             }
             warn(shared, parent, "PluginFault", &format!("plugin {f}")).await;
             Err(Error::Fault(f))
-        }
-    }
-}
-
-/// Count and report a response (or related queries) that broke the rules; `what`
-/// says what was not done.
-async fn refused(parent: &DynamicObject, metadata: &crate::engine::Metadata, shared: &Shared, what: &str) {
-    let label = PluginLabel {
-        plugin: metadata.name.clone(),
-    };
-    crate::ops::metrics::get().refused.get_or_create(&label).inc();
-    warn(shared, parent, "InvalidResponse", what).await;
-}
-
-/// Count and report related queries that broke the rules.
-async fn refused_related(
-    parent: &DynamicObject,
-    metadata: &crate::engine::Metadata,
-    shared: &Shared,
-    message: String,
-) -> Error {
-    refused(
-        parent,
-        metadata,
-        shared,
-        &format!("nothing dispatched: {message}"),
-    )
-    .await;
-    Error::RelatedRefused(message)
-}
-
-/// Validate the whole response before anything of it is written.
-async fn check(
-    parent: &DynamicObject,
-    metadata: &crate::engine::Metadata,
-    shared: &Shared,
-    children: Vec<serde_json::Value>,
-) -> Result<Vec<validate::Child>, Error> {
-    let own = parent.namespace();
-    let home = super::home(metadata, own.as_deref(), parent, &shared.options);
-    match validate::children(metadata, home, children, &shared.options.allow) {
-        Ok(desired) => Ok(desired),
-        Err(r) => {
-            refused(parent, metadata, shared, &format!("nothing applied: {r}")).await;
-            Err(Error::Refused(r))
         }
     }
 }

@@ -204,7 +204,7 @@ async fn queries(
     let answer = answer.map_err(Failure::Dispatch)?;
     let metadata = plugin.metadata();
     let own = parent.namespace().filter(|_| metadata.parent.namespaced);
-    let home = super::home(metadata, own.as_deref(), parent, &shared.options);
+    let home = super::children::home(metadata, own.as_deref(), parent, &shared.options);
     let resolved = Arc::new(resolve(metadata, home, &answer).map_err(Failure::Refused)?);
     index.lock().insert(
         key,

@@ -23,6 +23,7 @@ mod cache;
 mod clocks;
 mod deadline;
 mod fault;
+mod instance;
 mod limits;
 mod load;
 mod logs;
@@ -40,11 +41,12 @@ use wasmtime::component::Linker;
 
 pub use bindings::{OLDER_VERSIONS, WIT_PACKAGE};
 pub use fault::Fault;
+pub use instance::Instance;
+use instance::{fault_of, json};
 pub use limits::Limits;
 pub use load::LoadError;
 pub use types::{Event, EventType, Kind, Metadata, RelatedQuery, Request, Response, Selector};
 
-use bindings::capstan::reconciler::types as wit;
 use sandbox::State;
 
 /// Linear memory of each pool slot kept resident (and reset in place) between calls.
@@ -388,93 +390,6 @@ impl Plugin {
             _slot: slot,
         })
     }
-}
-
-/// One live instance of a plugin.
-pub struct Instance {
-    store: Store<State>,
-    bindings: versions::Bindings,
-    limits: Limits,
-    settings: Arc<str>,
-    /// Last, so the pool slot is given back only after the store has been dropped.
-    _slot: slots::Slot,
-}
-
-impl Instance {
-    fn metadata(&mut self) -> Result<Result<Metadata, LoadError>, Fault> {
-        deadline::arm(&mut self.store, self.limits.deadline);
-        let result = self.bindings.metadata(&mut self.store);
-        let result = result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
-        self.store.data().flush_output();
-        result
-    }
-
-    fn validate_settings(&mut self, settings: &str) -> Result<(), LoadError> {
-        deadline::arm(&mut self.store, self.limits.deadline);
-        let result = self.bindings.validate_settings(&mut self.store, settings);
-        let result = result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
-        self.store.data().flush_output();
-        match result {
-            Ok(Ok(())) => Ok(()),
-            // The plugin's own words, on one line and bounded: they end up in a log line.
-            Ok(Err(message)) => Err(LoadError::Settings(capstan_contract::printable(
-                &message.split_whitespace().collect::<Vec<_>>().join(" "),
-            ))),
-            Err(fault) => Err(LoadError::Settings(format!("validate-settings {fault}"))),
-        }
-    }
-
-    fn related(&mut self, parent: &serde_json::Value) -> Result<Vec<RelatedQuery>, Fault> {
-        deadline::arm(&mut self.store, self.limits.deadline);
-        let result = self
-            .bindings
-            .related(&mut self.store, &json(parent), &self.settings);
-        let result = result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
-        self.store.data().flush_output();
-        result
-    }
-
-    /// Call `reconcile` and validate the answer against the limits.
-    pub fn reconcile(&mut self, request: &Request) -> Result<Response, DispatchError> {
-        let now = request
-            .now
-            .unwrap_or_else(k8s_openapi::jiff::Timestamp::now)
-            .round(k8s_openapi::jiff::Unit::Millisecond)
-            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
-        deadline::arm(&mut self.store, self.limits.deadline);
-        let result = self
-            .bindings
-            .reconcile(&mut self.store, request, &self.settings, now.to_string());
-        // Classify before flushing: the panic text on stderr is part of the evidence.
-        let result = result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
-        self.store.data().flush_output();
-        match result? {
-            Ok(response) => Ok(limits::validate(response, &self.limits)?),
-            Err(wit::ReconcileError::Retry(r)) => Err(DispatchError::Retry {
-                message: r.message,
-                after: r
-                    .after_ms
-                    .map(|ms| Duration::from_millis(ms).clamp(self.limits.min_requeue, MAX_RETRY_DELAY)),
-            }),
-            Err(wit::ReconcileError::Fatal(m)) => Err(DispatchError::Fatal(m)),
-        }
-    }
-}
-
-fn fault_of(store: &Store<State>, err: &wasmtime::Error, deadline: Duration) -> Fault {
-    let stderr = store.data().stderr.text();
-    fault::classify(
-        err,
-        fault::Evidence {
-            deadline,
-            memory_denied: store.data().limiter.denied.clone(),
-            stderr: &stderr,
-        },
-    )
-}
-
-fn json(value: &serde_json::Value) -> String {
-    serde_json::to_string(value).expect("a Value has string keys, so it always serializes")
 }
 
 /// `namespace/name` (or `name`) of an object, for logs.

@@ -1,0 +1,116 @@
+//! One live instance of a plugin: its calls (metadata, settings, related, reconcile),
+//! each under the deadline, with the guest's output flushed and faults classified.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::Store;
+
+use super::bindings::capstan::reconciler::types as wit;
+use super::sandbox::{self, State};
+use super::{
+    DispatchError, Fault, Limits, LoadError, MAX_RETRY_DELAY, Metadata, RelatedQuery, Request, Response,
+};
+use super::{deadline, fault, limits, slots, versions};
+
+/// One live instance of a plugin.
+pub struct Instance {
+    pub(super) store: Store<State>,
+    pub(super) bindings: versions::Bindings,
+    pub(super) limits: Limits,
+    pub(super) settings: Arc<str>,
+    /// Last, so the pool slot is given back only after the store has been dropped.
+    pub(super) _slot: slots::Slot,
+}
+
+impl Instance {
+    pub(super) fn metadata(&mut self) -> Result<Result<Metadata, LoadError>, Fault> {
+        deadline::arm(&mut self.store, self.limits.deadline);
+        let result = self.bindings.metadata(&mut self.store);
+        let result = result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
+        self.store.data().flush_output();
+        result
+    }
+
+    pub(super) fn validate_settings(&mut self, settings: &str) -> Result<(), LoadError> {
+        deadline::arm(&mut self.store, self.limits.deadline);
+        let result = self.bindings.validate_settings(&mut self.store, settings);
+        let result = result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
+        self.store.data().flush_output();
+        match result {
+            Ok(Ok(())) => Ok(()),
+            // The plugin's own words, on one line and bounded: they end up in a log line.
+            Ok(Err(message)) => Err(LoadError::Settings(one_line(&message))),
+            Err(fault) => Err(LoadError::Settings(format!("validate-settings {fault}"))),
+        }
+    }
+
+    pub(super) fn related(&mut self, parent: &serde_json::Value) -> Result<Vec<RelatedQuery>, Fault> {
+        deadline::arm(&mut self.store, self.limits.deadline);
+        let result = self
+            .bindings
+            .related(&mut self.store, &json(parent), &self.settings);
+        let result = result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
+        self.store.data().flush_output();
+        result
+    }
+
+    /// Call `reconcile` and validate the answer against the limits.
+    pub fn reconcile(&mut self, request: &Request) -> Result<Response, DispatchError> {
+        let now = request
+            .now
+            .unwrap_or_else(k8s_openapi::jiff::Timestamp::now)
+            .round(k8s_openapi::jiff::Unit::Millisecond)
+            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
+        deadline::arm(&mut self.store, self.limits.deadline);
+        let result = self
+            .bindings
+            .reconcile(&mut self.store, request, &self.settings, now.to_string());
+        // Classify before flushing: the panic text on stderr is part of the evidence.
+        let result = result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
+        self.store.data().flush_output();
+        match result? {
+            Ok(response) => Ok(limits::validate(response, &self.limits)?),
+            Err(wit::ReconcileError::Retry(r)) => Err(DispatchError::Retry {
+                message: r.message,
+                after: r
+                    .after_ms
+                    .map(|ms| Duration::from_millis(ms).clamp(self.limits.min_requeue, MAX_RETRY_DELAY)),
+            }),
+            Err(wit::ReconcileError::Fatal(m)) => Err(DispatchError::Fatal(m)),
+        }
+    }
+}
+
+pub(super) fn fault_of(store: &Store<State>, err: &wasmtime::Error, deadline: Duration) -> Fault {
+    let stderr = store.data().stderr.text();
+    fault::classify(
+        err,
+        fault::Evidence {
+            deadline,
+            memory_denied: store.data().limiter.denied.clone(),
+            stderr: &stderr,
+        },
+    )
+}
+
+/// Longest plugin message the host repeats (in a log line, `/readyz`, an error).
+const MESSAGE_CHARS: usize = 512;
+
+/// A plugin's own words as one line: whitespace collapsed, control characters escaped
+/// (they could forge log lines), at most [`MESSAGE_CHARS`].
+fn one_line(message: &str) -> String {
+    let joined = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut line: String = sandbox::escape_controls(&joined)
+        .chars()
+        .take(MESSAGE_CHARS)
+        .collect();
+    if joined.chars().count() > MESSAGE_CHARS {
+        line.push('…');
+    }
+    line
+}
+
+pub(super) fn json(value: &serde_json::Value) -> String {
+    serde_json::to_string(value).expect("a Value has string keys, so it always serializes")
+}
