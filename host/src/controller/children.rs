@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::key::ObjectKey;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
-use kube::runtime::reflector::ObjectRef;
 
 use super::Shared;
 use super::events::warn;
@@ -87,9 +87,10 @@ async fn existing(
     child: &validate::Child,
 ) -> Result<Option<Arc<DynamicObject>>, Error> {
     let c = &shared.children[kind];
-    let mut reference = ObjectRef::new_with(&child.name, c.resource.clone());
-    reference.namespace = child.namespace.clone();
-    if let Some(cached) = c.store.get(&reference) {
+    if let Some(cached) = c
+        .cache
+        .get(&ObjectKey::new(child.namespace.as_deref(), &child.name))
+    {
         return Ok(Some(cached));
     }
     let fetched = apply::get(

@@ -9,13 +9,14 @@ mod churn;
 mod discovery;
 mod events;
 mod finalizer;
+mod owned;
 mod queue;
 mod reconcile;
 mod related;
+mod synced;
 mod throttle;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -80,7 +81,7 @@ impl Default for Options {
 struct ChildKind {
     kind: Kind,
     resource: ApiResource,
-    store: Store<DynamicObject>,
+    cache: owned::Owned,
 }
 
 /// Everything one plugin's reconciles share.
@@ -146,34 +147,6 @@ impl PerObject {
     }
 }
 
-/// Counts the watch streams that have not finished their first list.
-struct SyncCount {
-    remaining: AtomicUsize,
-    done: watch::Sender<bool>,
-}
-
-impl SyncCount {
-    /// A counter of `streams` first lists, and what turns true once all are done.
-    fn new(streams: usize) -> (Arc<Self>, watch::Receiver<bool>) {
-        let (done, synced) = watch::channel(false);
-        let count = SyncCount {
-            remaining: AtomicUsize::new(streams),
-            done,
-        };
-        (Arc::new(count), synced)
-    }
-
-    /// A callback for one stream's `InitDone`; only its first call counts (relists repeat it).
-    fn mark(self: &Arc<Self>) -> impl Fn() + Send + Sync + 'static {
-        let (sync, seen) = (self.clone(), AtomicBool::new(false));
-        move || {
-            if !seen.swap(true, Ordering::SeqCst) && sync.remaining.fetch_sub(1, Ordering::SeqCst) == 1 {
-                let _ = sync.done.send(true);
-            }
-        }
-    }
-}
-
 fn api(client: &Client, resource: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
     match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
@@ -181,14 +154,19 @@ fn api(client: &Client, resource: &ApiResource, namespace: Option<&str>) -> Api<
     }
 }
 
-/// Objects of a list come without `apiVersion` and `kind` (list items carry no type);
-/// the contract promises both to plugins, and the unchanged-check compares them.
-fn typed(resource: &ApiResource) -> impl FnMut(&mut DynamicObject) + Send + use<> {
+/// What every cache keeps of an object: all of it but `metadata.managedFields`, which
+/// no plugin is shown and the host never reads (server-side apply tracks ownership on
+/// the server; a conflict comes back as an error), and which is often the larger half of
+/// an object. Objects of a list also come without `apiVersion` and `kind` (list items
+/// carry no type); the contract promises both to plugins, and the unchanged-check
+/// compares them, so they are filled in.
+fn cached(resource: &ApiResource) -> impl FnMut(&mut DynamicObject) + Send + use<> {
     let types = kube::api::TypeMeta {
         api_version: resource.api_version.clone(),
         kind: resource.kind.clone(),
     };
     move |o| {
+        o.metadata.managed_fields = None;
         if o.types.is_none() {
             o.types = Some(types.clone());
         }
@@ -202,7 +180,7 @@ struct Wiring {
     metadata: Metadata,
     parent: ApiResource,
     queue: Arc<queue::Queue>,
-    sync: Arc<SyncCount>,
+    sync: Arc<synced::SyncCount>,
     per_object: Arc<PerObject>,
 }
 
@@ -219,7 +197,7 @@ pub async fn run(
     synced: tokio::sync::oneshot::Sender<()>,
 ) -> anyhow::Result<()> {
     let metadata = plugin.borrow().metadata().clone();
-    let (sync, synced_rx) = SyncCount::new(1 + metadata.children.len() + metadata.related.len());
+    let (sync, synced_rx) = synced::SyncCount::new(1 + metadata.children.len() + metadata.related.len());
     let wiring = Wiring {
         parent: discovery::resolve(&client, &metadata.parent).await?,
         queue: Arc::new(queue::Queue::new(&metadata.name)),
@@ -243,7 +221,7 @@ pub async fn run(
         related.push(cache);
     }
     controller = controller.reconcile_all_on(reloads(plugin.clone(), cache.clone(), wiring.queue.clone()));
-    tell_synced(synced_rx.clone(), synced);
+    synced::tell(synced_rx.clone(), synced);
     let name = wiring.metadata.name.clone();
     let shared = Arc::new(wiring.shared(plugin, cache, (children, related), leader, synced_rx));
     tracing::info!(plugin = %name, parent = %shared.parent.kind, child_kinds = shared.children.len(), related_kinds = shared.related.len(), "controller started");
@@ -271,11 +249,12 @@ impl Wiring {
             .as_deref()
             .filter(|_| self.metadata.parent.namespaced);
         let (tracked, per_object, listed) = (self.queue.clone(), self.per_object.clone(), self.sync.mark());
+        let (size, cached_parents) = (self.gauge(&self.parent), cache.clone());
         let watch = watcher(
             api(&self.client, &self.parent, namespace),
             watcher::Config::default(),
         );
-        let parents = reflector::reflector(writer, watch.modify(typed(&self.parent)))
+        let parents = reflector::reflector(writer, watch.modify(cached(&self.parent)))
             .inspect_ok(move |event| match event {
                 watcher::Event::Apply(o) | watcher::Event::InitApply(o) => tracked.add(ObjectKey::of(o)),
                 watcher::Event::Delete(o) => {
@@ -285,6 +264,9 @@ impl Wiring {
                 }
                 watcher::Event::InitDone => listed(),
                 watcher::Event::Init => {}
+            })
+            .inspect_ok(move |_| {
+                size.set(cached_parents.len() as i64);
             })
             .applied_objects();
         let controller = Controller::for_stream_with(parents, cache.clone(), self.parent.clone())
@@ -302,20 +284,23 @@ impl Wiring {
         impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
     )> {
         let resource = discovery::resolve(&self.client, kind).await?;
-        let writer = reflector::store::Writer::new(resource.clone());
-        let store = writer.as_reader();
+        let cache = owned::Owned::default();
         let config = watcher::Config::default().labels(&crate::apply::selector(&self.metadata.name));
         let ns = self.options.namespace.as_deref().filter(|_| kind.namespaced);
         let (tracked, owner, listed) = (self.queue.clone(), self.parent.clone(), self.sync.mark());
         let namespaced = self.metadata.parent.namespaced;
-        let watch = watcher(api(&self.client, &resource, ns), config).modify(typed(&resource));
-        let stream = reflector::reflector(writer, watch)
-            .default_backoff()
-            .inspect_ok(move |event| {
+        let (fed, size) = (cache.clone(), self.gauge(&resource));
+        let stream = watcher(api(&self.client, &resource, ns), config)
+            .modify(cached(&resource))
+            .map_ok(move |event| {
+                fed.apply(&event);
+                size.set(fed.len() as i64);
                 if matches!(event, watcher::Event::InitDone) {
                     listed();
                 }
+                event
             })
+            .default_backoff()
             .touched_objects()
             .inspect_ok(move |child| {
                 let ns = child.namespace().filter(|_| namespaced);
@@ -328,9 +313,14 @@ impl Wiring {
         let child = ChildKind {
             kind: kind.clone(),
             resource,
-            store,
+            cache,
         };
         Ok((child, stream))
+    }
+
+    /// The gauge of how many objects of `resource` this plugin's caches hold.
+    fn gauge(&self, resource: &ApiResource) -> prometheus_client::metrics::gauge::Gauge {
+        crate::ops::metrics::get().cache(&self.metadata.name, &resource.kind)
     }
 
     /// What every reconcile of this plugin shares.
@@ -391,15 +381,4 @@ fn reloads(
             queue.add(ObjectKey::of(&*o));
         }
     })
-}
-
-/// Fire `synced` once every watch has listed. kube-runtime's Store::wait_until_ready
-/// wakes only its most recent waiter, and the controller waits on the parent store
-/// itself: the first lists are counted from the streams instead.
-fn tell_synced(mut listed: watch::Receiver<bool>, synced: tokio::sync::oneshot::Sender<()>) {
-    tokio::spawn(async move {
-        if listed.wait_for(|s| *s).await.is_ok() {
-            let _ = synced.send(());
-        }
-    });
 }

@@ -268,7 +268,8 @@ async fn write_status(
     Ok(())
 }
 
-/// The cached children this parent controls (the caches hold only this plugin's).
+/// The cached children this parent controls (the caches hold only this plugin's), found
+/// through each cache's owner index.
 fn observe(parent: &DynamicObject, shared: &Shared) -> Vec<Observed> {
     let uid = parent.uid().unwrap_or_default();
     shared
@@ -276,16 +277,10 @@ fn observe(parent: &DynamicObject, shared: &Shared) -> Vec<Observed> {
         .iter()
         .enumerate()
         .flat_map(|(kind, c)| {
-            c.store
-                .state()
+            c.cache
+                .owned_by(&uid)
                 .into_iter()
                 .map(move |object| Observed { kind, object })
-        })
-        .filter(|o| {
-            o.object
-                .owner_references()
-                .iter()
-                .any(|r| r.controller == Some(true) && r.uid == uid)
         })
         .collect()
 }

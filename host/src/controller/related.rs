@@ -16,7 +16,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use capstan_contract::related::{Resolved, resolve};
 
-use super::{Shared, Wiring, api, discovery, queue, typed};
+use super::{Shared, Wiring, api, cached, discovery, queue};
 use crate::engine::{DispatchError, Kind, Reconcile};
 use crate::key::ObjectKey;
 
@@ -81,17 +81,16 @@ impl Wiring {
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
         let ns = self.options.namespace.as_deref().filter(|_| kind.namespaced);
-        let listed = self.sync.mark();
-        let watch = watcher(api(&self.client, &resource, ns), watcher::Config::default())
-            .modify(typed(&resource))
-            // The plugin never sees them and they are most of a small object's size.
-            .modify(|o| o.metadata.managed_fields = None);
+        let (listed, size, cached_objects) = (self.sync.mark(), self.gauge(&resource), store.clone());
+        let watch =
+            watcher(api(&self.client, &resource, ns), watcher::Config::default()).modify(cached(&resource));
         let stream = reflector::reflector(writer, watch)
             .default_backoff()
             .inspect_ok(move |event| {
                 if matches!(event, watcher::Event::InitDone) {
                     listed();
                 }
+                size.set(cached_objects.len() as i64);
             })
             .touched_objects();
         let (per_object, tracked, parent) =

@@ -67,6 +67,15 @@ pub struct PluginLabel {
     pub plugin: String,
 }
 
+/// Labels of `capstan_cache_objects`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    /// Plugin name.
+    pub plugin: String,
+    /// The cached kind.
+    pub kind: String,
+}
+
 /// Every metric the host exports.
 pub struct Metrics {
     registry: Registry,
@@ -118,6 +127,8 @@ pub struct Metrics {
     /// capstan_plugin_up: 1 while a plugin's controller runs, 0 while it waits (e.g. for
     /// its kinds to be served) or failed to load.
     pub plugin_up: Family<PluginLabel, Gauge>,
+    /// capstan_cache_objects: objects each plugin's caches hold, by kind.
+    pub cached_objects: Family<CacheLabels, Gauge>,
 }
 
 /// client-go's workqueue buckets: 1 µs to 10 s, ×10.
@@ -159,6 +170,7 @@ pub fn get() -> &'static Metrics {
             events_dropped: Family::default(),
             status_conflicts: Family::default(),
             write_loops: Family::default(),
+            cached_objects: Family::default(),
         };
         let mut registry = std::mem::take(&mut m.registry);
         register_controller_runtime(&mut registry, &m);
@@ -169,6 +181,16 @@ pub fn get() -> &'static Metrics {
 }
 
 impl Metrics {
+    /// The gauge of how many objects of `kind` `plugin`'s caches hold.
+    pub fn cache(&self, plugin: &str, kind: &str) -> Gauge {
+        self.cached_objects
+            .get_or_create(&CacheLabels {
+                plugin: plugin.into(),
+                kind: kind.into(),
+            })
+            .clone()
+    }
+
     /// The text exposition format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -309,5 +331,10 @@ fn register_capstan(r: &mut Registry, m: &Metrics) {
         "capstan_plugin_up",
         "1 while the plugin's controller runs, 0 while it waits for its kinds or failed to load",
         m.plugin_up.clone(),
+    );
+    r.register(
+        "capstan_cache_objects",
+        "Objects held in the host's caches, by plugin and kind (parents, children, related)",
+        m.cached_objects.clone(),
     );
 }

@@ -1,0 +1,187 @@
+//! One child kind's cache, indexed by the UID of each child's controller, so a reconcile
+//! reads its own children in O(own children) instead of scanning every cached child of
+//! the kind (kube-runtime's `Store` has no indexers). It is fed the watcher's events the
+//! way kube-runtime's reflector `Writer` is, re-list included: a re-list builds a new
+//! set and replaces the old one at `InitDone`, so children deleted while the watch was
+//! down leave the cache.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::runtime::watcher::Event;
+
+use crate::key::ObjectKey;
+
+/// Children by key, and the keys each controller owns.
+#[derive(Default)]
+struct Index {
+    objects: HashMap<ObjectKey, Arc<DynamicObject>>,
+    by_owner: HashMap<String, HashSet<ObjectKey>>,
+}
+
+impl Index {
+    fn insert(&mut self, object: Arc<DynamicObject>) {
+        let key = ObjectKey::of(&*object);
+        self.remove(&key);
+        if let Some(owner) = controller_uid(&object) {
+            self.by_owner.entry(owner).or_default().insert(key.clone());
+        }
+        self.objects.insert(key, object);
+    }
+
+    fn remove(&mut self, key: &ObjectKey) {
+        let Some(old) = self.objects.remove(key) else {
+            return;
+        };
+        if let Some(owner) = controller_uid(&old)
+            && let Some(keys) = self.by_owner.get_mut(&owner)
+        {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.by_owner.remove(&owner);
+            }
+        }
+    }
+}
+
+/// The UID of an object's controller, if it has one.
+fn controller_uid(object: &DynamicObject) -> Option<String> {
+    object
+        .owner_references()
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.clone())
+}
+
+/// A cache of one child kind, shared by the watch that feeds it and the reconciles.
+#[derive(Clone, Default)]
+pub(super) struct Owned {
+    inner: Arc<RwLock<Cache>>,
+}
+
+#[derive(Default)]
+struct Cache {
+    current: Index,
+    /// The set a re-list is building, swapped in at `InitDone`.
+    relist: Option<Index>,
+}
+
+impl Owned {
+    /// Take in one watcher event.
+    pub(super) fn apply(&self, event: &Event<DynamicObject>) {
+        let mut cache = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        match event {
+            Event::Apply(o) => cache.current.insert(Arc::new(o.clone())),
+            Event::Delete(o) => cache.current.remove(&ObjectKey::of(o)),
+            Event::Init => cache.relist = Some(Index::default()),
+            Event::InitApply(o) => cache
+                .relist
+                .get_or_insert_with(Index::default)
+                .insert(Arc::new(o.clone())),
+            Event::InitDone => {
+                if let Some(listed) = cache.relist.take() {
+                    cache.current = listed;
+                }
+            }
+        }
+    }
+
+    /// The children whose controller has this UID, by name.
+    pub(super) fn owned_by(&self, uid: &str) -> Vec<Arc<DynamicObject>> {
+        let cache = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        let Some(keys) = cache.current.by_owner.get(uid) else {
+            return Vec::new();
+        };
+        let mut children: Vec<_> = keys
+            .iter()
+            .filter_map(|k| cache.current.objects.get(k).cloned())
+            .collect();
+        // A stable order, so equal caches give equal requests (goldens, replays).
+        children.sort_by(|a, b| (a.namespace(), a.name_any()).cmp(&(b.namespace(), b.name_any())));
+        children
+    }
+
+    /// The cached child with this key.
+    pub(super) fn get(&self, key: &ObjectKey) -> Option<Arc<DynamicObject>> {
+        let cache = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        cache.current.objects.get(key).cloned()
+    }
+
+    /// How many children are cached.
+    pub(super) fn len(&self) -> usize {
+        let cache = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        cache.current.objects.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::api::ObjectMeta;
+
+    fn child(name: &str, owner: Option<&str>) -> DynamicObject {
+        let mut o = DynamicObject {
+            types: None,
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..ObjectMeta::default()
+            },
+            data: serde_json::Value::Null,
+        };
+        if let Some(uid) = owner {
+            o.metadata.owner_references = Some(vec![OwnerReference {
+                uid: uid.into(),
+                controller: Some(true),
+                ..OwnerReference::default()
+            }]);
+        }
+        o
+    }
+
+    fn names(children: Vec<Arc<DynamicObject>>) -> Vec<String> {
+        children.iter().map(|c| c.name_any()).collect()
+    }
+
+    #[test]
+    fn children_are_found_by_their_controller() {
+        let cache = Owned::default();
+        cache.apply(&Event::Apply(child("b", Some("u1"))));
+        cache.apply(&Event::Apply(child("a", Some("u1"))));
+        cache.apply(&Event::Apply(child("c", Some("u2"))));
+        cache.apply(&Event::Apply(child("orphan", None)));
+        assert_eq!(names(cache.owned_by("u1")), ["a", "b"]);
+        assert_eq!(names(cache.owned_by("u2")), ["c"]);
+        assert!(cache.owned_by("u3").is_empty());
+        assert!(cache.get(&ObjectKey::new(Some("ns"), "orphan")).is_some());
+        assert_eq!(cache.len(), 4);
+    }
+
+    #[test]
+    fn a_new_controller_or_a_delete_moves_the_child() {
+        let cache = Owned::default();
+        cache.apply(&Event::Apply(child("a", Some("u1"))));
+        cache.apply(&Event::Apply(child("a", Some("u2"))));
+        assert!(cache.owned_by("u1").is_empty());
+        assert_eq!(names(cache.owned_by("u2")), ["a"]);
+        cache.apply(&Event::Delete(child("a", Some("u2"))));
+        assert!(cache.owned_by("u2").is_empty());
+        assert_eq!(cache.len(), 0);
+    }
+
+    #[test]
+    fn a_relist_replaces_the_set_at_its_end() {
+        let cache = Owned::default();
+        cache.apply(&Event::Apply(child("gone", Some("u1"))));
+        cache.apply(&Event::Init);
+        cache.apply(&Event::InitApply(child("kept", Some("u1"))));
+        // Until the re-list is done, reconciles see the old set.
+        assert_eq!(names(cache.owned_by("u1")), ["gone"]);
+        cache.apply(&Event::InitDone);
+        assert_eq!(names(cache.owned_by("u1")), ["kept"]);
+        assert_eq!(cache.len(), 1);
+    }
+}
