@@ -99,7 +99,7 @@ impl Owned {
             .filter_map(|k| cache.current.objects.get(k).cloned())
             .collect();
         // A stable order, so equal caches give equal requests (goldens, replays).
-        children.sort_by(|a, b| (a.namespace(), a.name_any()).cmp(&(b.namespace(), b.name_any())));
+        children.sort_by_key(|c| ObjectKey::of(&**c));
         children
     }
 
