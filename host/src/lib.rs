@@ -17,6 +17,8 @@ pub mod key;
 pub mod leader;
 pub mod ops;
 pub mod reload;
+/// Splitting the watched objects between replicas by hash range.
+pub mod shard;
 pub mod supervisor;
 pub mod validate;
 

@@ -122,6 +122,7 @@ pub(crate) async fn boot(
         pki: &pki,
         ports,
         bins,
+        sharded_watch: config.sharded_watch,
     };
     check_fixed_ports(config, &ports, &layout)?;
     let server = format!("https://127.0.0.1:{}", ports.apiserver);

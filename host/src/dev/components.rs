@@ -48,6 +48,8 @@ pub(crate) struct Layout<'a> {
     pub pki: &'a Pki,
     pub ports: PortMap,
     pub bins: &'a Binaries,
+    /// Whether kube-apiserver serves `shardSelector` (alpha gate `ShardedListAndWatch`).
+    pub sharded_watch: bool,
 }
 
 fn s(p: &Path) -> String {
@@ -82,7 +84,7 @@ impl Layout<'_> {
 
     pub fn apiserver(&self) -> Vec<String> {
         let pki = self.pki;
-        vec![
+        let mut args = vec![
             format!("--etcd-servers=http://127.0.0.1:{}", self.ports.etcd_client),
             "--bind-address=127.0.0.1".into(),
             "--advertise-address=127.0.0.1".into(),
@@ -99,7 +101,11 @@ impl Layout<'_> {
             // Endpoints may not point at loopback, and nothing here dials the service anyway.
             "--endpoint-reconciler-type=none".into(),
             format!("--cert-dir={}", s(&self.dir.join("apiserver-certs"))),
-        ]
+        ];
+        if self.sharded_watch {
+            args.push("--feature-gates=ShardedListAndWatch=true".into());
+        }
+        args
     }
 
     pub fn controller_manager(&self) -> Vec<String> {

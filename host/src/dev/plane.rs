@@ -38,6 +38,9 @@ pub struct PlaneConfig {
     pub kwok: bool,
     /// How long each component gets to become ready.
     pub start_timeout: Duration,
+    /// Turn on kube-apiserver's alpha `ShardedListAndWatch` gate (the `shardSelector` list
+    /// and watch parameter, KEP-5866), so sharded hosts can be tried locally.
+    pub sharded_watch: bool,
 }
 
 impl Default for PlaneConfig {
@@ -50,6 +53,7 @@ impl Default for PlaneConfig {
             scheduler: true,
             kwok: true,
             start_timeout: Duration::from_secs(90),
+            sharded_watch: true,
         }
     }
 }
