@@ -88,7 +88,7 @@ pub fn unchanged(desired: &Value, observed: &Value) -> bool {
 /// Whether an existing object is a child of `parent_uid` made by `plugin`: its controller
 /// owner reference names the parent and its label names the plugin. Anything else belongs
 /// to someone else and is never adopted.
-pub fn controlled_by(object: &DynamicObject, parent_uid: &str, plugin: &str) -> bool {
+pub fn controlled_by(object: &impl kube::Resource, parent_uid: &str, plugin: &str) -> bool {
     object.labels().get(PLUGIN_LABEL).map(String::as_str) == Some(plugin)
         && object
             .owner_references()
@@ -97,7 +97,7 @@ pub fn controlled_by(object: &DynamicObject, parent_uid: &str, plugin: &str) -> 
 }
 
 /// Who controls an existing object, for a message: its controller and managing plugin.
-pub fn controller_of(object: &DynamicObject) -> String {
+pub fn controller_of(object: &impl kube::Resource) -> String {
     let controller = object
         .owner_references()
         .iter()
@@ -152,7 +152,7 @@ pub async fn apply(client: &Client, ar: &ApiResource, child: &Child, plugin: &st
 }
 
 /// Delete an observed child that is no longer desired, only if it is still the same object.
-pub async fn prune(client: &Client, ar: &ApiResource, observed: &DynamicObject) -> kube::Result<()> {
+pub async fn prune(client: &Client, ar: &ApiResource, observed: &impl kube::Resource) -> kube::Result<()> {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: observed.uid(),

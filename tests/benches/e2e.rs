@@ -1,9 +1,14 @@
 //! End-to-end benchmark of `capstan run`'s controller on the local control plane:
-//! N Echos (default 1000, `CAPSTAN_BENCH_N`) exist before the host starts; it reports the
-//! time until every Job exists and every status is written, reconciles/s, API writes per
-//! Echo, reconcile latency and the host's peak RSS — with echo.wasm in the sandbox, loaded
-//! from a warm compile cache (every start after the first) and compiled at start (the
-//! first), and with the identical Echo code compiled natively, so the sandbox's share shows.
+//! N Echos (default 1000; `CAPSTAN_BENCH_N=1000,10000` runs each size) exist before the
+//! host starts; it reports the time until every Job exists and every status is written,
+//! reconciles/s, API writes per Echo, reconcile latency and the host's peak RSS — with
+//! echo.wasm in the sandbox, loaded from a warm compile cache (every start after the
+//! first) and compiled at start (the first), and with the identical Echo code compiled
+//! natively, so the sandbox's share shows (`CAPSTAN_BENCH_MODES=wasm,native` picks modes).
+//!
+//! Then the quiet full resync: the host runs with a resync period longer than convergence
+//! (`N/100 + 20` s), and once every Echo has converged, the CPU seconds the host spends
+//! reconciling all N again (and the writes it makes: 0 expected) are measured.
 //!
 //! Then failover with the default lease settings: `kill -9` of the leader → first
 //! reconcile by the standby, and SIGTERM → standby leads.
@@ -132,12 +137,14 @@ fn engine(cache_dir: Option<std::path::PathBuf>) -> Result<Engine> {
 
 /// The child process: the real host (servers, supervisor, readiness) with one Echo
 /// controller on `namespace`, Wasm from a plugin directory or native.
-async fn serve(mode: &str, namespace: &str) -> Result<()> {
+async fn serve(mode: &str, namespace: &str, resync: Duration) -> Result<()> {
+    let options = Options {
+        namespace: Some(namespace.into()),
+        resync,
+        ..Options::default()
+    };
     let config = HostConfig {
-        defaults: Options {
-            namespace: Some(namespace.into()),
-            ..Options::default()
-        },
+        defaults: options.clone(),
         metrics_addr: "127.0.0.1:0".parse()?,
         health_addr: "127.0.0.1:0".parse()?,
         ..HostConfig::default()
@@ -155,13 +162,7 @@ async fn serve(mode: &str, namespace: &str) -> Result<()> {
         }
         "native" => {
             let mut host = CapstanHost::new(config, engine(None)?)?;
-            host.add(
-                Arc::new(NativeEcho::new()),
-                Options {
-                    namespace: Some(namespace.into()),
-                    ..Options::default()
-                },
-            );
+            host.add(Arc::new(NativeEcho::new()), options);
             host
         }
         other => bail!("unknown mode {other}"),
@@ -182,6 +183,41 @@ fn peak_rss_mib(pid: u32) -> f64 {
             line.split_whitespace().nth(1)?.parse::<f64>().ok()
         })
         .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// CPU seconds `pid` has used (user + system).
+fn cpu_seconds(pid: u32) -> f64 {
+    // SAFETY: sysconf only reads a constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            // Fields after the command (which may hold spaces) start at state, field 3.
+            let rest = s.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let user: f64 = fields.get(11)?.parse().ok()?;
+            let system: f64 = fields.get(12)?.parse().ok()?;
+            Some((user + system) / ticks)
+        })
+        .unwrap_or(0.0)
+}
+
+/// Reconciles of every result `capstan_tests` counts, from a metrics page.
+fn reconciles_in(body: &str) -> f64 {
+    ["success", "error", "requeue", "requeue_after"]
+        .iter()
+        .map(|r| {
+            sample(
+                body,
+                &format!(r#"controller_runtime_reconcile_total{{controller="echo",result="{r}"}}"#),
+            )
+        })
+        .sum()
+}
+
+/// The resync period the host runs with: longer than convergence takes.
+fn resync_for(n: usize) -> Duration {
+    Duration::from_secs(n as u64 / 100 + 20)
 }
 
 /// `histogram_quantile` over a Prometheus histogram's cumulative buckets, interpolated.
@@ -224,11 +260,14 @@ struct Row {
     p50: f64,
     p99: f64,
     rss: f64,
+    /// CPU seconds of one quiet full resync, and the writes it made.
+    resync_cpu: f64,
+    resync_writes: f64,
 }
 
 async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
     let client = plane.client().await?;
-    let ns = plane.namespace(&format!("bench-{mode}")).await?;
+    let ns = plane.namespace(&format!("bench-{mode}-{n}")).await?;
     let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
     futures::stream::iter(0..n)
         .map(|i| {
@@ -278,7 +317,8 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
     });
 
     let mut child = tokio::process::Command::new(std::env::current_exe()?)
-        .args(["--serve", mode, "--namespace", &ns])
+        .args(["--serve", mode, "--namespace", &ns, "--resync"])
+        .arg(resync_for(n).as_secs().to_string())
         .env("KUBECONFIG", plane.kubeconfig())
         .env("RUST_LOG", "warn,kube_client=off")
         .stdout(std::process::Stdio::piped())
@@ -313,29 +353,46 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
     // Let in-flight work settle before reading the counters.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let body = capstan_tests::host::http_get(&metrics, "/metrics")?.1;
+    let writes = sample(&body, r#"capstan_api_writes_total{plugin="echo"}"#);
+    let (resync_cpu, resync_writes) = quiet_resync(&metrics, pid, n, &body).await?;
     let rss = peak_rss_mib(pid);
     child.kill().await.ok();
     job_watch.abort();
     status_watch.abort();
     let statuses = statuses_at.unwrap_or_default();
-    let reconciles: f64 = ["success", "error", "requeue"]
-        .iter()
-        .map(|r| {
-            sample(
-                &body,
-                &format!(r#"controller_runtime_reconcile_total{{controller="echo",result="{r}"}}"#),
-            )
-        })
-        .sum();
     Ok(Row {
         jobs: jobs_at.unwrap_or_default(),
         statuses,
-        reconciles: reconciles / statuses.as_secs_f64(),
-        writes: sample(&body, r#"capstan_api_writes_total{plugin="echo"}"#) / n as f64,
+        reconciles: reconciles_in(&body) / statuses.as_secs_f64(),
+        writes: writes / n as f64,
         p50: quantile(&body, "controller_runtime_reconcile_time_seconds", 0.5) * 1000.0,
         p99: quantile(&body, "controller_runtime_reconcile_time_seconds", 0.99) * 1000.0,
         rss,
+        resync_cpu,
+        resync_writes,
     })
+}
+
+/// Wait for the resync of all `n` converged Echos and measure it: the host's CPU seconds
+/// from the last convergence reconcile to the n-th resync reconcile, and the writes made.
+async fn quiet_resync(metrics: &str, pid: u32, n: usize, converged: &str) -> Result<(f64, f64)> {
+    let (reconciles, writes) = (
+        reconciles_in(converged),
+        sample(converged, r#"capstan_api_writes_total{plugin="echo"}"#),
+    );
+    let cpu = cpu_seconds(pid);
+    let deadline = Instant::now() + resync_for(n) * 3;
+    loop {
+        let body = capstan_tests::host::http_get(metrics, "/metrics")?.1;
+        if reconciles_in(&body) >= reconciles + n as f64 {
+            let written = sample(&body, r#"capstan_api_writes_total{plugin="echo"}"#) - writes;
+            return Ok((cpu_seconds(pid) - cpu, written));
+        }
+        if Instant::now() > deadline {
+            bail!("the full resync of {n} Echos did not finish");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Failover with the default lease settings (15 s / 10 s / 2 s), `capstan run` processes:
@@ -413,61 +470,89 @@ async fn failover(plane: &Plane) -> Result<()> {
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let runtime = tokio::runtime::Runtime::new()?;
-    if let Some(i) = args.iter().position(|a| a == "--serve") {
-        let mode = args.get(i + 1).context("--serve MODE")?;
-        let ns = args
-            .iter()
-            .position(|a| a == "--namespace")
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
             .and_then(|j| args.get(j + 1))
-            .context("--namespace NS")?;
-        return runtime.block_on(serve(mode, ns));
+            .with_context(|| format!("{name} VALUE"))
+    };
+    if args.iter().any(|a| a == "--serve") {
+        let resync = Duration::from_secs(flag("--resync")?.parse()?);
+        return runtime.block_on(serve(flag("--serve")?, flag("--namespace")?, resync));
     }
-    let n: usize = std::env::var("CAPSTAN_BENCH_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
+    let list = |var: &str, default: &str| -> Vec<String> {
+        std::env::var(var)
+            .unwrap_or_else(|_| default.into())
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
+    let sizes = list("CAPSTAN_BENCH_N", "1000")
+        .iter()
+        .map(|n| {
+            n.parse::<usize>()
+                .with_context(|| format!("CAPSTAN_BENCH_N: {n} is not a number"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let modes = list("CAPSTAN_BENCH_MODES", "wasm,wasm-cold,native");
     // Build the plugin and fill the compile cache before anything is timed.
     std::fs::remove_dir_all(cache_dir()).ok();
     engine(Some(cache_dir()))?.load_file(&capstan_tests::plugin("echo"), Default::default())?;
     runtime.block_on(async {
         let plane = Plane::start(PlaneConfig::api_only()).await?;
         install_plugin_crd(&plane, "echo").await?;
-        println!("{n} Echos created before the host starts; API server + etcd on loopback; 2 cores");
+        println!("Echos created before the host starts; API server + etcd on loopback; 2 cores");
         println!(
-            "{:<9} {:>10} {:>12} {:>13} {:>13} {:>9} {:>9} {:>9}",
+            "{:<9} {:>6} {:>9} {:>9} {:>12} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10}",
             "mode",
+            "N",
             "jobs (s)",
-            "statuses (s)",
+            "status(s)",
             "reconciles/s",
-            "writes/Echo",
+            "writes/E",
             "p50 (ms)",
             "p99 (ms)",
-            "RSS (MiB)"
+            "RSS (MiB)",
+            "resync CPU",
+            "resync wr"
         );
-        let mut rows = Vec::new();
-        let modes = ["wasm", "wasm-cold", "native"];
-        for mode in modes {
-            let r = run_mode(&plane, mode, n).await?;
-            println!(
-                "{:<9} {:>10.2} {:>12.2} {:>13.0} {:>13.2} {:>9.2} {:>9.2} {:>9.1}",
-                mode,
-                r.jobs.as_secs_f64(),
-                r.statuses.as_secs_f64(),
-                r.reconciles,
-                r.writes,
-                r.p50,
-                r.p99,
-                r.rss
-            );
-            rows.push(r);
+        for &n in &sizes {
+            let mut rows = Vec::new();
+            for mode in &modes {
+                let r = run_mode(&plane, mode, n).await?;
+                println!(
+                    "{:<9} {:>6} {:>9.2} {:>9.2} {:>12.0} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>9.2}s {:>10.0}",
+                    mode,
+                    n,
+                    r.jobs.as_secs_f64(),
+                    r.statuses.as_secs_f64(),
+                    r.reconciles,
+                    r.writes,
+                    r.p50,
+                    r.p99,
+                    r.rss,
+                    r.resync_cpu,
+                    r.resync_writes
+                );
+                rows.push((mode.as_str(), r));
+            }
+            let time = |m: &str| {
+                rows.iter()
+                    .find(|(mode, _)| *mode == m)
+                    .map(|(_, r)| r.statuses.as_secs_f64())
+            };
+            if let (Some(wasm), Some(native)) = (time("wasm"), time("native")) {
+                println!(
+                    "N={n}: time to all statuses, wasm / native: {:.2}×",
+                    wasm / native
+                );
+            }
         }
-        let native = rows[2].statuses.as_secs_f64();
-        println!(
-            "time to all statuses, wasm / native: {:.2}× (compiled at start: {:.2}×)",
-            rows[0].statuses.as_secs_f64() / native,
-            rows[1].statuses.as_secs_f64() / native
-        );
         std::fs::remove_dir_all(cache_dir()).ok();
-        failover(&plane).await
+        if std::env::var("CAPSTAN_BENCH_FAILOVER").as_deref() != Ok("0") {
+            failover(&plane).await?;
+        }
+        Ok(())
     })
 }

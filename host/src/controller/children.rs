@@ -11,6 +11,7 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 
 use super::Shared;
+use super::compact::Compact;
 use super::events::warn;
 use super::reconcile::{Error, Observed, count_write};
 use crate::apply;
@@ -64,7 +65,7 @@ pub(super) async fn claim(
         }
         let existing = existing(shared, kind, &child).await?;
         if let Some(existing) = &existing
-            && !apply::controlled_by(existing, &uid, &metadata.name)
+            && !apply::controlled_by(&**existing, &uid, &metadata.name)
         {
             return Err(conflict(shared, parent, &metadata.name, &child, existing).await);
         }
@@ -85,7 +86,7 @@ async fn existing(
     shared: &Shared,
     kind: usize,
     child: &validate::Child,
-) -> Result<Option<Arc<DynamicObject>>, Error> {
+) -> Result<Option<Arc<Compact>>, Error> {
     let c = &shared.children[kind];
     if let Some(cached) = c
         .cache
@@ -100,7 +101,7 @@ async fn existing(
         &child.name,
     )
     .await?;
-    Ok(fetched.map(Arc::new))
+    Ok(fetched.map(|o| Arc::new(Compact::of(&o))))
 }
 
 /// Refuse a response that names an object someone else controls: a `ChildConflict`
@@ -110,7 +111,7 @@ async fn conflict(
     parent: &DynamicObject,
     plugin: &str,
     child: &validate::Child,
-    existing: &DynamicObject,
+    existing: &Compact,
 ) -> Error {
     let message = format!(
         "{} already exists and is not controlled by this {} (its controller: {}); nothing applied",
@@ -141,7 +142,7 @@ fn describe(child: &validate::Child) -> String {
 }
 
 /// Same kind's cache, same namespace and name.
-fn same(object: &DynamicObject, child: &validate::Child) -> bool {
+fn same(object: &Compact, child: &validate::Child) -> bool {
     object.name_any() == child.name && object.namespace() == child.namespace
 }
 
@@ -191,7 +192,7 @@ pub(super) async fn prune(
 ) -> Result<(), Error> {
     for o in observed {
         if !plan.iter().any(|s| s.kind == o.kind && same(&o.object, &s.child)) {
-            apply::prune(&shared.client, &shared.children[o.kind].resource, &o.object).await?;
+            apply::prune(&shared.client, &shared.children[o.kind].resource, &*o.object).await?;
             count_write(plugin);
         }
     }

@@ -6,6 +6,7 @@
 mod backoff;
 mod children;
 mod churn;
+mod compact;
 mod discovery;
 mod events;
 mod finalizer;
@@ -24,7 +25,7 @@ use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use kube::runtime::controller::{Config, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
@@ -91,11 +92,12 @@ struct Shared {
     plugin: watch::Receiver<Arc<dyn Reconcile>>,
     parent: ApiResource,
     /// The parent cache: reconciles that waited for leadership re-read their object here.
-    cache: Store<DynamicObject>,
+    cache: Store<compact::Compact>,
     children: Vec<ChildKind>,
     /// Related kinds, in the order the plugin declared them.
     related: Vec<related::RelatedKind>,
-    recorder: Recorder,
+    /// Who the plugin's events say recorded them.
+    reporter: Reporter,
     options: Options,
     /// Backoff, event and write budgets per parent.
     per_object: Arc<PerObject>,
@@ -240,7 +242,7 @@ pub async fn run(
 
 impl Wiring {
     /// The parent watch (mirrored into the queue, forgetting deleted objects) and its cache.
-    fn parents(&self) -> (Controller<DynamicObject>, Store<DynamicObject>) {
+    fn parents(&self) -> (Controller<compact::Compact>, Store<compact::Compact>) {
         let writer = reflector::store::Writer::new(self.parent.clone());
         let cache = writer.as_reader();
         let namespace = self
@@ -254,7 +256,7 @@ impl Wiring {
             api(&self.client, &self.parent, namespace),
             watcher::Config::default(),
         );
-        let parents = reflector::reflector(writer, watch.modify(cached(&self.parent)))
+        let parents = reflector::reflector(writer, watch.modify(cached(&self.parent)).map_ok(compact::event))
             .inspect_ok(move |event| match event {
                 watcher::Event::Apply(o) | watcher::Event::InitApply(o) => tracked.add(ObjectKey::of(o)),
                 watcher::Event::Delete(o) => {
@@ -327,7 +329,7 @@ impl Wiring {
     fn shared(
         self,
         plugin: watch::Receiver<Arc<dyn Reconcile>>,
-        cache: Store<DynamicObject>,
+        cache: Store<compact::Compact>,
         (children, related): (Vec<ChildKind>, Vec<related::RelatedKind>),
         leader: Leader,
         synced: watch::Receiver<bool>,
@@ -351,7 +353,7 @@ impl Wiring {
                 2.0 * creations,
                 std::time::Instant::now(),
             )),
-            recorder: Recorder::new(self.client.clone(), reporter),
+            reporter,
             client: self.client,
             plugin,
             parent: self.parent,
@@ -370,7 +372,7 @@ impl Wiring {
 /// A new plugin version reconciles every parent once.
 fn reloads(
     plugin: watch::Receiver<Arc<dyn Reconcile>>,
-    cache: Store<DynamicObject>,
+    cache: Store<compact::Compact>,
     queue: Arc<queue::Queue>,
 ) -> impl futures::Stream<Item = ()> + Send + 'static {
     futures::stream::unfold(plugin, |mut rx| async move {

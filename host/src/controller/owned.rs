@@ -12,17 +12,18 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 
+use super::compact::Compact;
 use crate::key::ObjectKey;
 
 /// Children by key, and the keys each controller owns.
 #[derive(Default)]
 struct Index {
-    objects: HashMap<ObjectKey, Arc<DynamicObject>>,
+    objects: HashMap<ObjectKey, Arc<Compact>>,
     by_owner: HashMap<String, HashSet<ObjectKey>>,
 }
 
 impl Index {
-    fn insert(&mut self, object: Arc<DynamicObject>) {
+    fn insert(&mut self, object: Arc<Compact>) {
         let key = ObjectKey::of(&*object);
         self.remove(&key);
         if let Some(owner) = controller_uid(&object) {
@@ -47,7 +48,7 @@ impl Index {
 }
 
 /// The UID of an object's controller, if it has one.
-fn controller_uid(object: &DynamicObject) -> Option<String> {
+fn controller_uid(object: &Compact) -> Option<String> {
     object
         .owner_references()
         .iter()
@@ -73,13 +74,13 @@ impl Owned {
     pub(super) fn apply(&self, event: &Event<DynamicObject>) {
         let mut cache = self.inner.write().unwrap_or_else(|e| e.into_inner());
         match event {
-            Event::Apply(o) => cache.current.insert(Arc::new(o.clone())),
+            Event::Apply(o) => cache.current.insert(Arc::new(Compact::of(o))),
             Event::Delete(o) => cache.current.remove(&ObjectKey::of(o)),
             Event::Init => cache.relist = Some(Index::default()),
             Event::InitApply(o) => cache
                 .relist
                 .get_or_insert_with(Index::default)
-                .insert(Arc::new(o.clone())),
+                .insert(Arc::new(Compact::of(o))),
             Event::InitDone => {
                 if let Some(listed) = cache.relist.take() {
                     cache.current = listed;
@@ -89,7 +90,7 @@ impl Owned {
     }
 
     /// The children whose controller has this UID, by name.
-    pub(super) fn owned_by(&self, uid: &str) -> Vec<Arc<DynamicObject>> {
+    pub(super) fn owned_by(&self, uid: &str) -> Vec<Arc<Compact>> {
         let cache = self.inner.read().unwrap_or_else(|e| e.into_inner());
         let Some(keys) = cache.current.by_owner.get(uid) else {
             return Vec::new();
@@ -104,7 +105,7 @@ impl Owned {
     }
 
     /// The cached child with this key.
-    pub(super) fn get(&self, key: &ObjectKey) -> Option<Arc<DynamicObject>> {
+    pub(super) fn get(&self, key: &ObjectKey) -> Option<Arc<Compact>> {
         let cache = self.inner.read().unwrap_or_else(|e| e.into_inner());
         cache.current.objects.get(key).cloned()
     }
@@ -142,7 +143,7 @@ mod tests {
         o
     }
 
-    fn names(children: Vec<Arc<DynamicObject>>) -> Vec<String> {
+    fn names(children: Vec<Arc<Compact>>) -> Vec<String> {
         children.iter().map(|c| c.name_any()).collect()
     }
 
@@ -156,7 +157,12 @@ mod tests {
         assert_eq!(names(cache.owned_by("u1")), ["a", "b"]);
         assert_eq!(names(cache.owned_by("u2")), ["c"]);
         assert!(cache.owned_by("u3").is_empty());
-        assert!(cache.get(&ObjectKey::new(Some("ns"), "orphan")).is_some());
+        let orphan = cache.get(&ObjectKey::new(Some("ns"), "orphan")).expect("cached");
+        assert_eq!(
+            orphan.value()["metadata"]["name"],
+            "orphan",
+            "the JSON is the object"
+        );
         assert_eq!(cache.len(), 4);
     }
 

@@ -10,6 +10,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use tracing::Instrument;
 
+use super::compact::Compact;
 use super::events::{self, warn};
 use super::{Shared, children, churn, finalizer};
 use crate::apply;
@@ -60,7 +61,7 @@ pub enum Error {
 
 /// kube-runtime's reconcile entry point: waits for leadership, runs one reconcile with
 /// the current plugin version (cancelled if leadership is lost) and accounts for it.
-pub async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Result<Action, Error> {
+pub async fn reconcile(parent: Arc<Compact>, shared: Arc<Shared>) -> Result<Action, Error> {
     let object = ObjectKey::of(&*parent);
     let dequeued = shared.queue.start(&object);
     let plugin = shared.plugin();
@@ -70,6 +71,7 @@ pub async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Resul
         let Some(parent) = admitted(parent, &shared).await else {
             return Ok(Action::await_change());
         };
+        let parent = parent.object();
         let workers = crate::ops::metrics::get()
             .active_workers
             .get_or_create(&ControllerLabel {
@@ -94,7 +96,7 @@ pub async fn reconcile(parent: Arc<DynamicObject>, shared: Arc<Shared>) -> Resul
 
 /// The parent to reconcile once the child caches have listed and this process leads —
 /// re-read from the cache if it waited for leadership — or `None` to wait for a change.
-async fn admitted(parent: Arc<DynamicObject>, shared: &Shared) -> Option<Arc<DynamicObject>> {
+async fn admitted(parent: Arc<Compact>, shared: &Shared) -> Option<Arc<Compact>> {
     // The parent cache is complete (kube-runtime waits for it), the child caches may
     // not be yet: a plugin must never see a partial list of its children.
     shared.synced.clone().wait_for(|s| *s).await.ok()?;
@@ -151,7 +153,7 @@ fn next(
 }
 
 /// kube-runtime's error policy: per-object exponential backoff, never giving up.
-pub fn error_policy(parent: Arc<DynamicObject>, error: &Error, shared: Arc<Shared>) -> Action {
+pub fn error_policy(parent: Arc<Compact>, error: &Error, shared: Arc<Shared>) -> Action {
     let name = shared.plugin().metadata().name.clone();
     crate::ops::metrics::get()
         .retries
@@ -172,7 +174,7 @@ pub fn error_policy(parent: Arc<DynamicObject>, error: &Error, shared: Arc<Share
 /// An observed child: which declared kind, and the object from its cache.
 pub(super) struct Observed {
     pub kind: usize,
-    pub object: Arc<DynamicObject>,
+    pub object: Arc<Compact>,
 }
 
 /// One reconcile, as named steps; `Ok(Some(d))` asks to be called again after `d`,
@@ -296,10 +298,7 @@ async fn dispatch(
 ) -> Result<(Request, Result<crate::engine::Response, DispatchError>), Error> {
     let request = Request {
         parent,
-        children: observed
-            .iter()
-            .map(|o| serde_json::to_value(&*o.object).unwrap_or_default())
-            .collect(),
+        children: observed.iter().map(|o| o.object.value()).collect(),
         related,
         now: None,
         finalizing,

@@ -75,7 +75,7 @@ impl Wiring {
     ) -> anyhow::Result<(
         RelatedKind,
         impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
-        impl Fn(DynamicObject) -> Vec<ObjectRef<DynamicObject>> + Send + Sync + 'static,
+        impl Fn(DynamicObject) -> Vec<ObjectRef<super::compact::Compact>> + Send + Sync + 'static,
     )> {
         let resource = discovery::resolve(&self.client, kind).await?;
         let writer = reflector::store::Writer::new(resource.clone());
@@ -108,7 +108,7 @@ fn wake(
     parent: &ApiResource,
     kind: usize,
     object: &DynamicObject,
-) -> Vec<ObjectRef<DynamicObject>> {
+) -> Vec<ObjectRef<super::compact::Compact>> {
     index
         .parents_of(kind, object)
         .into_iter()

@@ -1,0 +1,139 @@
+//! The form in which the host's caches keep parents and children: typed metadata (which
+//! is all the host reads between reconciles) and the rest of the object as JSON text.
+//!
+//! A `serde_json::Value` tree holds an object in three to four times the bytes of its
+//! text (an allocation per key and string, map nodes), and caches hold every parent and
+//! child for as long as they exist. A reconcile turns its parent back into a
+//! [`DynamicObject`] once, and a child into JSON for the plugin's request, which it needed
+//! anyway. `metadata.managedFields` is dropped: no plugin is shown it and the host never
+//! reads it (server-side apply tracks ownership on the server; a conflict comes back as
+//! an error), and it is often the larger half of an object.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use kube::api::{ApiResource, DynamicObject, ObjectMeta, TypeMeta};
+use kube::core::DynamicResourceScope;
+use kube::runtime::watcher::Event;
+use serde::Deserialize;
+
+/// An object as the caches keep it.
+#[derive(Clone, Debug)]
+pub struct Compact {
+    /// `apiVersion` and `kind`.
+    pub types: Option<TypeMeta>,
+    /// Its metadata, without `managedFields`.
+    pub metadata: ObjectMeta,
+    /// Every other field (`spec`, `status`, `data`, ...) as one JSON object; shared, as
+    /// kube-runtime's reflector clones what it stores.
+    rest: Arc<str>,
+}
+
+impl Compact {
+    /// The compact form of `object`.
+    pub fn of(object: &DynamicObject) -> Compact {
+        let mut metadata = object.metadata.clone();
+        metadata.managed_fields = None;
+        Compact {
+            types: object.types.clone(),
+            metadata,
+            // A Value always serializes.
+            rest: serde_json::to_string(&object.data).unwrap_or_default().into(),
+        }
+    }
+
+    /// The whole object again.
+    pub fn object(&self) -> DynamicObject {
+        DynamicObject {
+            types: self.types.clone(),
+            metadata: self.metadata.clone(),
+            data: serde_json::from_str(&self.rest).unwrap_or_default(),
+        }
+    }
+
+    /// The whole object as JSON, as a plugin is shown it.
+    pub fn value(&self) -> serde_json::Value {
+        serde_json::to_value(self.object()).unwrap_or_default()
+    }
+}
+
+/// A watcher event of whole objects as one of compact ones.
+pub fn event(event: Event<DynamicObject>) -> Event<Compact> {
+    match event {
+        Event::Apply(o) => Event::Apply(Compact::of(&o)),
+        Event::Delete(o) => Event::Delete(Compact::of(&o)),
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(Compact::of(&o)),
+        Event::InitDone => Event::InitDone,
+    }
+}
+
+/// Read as a whole object, then made compact (kube-runtime's controller asks for it).
+impl<'de> Deserialize<'de> for Compact {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        DynamicObject::deserialize(d).map(|o| Compact::of(&o))
+    }
+}
+
+/// The same as `DynamicObject`'s: the kind comes from the `ApiResource`.
+impl kube::Resource for Compact {
+    type DynamicType = ApiResource;
+    type Scope = DynamicResourceScope;
+
+    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+        dt.kind.as_str().into()
+    }
+
+    fn group(dt: &ApiResource) -> Cow<'_, str> {
+        dt.group.as_str().into()
+    }
+
+    fn version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.version.as_str().into()
+    }
+
+    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+        dt.api_version.as_str().into()
+    }
+
+    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+        dt.plural.as_str().into()
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_object_comes_back_whole_without_managed_fields() {
+        let object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": "j", "namespace": "ns", "uid": "u",
+                "managedFields": [{"manager": "capstan/echo", "operation": "Apply"}],
+            },
+            "spec": {"template": {"spec": {"containers": [{"name": "c"}]}}},
+            "status": {"active": 1},
+        }))
+        .expect("a Job");
+        let compact = Compact::of(&object);
+        let value = compact.value();
+        assert_eq!(value["spec"], object.data["spec"]);
+        assert_eq!(value["status"]["active"], 1);
+        assert_eq!(value["kind"], "Job");
+        assert_eq!(value["metadata"]["uid"], "u");
+        assert!(value["metadata"].get("managedFields").is_none());
+        let again: Compact = serde_json::from_value(value).expect("deserializes");
+        assert_eq!(again.object().data, compact.object().data);
+    }
+}
