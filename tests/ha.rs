@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use capstan::dev::{Plane, PlaneConfig};
 use capstan_tests::host::{
     Host, echo, echo_resource, eventually, first_listed, hostile_crd, hostile_resource, http_get,
-    install_plugin_crd, mount, sample, scheduled_echo_resource,
+    install_plugin_crd, mount, reconciles, sample, scheduled_echo_resource, timestamp,
 };
 use capstan_tests::{echo_canary, plugin};
 use k8s_openapi::api::batch::v1::Job;
@@ -69,44 +69,6 @@ async fn job_of(jobs: &Api<Job>, name: &str, timeout: Duration) -> Result<Job> {
             .find(|j| j.name_any().starts_with(&format!("{name}-"))))
     })
     .await
-}
-
-fn timestamp(line: &serde_json::Value) -> Option<Timestamp> {
-    line["timestamp"].as_str()?.parse().ok()
-}
-
-fn reconciled_object(line: &serde_json::Value) -> Option<String> {
-    line["spans"]
-        .as_array()?
-        .iter()
-        .find(|s| s["name"] == "reconcile")?["object"]
-        .as_str()
-        .map(String::from)
-}
-
-/// `(object, start, end)` of every reconcile a host logged; one still running at the end
-/// of the log (a killed host) lasts until `ended`.
-fn reconciles(host: &Host, ended: Timestamp) -> Vec<(String, Timestamp, Timestamp)> {
-    let mut open: HashMap<String, Vec<Timestamp>> = HashMap::new();
-    let mut done = Vec::new();
-    for line in host.log() {
-        let (Some(object), Some(at)) = (reconciled_object(&line), timestamp(&line)) else {
-            continue;
-        };
-        match line["message"].as_str() {
-            Some("reconcile started") => open.entry(object).or_default().push(at),
-            Some("reconcile finished") => {
-                if let Some(start) = open.get_mut(&object).and_then(|s| s.pop()) {
-                    done.push((object, start, at));
-                }
-            }
-            _ => {}
-        }
-    }
-    for (object, starts) in open {
-        done.extend(starts.into_iter().map(|s| (object.clone(), s, ended)));
-    }
-    done
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -253,3 +253,47 @@ pub fn echo(name: &str, message: &str) -> Result<DynamicObject> {
         "metadata": {"name": name}, "spec": {"message": message},
     }))?)
 }
+
+/// When a JSON log line was written.
+pub fn timestamp(line: &serde_json::Value) -> Option<k8s_openapi::jiff::Timestamp> {
+    line["timestamp"].as_str()?.parse().ok()
+}
+
+/// The object a JSON log line's `reconcile` span names.
+pub fn reconciled_object(line: &serde_json::Value) -> Option<String> {
+    line["spans"]
+        .as_array()?
+        .iter()
+        .find(|s| s["name"] == "reconcile")?["object"]
+        .as_str()
+        .map(String::from)
+}
+
+/// `(object, start, end)` of every reconcile a host logged; one still running at the end
+/// of the log (a killed host) lasts until `ended`.
+pub fn reconciles(
+    host: &Host,
+    ended: k8s_openapi::jiff::Timestamp,
+) -> Vec<(String, k8s_openapi::jiff::Timestamp, k8s_openapi::jiff::Timestamp)> {
+    let mut open: std::collections::HashMap<String, Vec<k8s_openapi::jiff::Timestamp>> =
+        std::collections::HashMap::new();
+    let mut done = Vec::new();
+    for line in host.log() {
+        let (Some(object), Some(at)) = (reconciled_object(&line), timestamp(&line)) else {
+            continue;
+        };
+        match line["message"].as_str() {
+            Some("reconcile started") => open.entry(object).or_default().push(at),
+            Some("reconcile finished") => {
+                if let Some(start) = open.get_mut(&object).and_then(|s| s.pop()) {
+                    done.push((object, start, at));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (object, starts) in open {
+        done.extend(starts.into_iter().map(|s| (object.clone(), s, ended)));
+    }
+    done
+}

@@ -55,6 +55,8 @@ pub struct Supervisor {
     dir: Option<(PathBuf, Options)>,
     /// Files that did not load; tried again when they change.
     broken: Vec<FileWatch>,
+    /// On a sharded host, the ranges every unit runs.
+    shard: Option<crate::shard::Filter>,
 }
 
 impl Supervisor {
@@ -75,6 +77,32 @@ impl Supervisor {
             units: Vec::new(),
             dir: None,
             broken: Vec::new(),
+            shard: None,
+        }
+    }
+
+    /// Run every unit, from now on, on `filter`'s ranges (a sharded host). Units that run
+    /// are stopped first, all of them, and only then started again, so when this returns
+    /// nothing runs on ranges `filter` does not hold.
+    pub async fn reshard(&mut self, filter: crate::shard::Filter) {
+        self.shard = Some(filter);
+        for u in &self.units {
+            u.stop.cancel();
+        }
+        let deadline = tokio::time::Instant::now() + self.grace;
+        for i in 0..self.units.len() {
+            let name = self.units[i].name();
+            let task = std::mem::replace(&mut self.units[i].task, tokio::spawn(async {}));
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            stop_within(task, left, &name).await;
+        }
+        for i in 0..self.units.len() {
+            let mut options = self.units[i].options.clone();
+            options.shard.clone_from(&self.shard);
+            let stop = CancellationToken::new();
+            let task = self.spawn(self.units[i].version.subscribe(), options.clone(), stop.clone());
+            let unit = &mut self.units[i];
+            (unit.options, unit.stop, unit.task) = (options, stop, task);
         }
     }
 
@@ -99,8 +127,11 @@ impl Supervisor {
         watch: Option<FileWatch>,
         limits: Limits,
         plugin: Arc<dyn Reconcile>,
-        options: Options,
+        mut options: Options,
     ) {
+        if self.shard.is_some() {
+            options.shard.clone_from(&self.shard);
+        }
         let (version, rx) = watch::channel(plugin);
         let stop = CancellationToken::new();
         let task = self.spawn(rx, options.clone(), stop.clone());

@@ -85,6 +85,14 @@ struct ElectionArgs {
     /// Time between attempts to acquire or renew the Lease.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
     retry_period: Duration,
+    /// Every replica reconciles a share of the objects, split by consistent hashing among
+    /// the live members of the group (one Lease each, named after --leader-election-id).
+    #[arg(long, conflicts_with = "leader_elect")]
+    sharding: bool,
+    /// What spreads parents over replicas: `uid` (even) or `namespace` (a namespace's
+    /// objects together; the API server can then filter children too).
+    #[arg(long, default_value = "uid", requires = "sharding")]
+    shard_key: crate::shard::ShardKey,
 }
 
 impl ElectionArgs {
@@ -94,6 +102,19 @@ impl ElectionArgs {
         if !self.leader_elect {
             return None;
         }
+        Some(self.lease())
+    }
+
+    /// The group's settings with `--sharding`.
+    fn sharding(&self) -> Option<crate::host::Sharding> {
+        self.sharding.then(|| crate::host::Sharding {
+            members: self.lease(),
+            key: self.shard_key,
+        })
+    }
+
+    /// The Lease settings the flags give (for leader election or sharding).
+    fn lease(&self) -> leader::Settings {
         let namespace = self
             .leader_election_namespace
             .clone()
@@ -103,7 +124,7 @@ impl ElectionArgs {
         settings.lease_duration = self.lease_duration;
         settings.renew_deadline = self.renew_deadline;
         settings.retry_period = self.retry_period;
-        Some(settings)
+        settings
     }
 }
 
@@ -120,6 +141,7 @@ impl RunArgs {
             reload_interval: self.reload_interval,
             shutdown_timeout: self.shutdown_timeout,
             election: self.election.settings(),
+            sharding: self.election.sharding(),
         }
     }
 

@@ -14,6 +14,7 @@ mod owned;
 mod queue;
 mod reconcile;
 mod related;
+mod sharded;
 mod synced;
 mod throttle;
 
@@ -59,6 +60,8 @@ pub struct Options {
     pub finalizer_timeout: Duration,
     /// The plugin's settings (`null` for none), which it checks at load.
     pub settings: serde_json::Value,
+    /// On a sharded host, the hash ranges this replica reconciles.
+    pub shard: Option<crate::shard::Filter>,
 }
 
 impl Default for Options {
@@ -74,6 +77,7 @@ impl Default for Options {
             creations_per_second: limits.creations_per_second,
             finalizer_timeout: limits.finalizer_timeout,
             settings: serde_json::Value::Null,
+            shard: None,
         }
     }
 }
@@ -184,6 +188,8 @@ struct Wiring {
     queue: Arc<queue::Queue>,
     sync: Arc<synced::SyncCount>,
     per_object: Arc<PerObject>,
+    /// The replica's ranges, keyed as this plugin's parents are spread.
+    shard: Option<crate::shard::Filter>,
 }
 
 /// Run one plugin until `shutdown` resolves; in-flight reconciles finish first. `synced`
@@ -199,6 +205,17 @@ pub async fn run(
     synced: tokio::sync::oneshot::Sender<()>,
 ) -> anyhow::Result<()> {
     let metadata = plugin.borrow().metadata().clone();
+    let shard = options
+        .shard
+        .as_ref()
+        .map(|f| f.for_parent_scope(metadata.parent.namespaced));
+    if shard.as_ref().is_some_and(|f| f.ranges.is_empty()) {
+        // Nothing to reconcile until the group gives this replica a range.
+        tracing::info!(plugin = %metadata.name, "no shard ranges held; waiting");
+        let _ = synced.send(());
+        shutdown.await;
+        return Ok(());
+    }
     let (sync, synced_rx) = synced::SyncCount::new(1 + metadata.children.len() + metadata.related.len());
     let wiring = Wiring {
         parent: discovery::resolve(&client, &metadata.parent).await?,
@@ -208,6 +225,7 @@ pub async fn run(
         metadata,
         sync,
         per_object: Arc::default(),
+        shard,
     };
     let (mut controller, cache) = wiring.parents();
     let mut children = Vec::new();
@@ -252,10 +270,10 @@ impl Wiring {
             .filter(|_| self.metadata.parent.namespaced);
         let (tracked, per_object, listed) = (self.queue.clone(), self.per_object.clone(), self.sync.mark());
         let (size, cached_parents) = (self.gauge(&self.parent), cache.clone());
-        let watch = watcher(
-            api(&self.client, &self.parent, namespace),
-            watcher::Config::default(),
-        );
+        let role = sharded::Role::Parent;
+        let client = sharded::client(&self.client, self.shard.as_ref(), &self.parent, &role);
+        let watch = watcher(api(&client, &self.parent, namespace), watcher::Config::default());
+        let watch = sharded::only_mine(watch, self.shard.clone(), role);
         let parents = reflector::reflector(writer, watch.modify(cached(&self.parent)).map_ok(compact::event))
             .inspect_ok(move |event| match event {
                 watcher::Event::Apply(o) | watcher::Event::InitApply(o) => tracked.add(ObjectKey::of(o)),
@@ -292,7 +310,12 @@ impl Wiring {
         let (tracked, owner, listed) = (self.queue.clone(), self.parent.clone(), self.sync.mark());
         let namespaced = self.metadata.parent.namespaced;
         let (fed, size) = (cache.clone(), self.gauge(&resource));
-        let stream = watcher(api(&self.client, &resource, ns), config)
+        let role = sharded::Role::Child {
+            parent_namespaced: namespaced,
+        };
+        let client = sharded::client(&self.client, self.shard.as_ref(), &resource, &role);
+        let watch = watcher(api(&client, &resource, ns), config);
+        let stream = sharded::only_mine(watch, self.shard.clone(), role)
             .modify(cached(&resource))
             .map_ok(move |event| {
                 fed.apply(&event);

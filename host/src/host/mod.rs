@@ -27,6 +27,7 @@
 //! ```
 
 mod plugins;
+mod sharded;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -66,6 +67,18 @@ pub struct HostConfig {
     pub shutdown_timeout: Duration,
     /// Reconcile only while holding this Lease; an empty namespace means the client's.
     pub election: Option<leader::Settings>,
+    /// Split the objects among every replica of this group instead of electing a leader.
+    pub sharding: Option<Sharding>,
+}
+
+/// A sharded host's group and key.
+#[derive(Clone, Debug)]
+pub struct Sharding {
+    /// The group (its name is the member Leases' prefix and label), its namespace (empty:
+    /// the client's), this replica's identity and the Lease timings.
+    pub members: leader::Settings,
+    /// What is hashed to spread parents.
+    pub key: crate::shard::ShardKey,
 }
 
 impl Default for HostConfig {
@@ -80,6 +93,7 @@ impl Default for HostConfig {
             reload_interval: Duration::from_secs(2),
             shutdown_timeout: Duration::from_secs(20),
             election: None,
+            sharding: None,
         }
     }
 }
@@ -100,6 +114,13 @@ impl Host {
     pub fn new(config: HostConfig, engine: Engine) -> anyhow::Result<Host> {
         if let Some(election) = &config.election {
             election.validate()?;
+        }
+        if let Some(sharding) = &config.sharding {
+            anyhow::ensure!(
+                config.election.is_none(),
+                "sharding and leader election exclude each other: with sharding every replica reconciles its share"
+            );
+            sharding.members.validate()?;
         }
         let loaded = if config.plugins.is_some() || config.config.is_some() {
             plugins::load(
@@ -146,7 +167,11 @@ impl Host {
         tokio::spawn(stop.clone().run_until_cancelled_owned(probe));
         let (leader, elector) = elect(&client, self.config.election.clone());
         let grace = self.config.shutdown_timeout;
-        let mut supervisor = Supervisor::new(client, self.engine, leader, health.clone(), grace);
+        let mut supervisor = Supervisor::new(client.clone(), self.engine, leader, health.clone(), grace);
+        let shards = match self.config.sharding {
+            Some(sharding) => Some(sharded::join(&client, sharding, &mut supervisor).await),
+            None => None,
+        };
         for (path, plugin, options) in self.loaded.plugins {
             let m = plugin.metadata();
             tracing::info!(plugin = %m.name, version = %m.version, path = %path.display(), parent = %m.parent, "plugin loaded");
@@ -166,6 +191,7 @@ impl Host {
         }
         Ok(Serving {
             supervisor,
+            shards,
             elector,
             health,
             stop,
@@ -193,6 +219,8 @@ fn elect(client: &kube::Client, settings: Option<leader::Settings>) -> (Leader, 
 /// A running host.
 pub struct Serving {
     supervisor: Supervisor,
+    /// A sharded host's membership and the ranges it is told to run.
+    shards: Option<sharded::Shards>,
     elector: Option<Elector>,
     health: Health,
     /// Stops the HTTP servers and the API probe.
@@ -229,6 +257,9 @@ impl Serving {
                 _ = beat.tick() => self.health.beat(),
                 _ = trim.tick() => ops::heap::trim(),
                 _ = reload.tick(), if self.reload.is_some() => self.supervisor.reload().await,
+                Some(ranges) = sharded::changed(self.shards.as_mut()) => {
+                    sharded::apply(&mut self.supervisor, self.shards.as_ref(), ranges).await;
+                }
             }
         }
         self.stop().await;
@@ -241,6 +272,9 @@ impl Serving {
             elector.stop_waiters();
         }
         self.supervisor.stop().await;
+        if let Some(shards) = self.shards {
+            shards.release().await;
+        }
         if let Some(elector) = self.elector
             && tokio::time::timeout(RELEASE_TIMEOUT, elector.release())
                 .await

@@ -129,6 +129,14 @@ pub struct Metrics {
     pub plugin_up: Family<PluginLabel, Gauge>,
     /// capstan_cache_objects: objects each plugin's caches hold, by kind.
     pub cached_objects: Family<CacheLabels, Gauge>,
+    /// capstan_shard_members: live members this replica counts.
+    pub shard_members: Gauge,
+    /// capstan_shard_ranges: hash ranges this replica reconciles.
+    pub shard_ranges: Gauge,
+    /// capstan_shard_share: the share of the hash space they cover (0 to 1).
+    pub shard_share: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// capstan_shard_rebalances_total: changes of this replica's ranges.
+    pub shard_rebalances: Counter,
 }
 
 /// client-go's workqueue buckets: 1 µs to 10 s, ×10.
@@ -171,6 +179,10 @@ pub fn get() -> &'static Metrics {
             status_conflicts: Family::default(),
             write_loops: Family::default(),
             cached_objects: Family::default(),
+            shard_members: Gauge::default(),
+            shard_ranges: Gauge::default(),
+            shard_share: Gauge::default(),
+            shard_rebalances: Counter::default(),
         };
         let mut registry = std::mem::take(&mut m.registry);
         register_controller_runtime(&mut registry, &m);
@@ -336,5 +348,25 @@ fn register_capstan(r: &mut Registry, m: &Metrics) {
         "capstan_cache_objects",
         "Objects held in the host's caches, by plugin and kind (parents, children, related)",
         m.cached_objects.clone(),
+    );
+    r.register(
+        "capstan_shard_members",
+        "Live members of the shard group, as this replica counts them",
+        m.shard_members.clone(),
+    );
+    r.register(
+        "capstan_shard_ranges",
+        "Hash ranges this replica reconciles",
+        m.shard_ranges.clone(),
+    );
+    r.register(
+        "capstan_shard_share",
+        "Share of the hash space this replica reconciles (0 to 1)",
+        m.shard_share.clone(),
+    );
+    r.register(
+        "capstan_shard_rebalances",
+        "Changes of the ranges this replica reconciles",
+        m.shard_rebalances.clone(),
     );
 }

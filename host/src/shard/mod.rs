@@ -4,11 +4,14 @@
 //! v1.37 (KEP-5866, feature gate `ShardedListAndWatch`); [`selector::matches`] is the
 //! same filter for servers without it.
 
+pub mod filter;
+pub mod members;
 pub mod range;
 pub mod ring;
 pub mod selector;
 pub mod wire;
 
+pub use filter::Filter;
 pub use range::Range;
 pub use ring::{Ring, fnv1a64};
 pub use selector::{ShardKey, hash_of, matches, render};

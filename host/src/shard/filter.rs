@@ -1,0 +1,176 @@
+//! What one replica's controllers reconcile: the hash ranges it holds, applied to a
+//! plugin's watches by the API server (`shardSelector`) where it can, and by the same
+//! predicate on the host where it cannot — so behaviour is the same either way.
+//!
+//! A parent belongs to the range its key hashes into. A child follows its parent: under
+//! the `namespace` key a namespaced parent's children share its namespace, so the server
+//! filters their watch too; under `uid` (and for cluster-scoped parents, whose children
+//! live in other namespaces) a child is matched by its controller's UID, on the host.
+
+use std::sync::Arc;
+
+use kube::Resource;
+
+use super::range::Range;
+use super::selector::{ShardKey, hash_of, render};
+use super::wire::{Collection, SelectorLayer};
+
+/// The ranges a replica reconciles and how they are applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Filter {
+    /// What is hashed.
+    pub key: ShardKey,
+    /// The ranges held (normalized).
+    pub ranges: Vec<Range>,
+    /// Whether the API server filters watches (`ShardedListAndWatch` on).
+    pub server_side: bool,
+}
+
+impl Filter {
+    /// Whether a parent is in the ranges.
+    pub fn parent(&self, parent: &impl Resource) -> bool {
+        let meta = parent.meta();
+        self.has(hash_of(
+            self.key,
+            meta.namespace.as_deref(),
+            meta.uid.as_deref().unwrap_or_default(),
+        ))
+    }
+
+    /// Whether a child's parent is in the ranges: its controller's UID under the `uid`
+    /// key, its own namespace under `namespace` (a parent's children share it).
+    pub fn child(&self, child: &impl Resource) -> bool {
+        let meta = child.meta();
+        match self.key {
+            ShardKey::Namespace => self.has(hash_of(self.key, meta.namespace.as_deref(), "")),
+            ShardKey::Uid => meta
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|r| r.controller == Some(true))
+                .is_some_and(|r| self.has(hash_of(self.key, None, &r.uid))),
+        }
+    }
+
+    fn has(&self, hash: u64) -> bool {
+        self.ranges.iter().any(|r| r.contains(hash))
+    }
+
+    /// This filter for a plugin whose parent kind is cluster-scoped: such parents all have
+    /// the empty namespace, so they are spread by UID whatever the key.
+    pub fn for_parent_scope(&self, namespaced: bool) -> Filter {
+        let key = if namespaced { self.key } else { ShardKey::Uid };
+        Filter { key, ..self.clone() }
+    }
+
+    /// Whether the server can filter a child kind's watch: the key is the namespace and
+    /// parents are namespaced (their children share their namespace).
+    pub fn server_filters_children(&self, parent_namespaced: bool) -> bool {
+        self.server_side && self.key == ShardKey::Namespace && parent_namespaced
+    }
+
+    /// `client` with the selector on list and watch requests of `collections`.
+    pub fn client(&self, client: &kube::Client, collections: Vec<Collection>) -> kube::Client {
+        let layer = SelectorLayer::new(&render(self.key, &self.ranges), collections);
+        let inner = tower::ServiceBuilder::new()
+            .layer(layer)
+            .service(Sending(client.clone()));
+        kube::Client::new(inner, client.default_namespace())
+    }
+}
+
+/// A client as a tower service, so a layer can wrap the host's own client (with its
+/// credentials and TLS) instead of building a new one from a config.
+#[derive(Clone)]
+struct Sending(kube::Client);
+
+impl tower::Service<http::Request<kube::client::Body>> for Sending {
+    type Response = http::Response<kube::client::Body>;
+    type Error = kube::Error;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, kube::Error>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), kube::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
+        let client = self.0.clone();
+        Box::pin(async move { client.send(request).await })
+    }
+}
+
+/// Shared, so every plugin's controller reads the same assignment.
+pub type Shared = Arc<Filter>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::api::ObjectMeta;
+
+    fn object(ns: &str, uid: &str, owner: Option<&str>) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                namespace: Some(ns.into()),
+                uid: Some(uid.into()),
+                owner_references: owner.map(|o| {
+                    vec![OwnerReference {
+                        uid: o.into(),
+                        controller: Some(true),
+                        ..OwnerReference::default()
+                    }]
+                }),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    fn half(key: ShardKey, of: u64) -> Filter {
+        let lower = Range::new(0, 1 << 63).expect("a range");
+        let upper = Range::new(1 << 63, super::super::range::SPACE_END).expect("a range");
+        Filter {
+            key,
+            ranges: vec![if of < (1 << 63) { lower } else { upper }],
+            server_side: false,
+        }
+    }
+
+    #[test]
+    fn a_child_follows_its_parent() {
+        let parent = object("ns", "parent-uid", None);
+        let child = object("ns", "child-uid", Some("parent-uid"));
+        for key in [ShardKey::Uid, ShardKey::Namespace] {
+            let h = hash_of(key, Some("ns"), "parent-uid");
+            let mine = half(key, h);
+            let other = half(key, h ^ (1 << 63));
+            assert!(mine.parent(&parent) && mine.child(&child), "{key}");
+            assert!(!other.parent(&parent) && !other.child(&child), "{key}");
+        }
+        let orphan = object("ns", "o", None);
+        let h = hash_of(ShardKey::Uid, None, "x");
+        assert!(!half(ShardKey::Uid, h).child(&orphan) && !half(ShardKey::Uid, h ^ (1 << 63)).child(&orphan));
+    }
+
+    #[test]
+    fn cluster_scoped_parents_spread_by_uid() {
+        let f = half(ShardKey::Namespace, 0);
+        assert_eq!(f.for_parent_scope(false).key, ShardKey::Uid);
+        assert_eq!(f.for_parent_scope(true).key, ShardKey::Namespace);
+        assert!(
+            !Filter {
+                server_side: true,
+                ..f.clone()
+            }
+            .server_filters_children(false)
+        );
+        assert!(
+            Filter {
+                server_side: true,
+                ..f
+            }
+            .server_filters_children(true)
+        );
+    }
+}
