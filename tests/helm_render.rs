@@ -102,6 +102,16 @@ fn typos_and_unusable_plugins_fail_helm_with_one_clear_message() {
             "more than one host needs leader election",
         ),
         (
+            vec![
+                "--set",
+                "sharding.enabled=true",
+                "--set",
+                "leaderElection.enabled=true",
+            ],
+            "leaderElection.enabled and sharding.enabled exclude each other",
+        ),
+        (vec!["--set", "sharding.key=name"], "/sharding/key"),
+        (
             vec!["--set", "plugins.echo.source.wasm=echo.wasm"],
             "plugins.echo.source.wasm is not a WebAssembly file",
         ),
@@ -134,6 +144,65 @@ fn typos_and_unusable_plugins_fail_helm_with_one_clear_message() {
     };
     assert!(err.contains("capstan inspect --helm-values"), "{err}");
     std::fs::remove_file(big_file).ok();
+}
+
+#[test]
+fn sharded_replicas_all_run_and_hold_only_member_leases() -> Result<()> {
+    let docs = render(
+        "capstan",
+        &[
+            "-f",
+            &ci_values("single-values.yaml"),
+            "--set",
+            "replicas=3",
+            "--set",
+            "sharding.enabled=true",
+            "--set",
+            "sharding.key=namespace",
+            "--set-file",
+            &wasm_from("echo", &plugin("echo")),
+        ],
+    )?;
+    let deployment = one(&docs, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    // Every replica runs at once, so a rollout need not stop them all first.
+    assert!(
+        deployment["spec"]["strategy"].is_null(),
+        "{}",
+        deployment["spec"]["strategy"]
+    );
+    let args: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for expected in [
+        "--sharding",
+        "--shard-key=namespace",
+        "--leader-election-namespace=capstan",
+    ] {
+        assert!(args.contains(&expected), "{expected} in {args:?}");
+    }
+    assert!(!args.contains(&"--leader-elect"), "no leader election: {args:?}");
+    let roles = of_kind(&docs, "Role");
+    let sharding = roles
+        .iter()
+        .find(|r| {
+            r["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-sharding"))
+        })
+        .expect("the sharding Role");
+    assert_eq!(
+        sharding["rules"],
+        serde_json::json!([{
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "list", "create", "patch", "delete"],
+        }])
+    );
+    Ok(())
 }
 
 #[test]

@@ -79,8 +79,12 @@ Checks that fail the render with one clear line instead of a host that cannot st
 {{- if not .Values.plugins }}
 {{- fail "no plugins: set plugins.<name> with a source, parent and children (`capstan inspect --helm-values PLUGIN.wasm` prints the entry)" }}
 {{- end }}
-{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) }}
-{{- fail (printf "replicas is %d but leaderElection.enabled is false: more than one host needs leader election" (int .Values.replicas)) }}
+{{- $sharded := and .Values.sharding .Values.sharding.enabled }}
+{{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) (not $sharded) }}
+{{- fail (printf "replicas is %d but neither leaderElection.enabled nor sharding.enabled is set: more than one host needs leader election or sharding" (int .Values.replicas)) }}
+{{- end }}
+{{- if and .Values.leaderElection.enabled $sharded }}
+{{- fail "leaderElection.enabled and sharding.enabled exclude each other: with sharding every replica reconciles its share" }}
 {{- end }}
 {{- range $name, $p := .Values.plugins }}
 {{- range $k := prepend (concat ($p.children | default list) ($p.related | default list)) $p.parent }}
