@@ -10,6 +10,9 @@
 //! (`N/100 + 20` s), and once every Echo has converged, the CPU seconds the host spends
 //! reconciling all N again (and the writes it makes: 0 expected) are measured.
 //!
+//! `sharded-2` and `sharded-3` run the wasm host as 2 or 3 replicas with `--sharding`
+//! (key `uid`), each reconciling its share; the RSS column is the largest replica's.
+//!
 //! Then failover with the default lease settings: `kill -9` of the leader → first
 //! reconcile by the standby, and SIGTERM → standby leads.
 //!
@@ -137,7 +140,7 @@ fn engine(cache_dir: Option<std::path::PathBuf>) -> Result<Engine> {
 
 /// The child process: the real host (servers, supervisor, readiness) with one Echo
 /// controller on `namespace`, Wasm from a plugin directory or native.
-async fn serve(mode: &str, namespace: &str, resync: Duration) -> Result<()> {
+async fn serve(mode: &str, namespace: &str, resync: Duration, replica: Option<&str>) -> Result<()> {
     let options = Options {
         namespace: Some(namespace.into()),
         resync,
@@ -147,6 +150,10 @@ async fn serve(mode: &str, namespace: &str, resync: Duration) -> Result<()> {
         defaults: options.clone(),
         metrics_addr: "127.0.0.1:0".parse()?,
         health_addr: "127.0.0.1:0".parse()?,
+        sharding: replica.map(|id| capstan::host::Sharding {
+            members: capstan::leader::Settings::new("capstan-bench", namespace, id),
+            key: capstan::shard::ShardKey::Uid,
+        }),
         ..HostConfig::default()
     };
     let dir = std::env::temp_dir().join(format!("capstan-bench-{namespace}"));
@@ -259,7 +266,8 @@ struct Row {
     writes: f64,
     p50: f64,
     p99: f64,
-    rss: f64,
+    /// Peak RSS of each replica.
+    rss: Vec<f64>,
     /// CPU seconds of one quiet full resync, and the writes it made.
     resync_cpu: f64,
     resync_writes: f64,
@@ -316,27 +324,41 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
         }
     });
 
-    let mut child = tokio::process::Command::new(std::env::current_exe()?)
-        .args(["--serve", mode, "--namespace", &ns, "--resync"])
-        .arg(resync_for(n).as_secs().to_string())
-        .env("KUBECONFIG", plane.kubeconfig())
-        .env("RUST_LOG", "warn,kube_client=off")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()?;
+    // `sharded-K`: K replicas of the wasm host, each reconciling its share.
+    let replicas: usize = mode.strip_prefix("sharded-").map_or(Ok(1), str::parse)?;
+    let serve_mode = if replicas > 1 { "wasm" } else { mode };
     let start = Instant::now();
-    let pid = child.id().context("child pid")?;
-    let stdout = child.stdout.take().context("child stdout")?;
-    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
-    let metrics = loop {
-        let line = lines
-            .next_line()
-            .await?
-            .context("the host exited before serving metrics")?;
-        if let Some(addr) = line.strip_prefix("METRICS ") {
-            break addr.to_string();
+    let mut children = Vec::new();
+    for replica in 0..replicas {
+        let mut command = tokio::process::Command::new(std::env::current_exe()?);
+        command
+            .args(["--serve", serve_mode, "--namespace", &ns, "--resync"])
+            .arg(resync_for(n).as_secs().to_string())
+            .env("KUBECONFIG", plane.kubeconfig())
+            .env("RUST_LOG", "warn,kube_client=off")
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        if replicas > 1 {
+            command.args(["--sharding", &format!("replica-{replica}")]);
         }
-    };
+        children.push(command.spawn()?);
+    }
+    let mut hosts = Vec::new();
+    for child in &mut children {
+        let pid = child.id().context("child pid")?;
+        let stdout = child.stdout.take().context("child stdout")?;
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+        let metrics = loop {
+            let line = lines
+                .next_line()
+                .await?
+                .context("the host exited before serving metrics")?;
+            if let Some(addr) = line.strip_prefix("METRICS ") {
+                break addr.to_string();
+            }
+        };
+        hosts.push((pid, metrics));
+    }
     let (mut jobs_at, mut statuses_at) = (None, None);
     while jobs_at.is_none() || statuses_at.is_none() {
         if start.elapsed() > Duration::from_secs(600) {
@@ -352,41 +374,55 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
     }
     // Let in-flight work settle before reading the counters.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let body = capstan_tests::host::http_get(&metrics, "/metrics")?.1;
-    let writes = sample(&body, r#"capstan_api_writes_total{plugin="echo"}"#);
-    let (resync_cpu, resync_writes) = quiet_resync(&metrics, pid, n, &body).await?;
-    let rss = peak_rss_mib(pid);
-    child.kill().await.ok();
+    let bodies = pages(&hosts)?;
+    let writes: f64 = bodies.iter().map(|b| writes_in(b)).sum();
+    let (resync_cpu, resync_writes) = quiet_resync(&hosts, n, &bodies).await?;
+    let rss: Vec<f64> = hosts.iter().map(|(pid, _)| peak_rss_mib(*pid)).collect();
+    for child in &mut children {
+        child.kill().await.ok();
+    }
     job_watch.abort();
     status_watch.abort();
     let statuses = statuses_at.unwrap_or_default();
+    let reconciles: f64 = bodies.iter().map(|b| reconciles_in(b)).sum();
     Ok(Row {
         jobs: jobs_at.unwrap_or_default(),
         statuses,
-        reconciles: reconciles_in(&body) / statuses.as_secs_f64(),
+        reconciles: reconciles / statuses.as_secs_f64(),
         writes: writes / n as f64,
-        p50: quantile(&body, "controller_runtime_reconcile_time_seconds", 0.5) * 1000.0,
-        p99: quantile(&body, "controller_runtime_reconcile_time_seconds", 0.99) * 1000.0,
+        p50: quantile(&bodies[0], "controller_runtime_reconcile_time_seconds", 0.5) * 1000.0,
+        p99: quantile(&bodies[0], "controller_runtime_reconcile_time_seconds", 0.99) * 1000.0,
         rss,
         resync_cpu,
         resync_writes,
     })
 }
 
-/// Wait for the resync of all `n` converged Echos and measure it: the host's CPU seconds
+/// Every host's metrics page.
+fn pages(hosts: &[(u32, String)]) -> Result<Vec<String>> {
+    hosts
+        .iter()
+        .map(|(_, addr)| Ok(capstan_tests::host::http_get(addr, "/metrics")?.1))
+        .collect()
+}
+
+fn writes_in(body: &str) -> f64 {
+    sample(body, r#"capstan_api_writes_total{plugin="echo"}"#)
+}
+
+/// Wait for the resync of all `n` converged Echos and measure it: the hosts' CPU seconds
 /// from the last convergence reconcile to the n-th resync reconcile, and the writes made.
-async fn quiet_resync(metrics: &str, pid: u32, n: usize, converged: &str) -> Result<(f64, f64)> {
-    let (reconciles, writes) = (
-        reconciles_in(converged),
-        sample(converged, r#"capstan_api_writes_total{plugin="echo"}"#),
-    );
-    let cpu = cpu_seconds(pid);
+async fn quiet_resync(hosts: &[(u32, String)], n: usize, converged: &[String]) -> Result<(f64, f64)> {
+    let reconciles: f64 = converged.iter().map(|b| reconciles_in(b)).sum();
+    let writes: f64 = converged.iter().map(|b| writes_in(b)).sum();
+    let cpu = || hosts.iter().map(|(pid, _)| cpu_seconds(*pid)).sum::<f64>();
+    let before = cpu();
     let deadline = Instant::now() + resync_for(n) * 3;
     loop {
-        let body = capstan_tests::host::http_get(metrics, "/metrics")?.1;
-        if reconciles_in(&body) >= reconciles + n as f64 {
-            let written = sample(&body, r#"capstan_api_writes_total{plugin="echo"}"#) - writes;
-            return Ok((cpu_seconds(pid) - cpu, written));
+        let bodies = pages(hosts)?;
+        if bodies.iter().map(|b| reconciles_in(b)).sum::<f64>() >= reconciles + n as f64 {
+            let written = bodies.iter().map(|b| writes_in(b)).sum::<f64>() - writes;
+            return Ok((cpu() - before, written));
         }
         if Instant::now() > deadline {
             bail!("the full resync of {n} Echos did not finish");
@@ -478,7 +514,8 @@ fn main() -> Result<()> {
     };
     if args.iter().any(|a| a == "--serve") {
         let resync = Duration::from_secs(flag("--resync")?.parse()?);
-        return runtime.block_on(serve(flag("--serve")?, flag("--namespace")?, resync));
+        let replica = flag("--sharding").ok().map(String::as_str);
+        return runtime.block_on(serve(flag("--serve")?, flag("--namespace")?, resync, replica));
     }
     let list = |var: &str, default: &str| -> Vec<String> {
         std::env::var(var)
@@ -531,10 +568,14 @@ fn main() -> Result<()> {
                     r.writes,
                     r.p50,
                     r.p99,
-                    r.rss,
+                    r.rss.iter().copied().fold(0.0, f64::max),
                     r.resync_cpu,
                     r.resync_writes
                 );
+                if r.rss.len() > 1 {
+                    let each: Vec<String> = r.rss.iter().map(|m| format!("{m:.1}")).collect();
+                    println!("          RSS per replica (MiB): {}", each.join(", "));
+                }
                 rows.push((mode.as_str(), r));
             }
             let time = |m: &str| {

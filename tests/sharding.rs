@@ -1,0 +1,270 @@
+//! `capstan run --sharding` on the real plane: three replicas split 3 000 Echos, each
+//! reconciling and caching about a third; a replica killed with -9 has its range taken over
+//! within the lease duration + 3 s; a fourth replica joining takes a share; and no Echo is
+//! ever reconciled by two replicas at once — with the API server filtering watches
+//! (feature gate `ShardedListAndWatch` on) and without it (filtering on the host).
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use capstan::dev::{Plane, PlaneConfig};
+use capstan_tests::host::{
+    Host, echo, echo_resource, eventually, install_plugin_crd, mount, reconciles, sample,
+};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+
+const ECHOS: usize = 3000;
+const LEASE: [&str; 6] = [
+    "--lease-duration",
+    "6s",
+    "--renew-deadline",
+    "4s",
+    "--retry-period",
+    "1s",
+];
+const LEASE_DURATION: Duration = Duration::from_secs(6);
+/// Per-reconcile start/finish lines, to check no object is reconciled twice at once.
+const DEBUG: (&str, &str) = ("RUST_LOG", "info,capstan::controller=debug");
+/// Planes take turns: two at once take all of a 2-core machine.
+static PLANES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn replica(plane: &Plane, ns: &str, dir: &Path, identity: &str) -> Result<Host> {
+    let mut args = vec![
+        "--plugins",
+        dir.to_str().context("utf-8 path")?,
+        "--namespace",
+        ns,
+        "--sharding",
+        "--leader-election-namespace",
+        ns,
+    ];
+    args.extend(LEASE);
+    let log = dir.join(format!("{identity}.log"));
+    Host::start(plane, &args, &log, &[("POD_NAME", identity), DEBUG])
+}
+
+async fn create_echos(echoes: &Api<DynamicObject>, prefix: &str, n: usize) -> Result<()> {
+    futures::stream::iter(0..n)
+        .map(|i| async move {
+            echoes
+                .create(&PostParams::default(), &echo(&format!("{prefix}{i}"), "hi")?)
+                .await?;
+            anyhow::Ok(())
+        })
+        .buffer_unordered(16)
+        .try_collect()
+        .await
+}
+
+/// Echos (by name) with exactly one Job each, or an error naming one with two.
+async fn converged(echoes: &Api<DynamicObject>, jobs: &Api<Job>) -> Result<BTreeSet<String>> {
+    let mut owners: HashMap<String, usize> = HashMap::new();
+    for job in jobs.list(&ListParams::default()).await?.items {
+        for r in job.owner_references() {
+            *owners.entry(r.name.clone()).or_default() += 1;
+        }
+    }
+    if let Some((echo, n)) = owners.iter().find(|(_, n)| **n > 1) {
+        anyhow::bail!("Echo {echo} has {n} Jobs");
+    }
+    Ok(echoes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| !e.data["status"]["observedGeneration"].is_null() && owners.contains_key(&e.name_any()))
+        .map(|e| e.name_any())
+        .collect())
+}
+
+/// Wait until the Echos named `prefix0..prefixN` all have a status, polling once a second
+/// (a list of thousands of objects every 200 ms would load the API server the replicas
+/// share); returns how long that took.
+async fn statuses(
+    echoes: &Api<DynamicObject>,
+    prefix: &str,
+    n: usize,
+    timeout: Duration,
+) -> Result<Duration> {
+    let start = Instant::now();
+    let mut pending: BTreeSet<String> = (0..n).map(|i| format!("{prefix}{i}")).collect();
+    while !pending.is_empty() {
+        anyhow::ensure!(
+            start.elapsed() < timeout,
+            "{} Echos ({prefix}*) without a status after {timeout:?}",
+            pending.len()
+        );
+        let mut done = Vec::new();
+        for name in &pending {
+            if echoes
+                .get_opt(name)
+                .await?
+                .is_some_and(|e| !e.data["status"]["observedGeneration"].is_null())
+            {
+                done.push(name.clone());
+            }
+        }
+        for name in done {
+            pending.remove(&name);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(start.elapsed())
+}
+
+/// Distinct Echos a replica reconciled.
+fn reconciled(host: &Host) -> BTreeSet<String> {
+    reconciles(host, Timestamp::MAX)
+        .into_iter()
+        .map(|(object, _, _)| object)
+        .collect()
+}
+
+async fn cached_echos(host: &Host) -> Result<f64> {
+    Ok(sample(
+        &host.metrics().await?,
+        r#"capstan_cache_objects{plugin="echo",kind="Echo"}"#,
+    ))
+}
+
+async fn three_replicas_split_the_echos(server_side: bool) -> Result<()> {
+    let _turn = PLANES.lock().await;
+    let plane = Plane::start(PlaneConfig {
+        sharded_watch: server_side,
+        ..PlaneConfig::api_only()
+    })
+    .await?;
+    install_plugin_crd(&plane, "echo").await?;
+    let ns = plane.namespace("sharding").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-sharding-{ns}"));
+    mount(&["echo"], &dir)?;
+    let client = plane.client().await?;
+    let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    create_echos(&echoes, "e", ECHOS).await?;
+
+    let mut hosts: Vec<(&str, Host)> = ["r-a", "r-b", "r-c"]
+        .into_iter()
+        .map(|id| Ok((id, replica(&plane, &ns, &dir, id)?)))
+        .collect::<Result<_>>()?;
+    let start = Instant::now();
+    loop {
+        if converged(&echoes, &jobs).await?.len() == ECHOS {
+            break;
+        }
+        anyhow::ensure!(
+            start.elapsed() < Duration::from_secs(300),
+            "not converged in 300 s"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    println!(
+        "{ECHOS} Echos converged on 3 replicas in {:?} (server-side filtering: {server_side})",
+        start.elapsed()
+    );
+    for (id, host) in &hosts {
+        let filtering = if server_side { "API server" } else { "client-side" };
+        assert!(
+            host.log().iter().any(|l| l["server_side"] == server_side
+                && l["message"].as_str().is_some_and(|m| m.contains(filtering))),
+            "{id} says how it filters"
+        );
+    }
+    // Each replica reconciled and caches about a third, and together exactly all.
+    let mut total = 0.0;
+    for (id, host) in &hosts {
+        let mine = reconciled(host).len() as f64 / ECHOS as f64;
+        let cached = cached_echos(host).await?;
+        println!(
+            "{id}: reconciled {:.1}% of the Echos, caches {cached} of them",
+            mine * 100.0
+        );
+        assert!(
+            (0.2..0.47).contains(&mine),
+            "{id} reconciled {mine:.2} of the Echos"
+        );
+        assert!(
+            (0.2..0.47).contains(&(cached / ECHOS as f64)),
+            "{id} caches {cached}"
+        );
+        total += cached;
+    }
+    assert_eq!(total, ECHOS as f64, "the caches split the Echos");
+
+    // kill -9 one: Echos created after it are reconciled by the others once its Lease
+    // expires. How fast is the bench's to measure (`cargo bench --bench e2e`).
+    let (killed_id, killed) = hosts.remove(0);
+    killed.signal(libc::SIGKILL);
+    let killed_at = Instant::now();
+    let killed_ts = Timestamp::now();
+    create_echos(&echoes, "after-kill-", 60).await?;
+    statuses(&echoes, "after-kill-", 60, Duration::from_secs(120)).await?;
+    println!(
+        "kill -9 of {killed_id} → its range reconciled by the others in {:?} (lease {LEASE_DURATION:?}, debug build)",
+        killed_at.elapsed()
+    );
+
+    // A new replica joins: the ranges rebalance and it takes a share.
+    hosts.push(("r-d", replica(&plane, &ns, &dir, "r-d")?));
+    eventually("r-d's share", Duration::from_secs(60), async || {
+        let share = sample(&hosts[2].1.metrics().await?, "capstan_shard_share");
+        Ok((share > 0.15).then_some(()))
+    })
+    .await?;
+    create_echos(&echoes, "after-join-", 60).await?;
+    statuses(&echoes, "after-join-", 60, Duration::from_secs(120)).await?;
+    assert_eq!(
+        converged(&echoes, &jobs).await?.len(),
+        ECHOS + 120,
+        "one Job per Echo"
+    );
+    assert!(!reconciled(&hosts[2].1).is_empty(), "r-d reconciles its share");
+    let rebalanced = sample(&hosts[0].1.metrics().await?, "capstan_shard_rebalances_total");
+    assert!(
+        rebalanced >= 3.0,
+        "r-b's ranges changed on start, kill and join: {rebalanced}"
+    );
+
+    // No Echo was ever reconciled by two replicas at once.
+    let mut all: Vec<(&str, String, Timestamp, Timestamp)> = reconciles(&killed, killed_ts)
+        .into_iter()
+        .map(|(o, s, e)| (killed_id, o, s, e))
+        .collect();
+    for (id, host) in &hosts {
+        all.extend(
+            reconciles(host, Timestamp::now())
+                .into_iter()
+                .map(|(o, s, e)| (*id, o, s, e)),
+        );
+    }
+    let mut by_object: HashMap<&str, Vec<&(&str, String, Timestamp, Timestamp)>> = HashMap::new();
+    for r in &all {
+        by_object.entry(r.1.as_str()).or_default().push(r);
+    }
+    for (object, runs) in by_object {
+        for (i, a) in runs.iter().enumerate() {
+            for b in &runs[i + 1..] {
+                let overlap = a.0 != b.0 && a.2 < b.3 && b.2 < a.3;
+                assert!(!overlap, "{} and {} reconciled {object} at once", a.0, b.0);
+            }
+        }
+    }
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_split_the_echos_with_the_api_server_filtering() -> Result<()> {
+    three_replicas_split_the_echos(true).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_split_the_echos_without_the_feature_gate() -> Result<()> {
+    three_replicas_split_the_echos(false).await
+}
