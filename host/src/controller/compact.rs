@@ -57,6 +57,25 @@ impl Compact {
     }
 }
 
+/// What every cache keeps of an object: all of it but `metadata.managedFields`, which
+/// no plugin is shown and the host never reads (server-side apply tracks ownership on
+/// the server; a conflict comes back as an error), and which is often the larger half of
+/// an object. Objects of a list also come without `apiVersion` and `kind` (list items
+/// carry no type); the contract promises both to plugins, and the unchanged-check
+/// compares them, so they are filled in.
+pub fn cached(resource: &ApiResource) -> impl FnMut(&mut DynamicObject) + Send + use<> {
+    let types = kube::api::TypeMeta {
+        api_version: resource.api_version.clone(),
+        kind: resource.kind.clone(),
+    };
+    move |o| {
+        o.metadata.managed_fields = None;
+        if o.types.is_none() {
+            o.types = Some(types.clone());
+        }
+    }
+}
+
 /// A watcher event of whole objects as one of compact ones.
 pub fn event(event: Event<DynamicObject>) -> Event<Compact> {
     match event {

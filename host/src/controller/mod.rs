@@ -7,6 +7,7 @@ mod backoff;
 mod children;
 mod churn;
 mod compact;
+use compact::cached;
 mod discovery;
 mod events;
 mod finalizer;
@@ -157,25 +158,6 @@ fn api(client: &Client, resource: &ApiResource, namespace: Option<&str>) -> Api<
     match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
         None => Api::all_with(client.clone(), resource),
-    }
-}
-
-/// What every cache keeps of an object: all of it but `metadata.managedFields`, which
-/// no plugin is shown and the host never reads (server-side apply tracks ownership on
-/// the server; a conflict comes back as an error), and which is often the larger half of
-/// an object. Objects of a list also come without `apiVersion` and `kind` (list items
-/// carry no type); the contract promises both to plugins, and the unchanged-check
-/// compares them, so they are filled in.
-fn cached(resource: &ApiResource) -> impl FnMut(&mut DynamicObject) + Send + use<> {
-    let types = kube::api::TypeMeta {
-        api_version: resource.api_version.clone(),
-        kind: resource.kind.clone(),
-    };
-    move |o| {
-        o.metadata.managed_fields = None;
-        if o.types.is_none() {
-            o.types = Some(types.clone());
-        }
     }
 }
 

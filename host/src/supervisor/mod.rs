@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -19,11 +19,9 @@ use crate::leader::Leader;
 use crate::ops::health::{Health, PluginState};
 use crate::ops::metrics::{self, ReloadLabels};
 use crate::reload::{self, FileWatch};
+use unit::{stop_within, unit};
 
-/// First wait before a unit whose kinds are not served looks again; doubles to [`RETRY_MAX`].
-const RETRY_MIN: Duration = Duration::from_secs(1);
-/// Longest wait between two looks at a plugin's kinds.
-const RETRY_MAX: Duration = Duration::from_secs(60);
+mod unit;
 
 /// One plugin's controller, run by its own task.
 struct Unit {
@@ -323,78 +321,6 @@ impl Supervisor {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             stop_within(u.task, left, &name).await;
         }
-    }
-}
-
-/// Wait for a cancelled unit's task to end, aborting it after `grace`.
-async fn stop_within(mut task: JoinHandle<()>, grace: Duration, plugin: &str) {
-    if tokio::time::timeout(grace, &mut task).await.is_err() {
-        tracing::warn!(plugin, grace = ?grace, "plugin did not stop within the grace period; aborted");
-        task.abort();
-        let _ = task.await;
-    }
-}
-
-/// One plugin's life: wait until its kinds are served, run its controller, and start
-/// over (with backoff) if the controller ends by itself, until `stop`.
-async fn unit(
-    client: kube::Client,
-    plugin: watch::Receiver<Arc<dyn Reconcile>>,
-    options: Options,
-    leader: Leader,
-    stop: CancellationToken,
-    health: Health,
-) {
-    let name = plugin.borrow().metadata().name.clone();
-    let mut delay = RETRY_MIN;
-    loop {
-        let metadata = plugin.borrow().metadata().clone();
-        let served = tokio::select! {
-            served = controller::served(&client, &metadata) => served,
-            () = stop.cancelled() => return,
-        };
-        let why = match served {
-            Err(e) => format!("{e:#}"),
-            Ok(()) => {
-                delay = RETRY_MIN;
-                health.plugin(&name, PluginState::Syncing);
-                let (synced, listed) = oneshot::channel();
-                let (marker, marked) = (health.clone(), name.clone());
-                let up = tokio::spawn(async move {
-                    if listed.await.is_ok() {
-                        tracing::info!(plugin = %marked, "plugin running: caches synced");
-                        marker.plugin(&marked, PluginState::Running);
-                    }
-                });
-                tracing::info!(plugin = %name, parent = %metadata.parent, children = metadata.children.len(), "plugin starting");
-                let cancelled = stop.clone();
-                let shutdown = async move { cancelled.cancelled().await };
-                let result = controller::run(
-                    client.clone(),
-                    plugin.clone(),
-                    options.clone(),
-                    leader.clone(),
-                    shutdown,
-                    synced,
-                )
-                .await;
-                up.abort();
-                if stop.is_cancelled() {
-                    return;
-                }
-                match result {
-                    Err(e) => format!("{e:#}"),
-                    Ok(()) => "its controller stopped".into(),
-                }
-            }
-        };
-        health.plugin(&name, PluginState::Waiting(why.clone()));
-        tracing::warn!(plugin = %name, error = %why, retry_in = ?delay, "plugin not running; the other plugins run; retrying");
-        tokio::select! {
-            () = tokio::time::sleep(delay) => {}
-            () = stop.cancelled() => return,
-        }
-        delay = (delay * 2).min(RETRY_MAX);
     }
 }
 
