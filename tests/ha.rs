@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use capstan::dev::{Plane, PlaneConfig};
 use capstan_tests::host::{
-    Host, echo, echo_resource, eventually, first_listed, hostile_crd, hostile_resource, http_get,
-    install_plugin_crd, mount, reconciles, sample, scheduled_echo_resource, timestamp,
+    DEBUG, Host, LEASE, LEASE_DURATION, echo, echo_resource, eventually, first_listed, hostile_crd,
+    hostile_resource, http_get, install_plugin_crd, mount, reconciles, sample, scheduled_echo_resource,
+    timestamp,
 };
 use capstan_tests::{echo_canary, plugin};
 use k8s_openapi::api::batch::v1::Job;
@@ -19,19 +20,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-
-/// Short lease timings so failover tests take seconds, not the 15 s default.
-const LEASE: [&str; 6] = [
-    "--lease-duration",
-    "6s",
-    "--renew-deadline",
-    "4s",
-    "--retry-period",
-    "1s",
-];
-const LEASE_DURATION: Duration = Duration::from_secs(6);
-/// Per-reconcile start/finish lines, to check no object is reconciled twice at once.
-const DEBUG: (&str, &str) = ("RUST_LOG", "info,capstan::controller=debug");
 
 fn elected_host(plane: &Plane, ns: &str, dir: &Path, identity: &str) -> Result<Host> {
     let mut args = vec![

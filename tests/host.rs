@@ -297,3 +297,17 @@ pub fn reconciles(
     }
     done
 }
+
+/// Short lease timings so failover and hand-over tests take seconds, not the 15 s default.
+pub const LEASE: [&str; 6] = [
+    "--lease-duration",
+    "6s",
+    "--renew-deadline",
+    "4s",
+    "--retry-period",
+    "1s",
+];
+/// The lease duration [`LEASE`] sets.
+pub const LEASE_DURATION: Duration = Duration::from_secs(6);
+/// Per-reconcile start/finish lines, to check no object is reconciled twice at once.
+pub const DEBUG: (&str, &str) = ("RUST_LOG", "info,capstan::controller=debug");

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use capstan::dev::{Plane, PlaneConfig};
 use capstan_tests::host::{
-    Host, echo, echo_resource, eventually, install_plugin_crd, mount, reconciles, sample,
+    DEBUG, Host, LEASE, LEASE_DURATION, echo, echo_resource, eventually, install_plugin_crd, mount,
+    reconciles, sample,
 };
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
@@ -20,17 +21,6 @@ use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 
 const ECHOS: usize = 3000;
-const LEASE: [&str; 6] = [
-    "--lease-duration",
-    "6s",
-    "--renew-deadline",
-    "4s",
-    "--retry-period",
-    "1s",
-];
-const LEASE_DURATION: Duration = Duration::from_secs(6);
-/// Per-reconcile start/finish lines, to check no object is reconciled twice at once.
-const DEBUG: (&str, &str) = ("RUST_LOG", "info,capstan::controller=debug");
 /// Planes take turns: two at once take all of a 2-core machine.
 static PLANES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
