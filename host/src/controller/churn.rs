@@ -63,7 +63,8 @@ pub struct Churn {
 
 #[derive(Default)]
 struct Entries {
-    map: HashMap<(ObjectKey, String), Entry>,
+    /// Per parent key, per written object (so forgetting a parent is one removal).
+    map: HashMap<ObjectKey, HashMap<String, Entry>>,
     /// When objects with no write in the window were last dropped.
     swept: Option<Instant>,
 }
@@ -83,14 +84,17 @@ impl Churn {
             .is_none_or(|at| now.saturating_duration_since(at) >= WINDOW)
         {
             entries.swept = Some(now);
-            entries.map.retain(|_, e| {
-                e.recent
-                    .back()
-                    .is_some_and(|(_, _, at)| now.saturating_duration_since(*at) < WINDOW)
+            entries.map.retain(|_, objects| {
+                objects.retain(|_, e| {
+                    e.recent
+                        .back()
+                        .is_some_and(|(_, _, at)| now.saturating_duration_since(*at) < WINDOW)
+                });
+                !objects.is_empty()
             });
         }
-        let key = (parent.clone(), target.to_string());
-        let entry = entries.map.entry(key).or_insert_with(|| Entry {
+        let objects = entries.map.entry(parent.clone()).or_default();
+        let entry = objects.entry(target.to_string()).or_insert_with(|| Entry {
             recent: VecDeque::new(),
             rewrites: Bucket::new(1.0 / WINDOW.as_secs_f64(), BURST, now),
             writes: Bucket::new(1.0 / WRITE_EVERY.as_secs_f64(), WRITE_BURST, now),
@@ -128,7 +132,7 @@ impl Churn {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .map
-            .retain(|(p, _), _| p != parent);
+            .remove(parent);
     }
 }
 

@@ -38,10 +38,10 @@ const OBJECT_BURST: f64 = 10.0;
 /// The key of an object's all-reasons budget (not a valid reason).
 const ANY_REASON: &str = "\0plugin";
 
-/// Token buckets per (object key, reason).
+/// Token buckets per object key, then reason (so forgetting an object is one removal).
 #[derive(Default)]
 pub struct EventBudget {
-    buckets: Mutex<HashMap<(ObjectKey, String), Bucket>>,
+    buckets: Mutex<HashMap<ObjectKey, HashMap<String, Bucket>>>,
 }
 
 impl EventBudget {
@@ -52,10 +52,11 @@ impl EventBudget {
     }
 
     fn allow_at(&self, object: &ObjectKey, reason: &str, from_plugin: bool, now: Instant) -> bool {
-        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let buckets = all.entry(object.clone()).or_default();
         let mut has = |reason: &str, burst| {
             buckets
-                .entry((object.clone(), reason.to_string()))
+                .entry(reason.to_string())
                 .or_insert_with(|| Bucket::new(1.0 / REFILL.as_secs_f64(), burst, now))
                 .has(1.0, now)
         };
@@ -66,7 +67,7 @@ impl EventBudget {
         }
         let charged = std::iter::once(reason).chain(from_plugin.then_some(ANY_REASON));
         for reason in charged {
-            if let Some(bucket) = buckets.get_mut(&(object.clone(), reason.to_string())) {
+            if let Some(bucket) = buckets.get_mut(reason) {
                 bucket.spend(1.0, now);
             }
         }
@@ -78,7 +79,7 @@ impl EventBudget {
         self.buckets
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .retain(|(o, _), _| o != object);
+            .remove(object);
     }
 }
 
