@@ -51,9 +51,22 @@ impl Compact {
         }
     }
 
-    /// The whole object as JSON, as a plugin is shown it.
+    /// The whole object as JSON, as a plugin is shown it: the text parsed once, with the
+    /// type and metadata put in (what serializing [`Compact::object`] would give).
     pub fn value(&self) -> serde_json::Value {
-        serde_json::to_value(self.object()).unwrap_or_default()
+        let mut object = match serde_json::from_str(&self.rest) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        };
+        if let Some(types) = &self.types {
+            object.insert("apiVersion".into(), types.api_version.clone().into());
+            object.insert("kind".into(), types.kind.clone().into());
+        }
+        object.insert(
+            "metadata".into(),
+            serde_json::to_value(&self.metadata).unwrap_or_default(),
+        );
+        serde_json::Value::Object(object)
     }
 }
 
@@ -147,6 +160,7 @@ mod tests {
         .expect("a Job");
         let compact = Compact::of(&object);
         let value = compact.value();
+        assert_eq!(value, serde_json::to_value(compact.object()).expect("serializes"));
         assert_eq!(value["spec"], object.data["spec"]);
         assert_eq!(value["status"]["active"], 1);
         assert_eq!(value["kind"], "Job");

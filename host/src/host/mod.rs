@@ -272,8 +272,14 @@ impl Serving {
             elector.stop_waiters();
         }
         self.supervisor.stop().await;
-        if let Some(shards) = self.shards {
-            shards.release().await;
+        if let Some(shards) = self.shards
+            && tokio::time::timeout(RELEASE_TIMEOUT, shards.release())
+                .await
+                .is_err()
+        {
+            tracing::warn!(
+                "the member Lease was not deleted in time; the others take its ranges when it expires"
+            );
         }
         if let Some(elector) = self.elector
             && tokio::time::timeout(RELEASE_TIMEOUT, elector.release())

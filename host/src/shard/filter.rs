@@ -7,8 +7,6 @@
 //! filters their watch too; under `uid` (and for cluster-scoped parents, whose children
 //! live in other namespaces) a child is matched by its controller's UID, on the host.
 
-use std::sync::Arc;
-
 use kube::Resource;
 
 use super::range::Range;
@@ -98,9 +96,6 @@ impl tower::Service<http::Request<kube::client::Body>> for Sending {
         Box::pin(async move { client.send(request).await })
     }
 }
-
-/// Shared, so every plugin's controller reads the same assignment.
-pub type Shared = Arc<Filter>;
 
 #[cfg(test)]
 mod tests {
