@@ -530,6 +530,14 @@ async fn steady_state_is_quiet_a_full_resync_of_50_echos_writes_nothing() -> Res
         sample(&after, writes) >= 150.0,
         "sanity: convergence itself wrote (Job, status, events)"
     );
+    // Nothing changed, so the resyncs found each Echo's inputs as its last quiet
+    // reconcile left them and did not call the plugin.
+    let unchanged = r#"capstan_reconcile_unchanged_total{plugin="echo"}"#;
+    let skipped = sample(&after, unchanged) - sample(&before, unchanged);
+    assert!(
+        skipped >= 50.0,
+        "only {skipped} of {resynced} resync reconciles skipped the plugin"
+    );
 
     // After a restart the caches start from a list (whose items carry no type): statuses
     // stay Succeeded and a full resync still writes nothing.
@@ -560,6 +568,26 @@ async fn steady_state_is_quiet_a_full_resync_of_50_echos_writes_nothing() -> Res
     assert_eq!(sample(&body, writes), 0.0, "the restarted host wrote:\n{body}");
     let list = echoes.list(&ListParams::default()).await?.items;
     assert!(list.iter().all(|e| e.data["status"]["phase"] == "Succeeded"));
+    // A changed input is never answered from memory: a deleted Job comes back.
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let name = echoes.get("e7").await?.data["status"]["jobName"]
+        .as_str()
+        .context("e7's status names its Job")?
+        .to_string();
+    let gone = jobs.get(&name).await?;
+    jobs.delete(&name, &DeleteParams::background()).await?;
+    eventually(
+        "the deleted Job re-created",
+        Duration::from_secs(60),
+        async || {
+            Ok(jobs
+                .get_opt(&name)
+                .await?
+                .filter(|j| j.uid() != gone.uid())
+                .map(|_| ()))
+        },
+    )
+    .await?;
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }

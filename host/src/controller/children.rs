@@ -234,7 +234,7 @@ pub(super) async fn check(
     children: Vec<serde_json::Value>,
 ) -> Result<Vec<validate::Child>, Error> {
     let own = parent.namespace();
-    let home = home(metadata, own.as_deref(), parent, &shared.options);
+    let home = home(metadata, own.as_deref(), &parent.metadata, &shared.options);
     match validate::children(metadata, home, children, &shared.options.allow) {
         Ok(desired) => Ok(desired),
         Err(r) => {
@@ -250,10 +250,10 @@ pub(super) async fn check(
 pub(super) fn home<'a>(
     metadata: &crate::engine::Metadata,
     own: Option<&'a str>,
-    parent: &'a DynamicObject,
+    parent: &'a kube::api::ObjectMeta,
     options: &super::Options,
 ) -> Option<&'a str> {
-    let name = kube::Resource::meta(parent).name.as_deref().unwrap_or_default();
+    let name = parent.name.as_deref().unwrap_or_default();
     let home = capstan_contract::home_namespace(metadata, own, name, &options.allow);
     match (&options.namespace, metadata.parent.namespaced) {
         (Some(watched), false) if home != Some(watched.as_str()) => None,

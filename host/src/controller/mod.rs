@@ -13,6 +13,7 @@ mod events;
 mod finalizer;
 mod owned;
 mod queue;
+mod quiet;
 mod reconcile;
 mod related;
 mod sharded;
@@ -143,6 +144,8 @@ struct PerObject {
     churn: churn::Churn,
     /// What each object asked to read.
     related: related::Index,
+    /// The inputs of each object's last quiet reconcile.
+    quiet: quiet::Quiet,
 }
 
 impl PerObject {
@@ -151,6 +154,7 @@ impl PerObject {
         self.events.forget(key);
         self.churn.forget(key);
         self.related.forget(key);
+        self.quiet.forget(key);
     }
 }
 

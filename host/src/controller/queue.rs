@@ -8,7 +8,7 @@
 //! counted then, when the reconcile it asked for starts.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
@@ -17,6 +17,22 @@ use prometheus_client::metrics::histogram::Histogram;
 
 use crate::key::ObjectKey;
 use crate::ops::metrics::{self, QueueLabel};
+
+/// How long until a resync `period` from now, rounded up to a whole second of the
+/// process's clock. Resyncs that fall due in the same second run together, so a quiet
+/// host wakes once a second for them, not once per object (each wake-up of an idle
+/// runtime costs more CPU than a quiet reconcile itself).
+pub fn resync_after(period: Duration) -> Duration {
+    let due = Instant::now().saturating_duration_since(origin()) + period;
+    let whole = Duration::from_secs(due.as_secs() + u64::from(due.subsec_nanos() > 0));
+    period + (whole - due)
+}
+
+/// The instant the process's resync seconds count from.
+fn origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
 
 /// A key waiting for its reconcile.
 struct Pending {
@@ -118,6 +134,17 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resyncs_fall_due_on_whole_seconds_within_a_second_of_their_period() {
+        let period = Duration::from_secs(30);
+        let after = resync_after(period);
+        assert!(after >= period && after <= period + Duration::from_secs(1));
+        let due = Instant::now() + after - origin();
+        // Within the few microseconds between the two clock reads of a whole second.
+        let off = due.subsec_nanos().min(1_000_000_000 - due.subsec_nanos());
+        assert!(off < 50_000_000, "due {due:?} is not on a whole second");
+    }
 
     #[test]
     fn a_key_is_counted_once_until_its_reconcile_starts() {

@@ -4,15 +4,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
 use tracing::Instrument;
 
 use super::compact::Compact;
 use super::events::{self, warn};
-use super::{Shared, children, churn, finalizer};
+use super::quiet::Inputs;
+use super::{Shared, children, churn, finalizer, queue};
 use crate::apply;
 use crate::engine::{DispatchError, Reconcile, Request};
 use crate::key::ObjectKey;
@@ -71,7 +72,6 @@ pub async fn reconcile(parent: Arc<Compact>, shared: Arc<Shared>) -> Result<Acti
         let Some(parent) = admitted(parent, &shared).await else {
             return Ok(Action::await_change());
         };
-        let parent = parent.object();
         let workers = crate::ops::metrics::get()
             .active_workers
             .get_or_create(&ControllerLabel {
@@ -180,16 +180,46 @@ pub(super) struct Observed {
 /// One reconcile, as named steps; `Ok(Some(d))` asks to be called again after `d`,
 /// `Ok(None)` only on change.
 async fn reconcile_inner(
-    parent: &DynamicObject,
+    compact: &Compact,
     plugin: &Arc<dyn Reconcile>,
     shared: &Shared,
 ) -> Result<Option<Duration>, Error> {
     let metadata = plugin.metadata();
-    let deleting = parent.meta().deletion_timestamp.is_some();
-    if let Some(done) = finalizer::ensure(parent, metadata, shared, deleting).await? {
+    let deleting = compact.metadata.deletion_timestamp.is_some();
+    // A deletion is never answered from memory, and waits for no related query.
+    if deleting && let Some(done) = finalizer::ensure(&compact.object(), metadata, shared, deleting).await? {
         return Ok(done);
     }
-    let observed = observe(parent, shared);
+    let observed = observe(compact, shared);
+    let related = match super::related::read(compact, plugin, shared).await {
+        Ok(related) => related,
+        Err(super::related::Failure::Dispatch(e)) => {
+            return outcome(&compact.object(), metadata, shared, Err(e))
+                .await
+                .map(|_| None);
+        }
+        Err(super::related::Failure::Refused(m)) => {
+            return Err(children::refused_related(&compact.object(), metadata, shared, m).await);
+        }
+    };
+    let key = ObjectKey::of(compact);
+    let inputs = Inputs::of(
+        plugin,
+        &compact.metadata,
+        observed.iter().map(|o| (o.kind, &o.object.metadata)),
+        &related,
+    );
+    let quiet = &shared.per_object.quiet;
+    if !deleting && quiet.unchanged(&key, inputs) {
+        tracing::debug!("inputs unchanged since the last quiet reconcile; the plugin's answer stands");
+        count_unchanged(&metadata.name);
+        return Ok(Some(queue::resync_after(shared.options.resync)));
+    }
+    quiet.forget(&key);
+    let parent = &compact.object();
+    if !deleting && let Some(done) = finalizer::ensure(parent, metadata, shared, deleting).await? {
+        return Ok(done);
+    }
     // Over its CPU share, the plugin's object comes back when the share allows, and no
     // worker (nor shutdown) waits for it meanwhile.
     let wait = shared.cpu.wait();
@@ -197,16 +227,11 @@ async fn reconcile_inner(
         tracing::debug!(wait = ?wait, "plugin over its CPU share; later");
         return Err(Error::Deferred(wait));
     }
-    let parent_json = serde_json::to_value(parent).unwrap_or_default();
-    let related = match super::related::read(parent, &parent_json, plugin, shared).await {
-        Ok(related) => related,
-        Err(super::related::Failure::Dispatch(e)) => {
-            return outcome(parent, metadata, shared, Err(e)).await.map(|_| None);
-        }
-        Err(super::related::Failure::Refused(m)) => {
-            return Err(children::refused_related(parent, metadata, shared, m).await);
-        }
-    };
+    let parent_json = compact.value();
+    let related = related
+        .iter()
+        .map(|o| serde_json::to_value(&**o).unwrap_or_default())
+        .collect();
     let start = std::time::Instant::now();
     let dispatched = dispatch(parent_json, plugin, &observed, related, deleting).await;
     shared.cpu.charge(start.elapsed());
@@ -214,6 +239,7 @@ async fn reconcile_inner(
     let Some(response) = outcome(parent, metadata, shared, result).await? else {
         return Ok(None);
     };
+    let asked_again = response.requeue_after.is_some() || !response.events.is_empty();
     let mut desired = children::check(parent, metadata, shared, response.children).await?;
     for child in &mut desired {
         apply::own(child, parent, &shared.parent, &metadata.name);
@@ -231,10 +257,13 @@ async fn reconcile_inner(
         finalizer::release(parent, metadata, shared).await?;
         return Ok(None);
     }
-    let next = response.requeue_after.unwrap_or(shared.options.resync);
+    let next = (response.requeue_after).unwrap_or_else(|| queue::resync_after(shared.options.resync));
     let next = deferred.map_or(next, |d| next.min(d));
     if deleting && let Some(due) = finalizer::stuck(parent, shared, &metadata.name).await {
         return Ok(Some(next.min(due)));
+    }
+    if !deleting && !asked_again && deferred.is_none() {
+        quiet.remember(key, inputs);
     }
     Ok(Some(next))
 }
@@ -272,7 +301,7 @@ async fn write_status(
 
 /// The cached children this parent controls (the caches hold only this plugin's), found
 /// through each cache's owner index.
-fn observe(parent: &DynamicObject, shared: &Shared) -> Vec<Observed> {
+fn observe(parent: &Compact, shared: &Shared) -> Vec<Observed> {
     let uid = parent.uid().unwrap_or_default();
     shared
         .children
@@ -353,6 +382,16 @@ async fn outcome(
             Err(Error::Fault(f))
         }
     }
+}
+
+/// Count one reconcile of `plugin`'s that found the inputs of its last quiet one.
+fn count_unchanged(plugin: &str) {
+    crate::ops::metrics::get()
+        .unchanged
+        .get_or_create(&PluginLabel {
+            plugin: plugin.into(),
+        })
+        .inc();
 }
 
 /// Count one API write of `plugin`'s reconciles.

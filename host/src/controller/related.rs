@@ -16,6 +16,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 
 use capstan_contract::related::{Resolved, resolve};
 
+use super::compact::Compact;
 use super::{Shared, Wiring, api, cached, discovery, queue};
 use crate::engine::{DispatchError, Kind, Reconcile};
 use crate::key::ObjectKey;
@@ -134,16 +135,15 @@ pub(super) enum Failure {
 /// The related objects `plugin` asks for `parent`, from the caches: its queries are asked
 /// again only when the parent or the plugin changed.
 pub(super) async fn read(
-    parent: &DynamicObject,
-    parent_json: &serde_json::Value,
+    parent: &Compact,
     plugin: &Arc<dyn Reconcile>,
     shared: &Shared,
-) -> Result<Vec<serde_json::Value>, Failure> {
+) -> Result<Vec<Arc<DynamicObject>>, Failure> {
     let metadata = plugin.metadata();
     if metadata.related.is_empty() {
         return Ok(Vec::new());
     }
-    let queries = queries(parent, parent_json, plugin, shared).await?;
+    let queries = queries(parent, plugin, shared).await?;
     let mut out: Vec<Arc<DynamicObject>> = Vec::new();
     for q in queries.iter() {
         let cache = &shared.related[q.kind];
@@ -171,15 +171,11 @@ pub(super) async fn read(
             }
         }
     }
-    Ok(out
-        .iter()
-        .map(|o| serde_json::to_value(&**o).unwrap_or_default())
-        .collect())
+    Ok(out)
 }
 
 async fn queries(
-    parent: &DynamicObject,
-    parent_json: &serde_json::Value,
+    parent: &Compact,
     plugin: &Arc<dyn Reconcile>,
     shared: &Shared,
 ) -> Result<Arc<Vec<Resolved>>, Failure> {
@@ -194,7 +190,7 @@ async fn queries(
         return Ok(e.queries.clone());
     }
     let asking = plugin.clone();
-    let parent_value = parent_json.clone();
+    let parent_value = parent.value();
     let start = std::time::Instant::now();
     let answer = tokio::task::spawn_blocking(move || asking.related(&parent_value))
         .await
@@ -203,7 +199,7 @@ async fn queries(
     let answer = answer.map_err(Failure::Dispatch)?;
     let metadata = plugin.metadata();
     let own = parent.namespace().filter(|_| metadata.parent.namespaced);
-    let home = super::children::home(metadata, own.as_deref(), parent, &shared.options);
+    let home = super::children::home(metadata, own.as_deref(), &parent.metadata, &shared.options);
     let resolved = Arc::new(resolve(metadata, home, &answer).map_err(Failure::Refused)?);
     index.lock().insert(
         key,

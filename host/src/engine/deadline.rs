@@ -1,6 +1,9 @@
 //! The deadline of one call, in CPU time: armed on the store before every call, checked
-//! on each tick of the engine's epoch clock.
+//! on each tick of the engine's epoch clock, which ticks only while an instance lives.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::Thread;
 use std::time::Duration;
 
 use wasmtime::Store;
@@ -44,5 +47,62 @@ fn thread_cpu_time() -> Duration {
         Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
     } else {
         Duration::ZERO
+    }
+}
+
+/// The engine's epoch clock. It ticks only while some instance lives: an idle host is
+/// not woken every tick, and a deadline counts from the first tick after its call began.
+pub(crate) struct Clock {
+    live: Arc<AtomicUsize>,
+    thread: Thread,
+}
+
+/// One live instance: the clock ticks while any exists.
+pub(crate) struct Ticking(Arc<Clock>);
+
+/// How long the idle clock sleeps before checking that its engine still exists.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+impl Clock {
+    /// Start the clock of `engine`, ticking every `tick` while instances live; it stops
+    /// once the engine is dropped.
+    pub fn start(engine: &wasmtime::Engine, tick: Duration) -> std::io::Result<Arc<Clock>> {
+        let weak = engine.weak();
+        let live = Arc::new(AtomicUsize::new(0));
+        let counted = live.clone();
+        let handle = std::thread::Builder::new()
+            .name("capstan-epoch".into())
+            .spawn(move || {
+                while weak.upgrade().is_some() {
+                    if counted.load(Ordering::Acquire) == 0 {
+                        // `Clock::ticking` unparks; a token left by an unpark that came
+                        // before this park makes it return at once.
+                        std::thread::park_timeout(IDLE_CHECK);
+                        continue;
+                    }
+                    std::thread::sleep(tick);
+                    if let Some(engine) = weak.upgrade() {
+                        engine.increment_epoch();
+                    }
+                }
+            })?;
+        Ok(Arc::new(Clock {
+            live,
+            thread: handle.thread().clone(),
+        }))
+    }
+
+    /// Keep the clock ticking until the returned guard is dropped.
+    pub fn ticking(self: &Arc<Self>) -> Ticking {
+        if self.live.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.thread.unpark();
+        }
+        Ticking(self.clone())
+    }
+}
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::AcqRel);
     }
 }

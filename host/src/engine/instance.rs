@@ -19,6 +19,8 @@ pub struct Instance {
     pub(super) bindings: versions::Bindings,
     pub(super) limits: Limits,
     pub(super) settings: Arc<str>,
+    /// Keeps the deadline clock ticking while this instance lives.
+    pub(super) _ticking: deadline::Ticking,
     /// Last, so the pool slot is given back only after the store has been dropped.
     pub(super) _slot: slots::Slot,
 }

@@ -114,6 +114,8 @@ pub struct Engine {
     cache: Option<cache::CompileCache>,
     slots: Arc<slots::Slots>,
     budget: Arc<memory::Budget>,
+    /// The deadline clock, ticking while instances live.
+    clock: Arc<deadline::Clock>,
 }
 
 impl Engine {
@@ -155,17 +157,9 @@ impl Engine {
         clocks::add_to_linker(&mut linker)?;
         versions::add_to_linker(&mut linker)?;
 
-        let weak = inner.weak();
-        std::thread::Builder::new()
-            .name("capstan-epoch".into())
-            .spawn(move || {
-                while let Some(engine) = weak.upgrade() {
-                    engine.increment_epoch();
-                    drop(engine);
-                    std::thread::sleep(EPOCH_TICK);
-                }
-            })?;
+        let clock = deadline::Clock::start(&inner, EPOCH_TICK)?;
         Ok(Engine {
+            clock,
             inner,
             linker: Arc::new(linker),
             slots: slots::Slots::new(config.max_instances),
@@ -366,6 +360,7 @@ impl Plugin {
 
     fn instance_for(&self, object: String) -> Result<Instance, Fault> {
         let slot = self.engine.slots.take();
+        let ticking = self.engine.clock.ticking();
         let state = State::new(
             self.name.clone(),
             object,
@@ -387,6 +382,7 @@ impl Plugin {
             bindings,
             limits: self.limits.clone(),
             settings: self.settings.clone(),
+            _ticking: ticking,
             _slot: slot,
         })
     }

@@ -111,6 +111,9 @@ pub struct Metrics {
     pub refused: Family<PluginLabel, Counter>,
     /// capstan_api_writes_total: API writes made by reconciles.
     pub api_writes: Family<PluginLabel, Counter>,
+    /// capstan_reconcile_unchanged_total: reconciles that found a parent's inputs as its
+    /// last quiet reconcile left them, and did not call the plugin.
+    pub unchanged: Family<PluginLabel, Counter>,
     /// capstan_plugin_reloads_total: hot reloads by result.
     pub reloads: Family<ReloadLabels, Counter>,
     /// capstan_child_conflicts_total: responses refused because a child they name
@@ -172,6 +175,7 @@ pub fn get() -> &'static Metrics {
             faults: Family::default(),
             refused: Family::default(),
             api_writes: Family::default(),
+            unchanged: Family::default(),
             reloads: Family::default(),
             child_conflicts: Family::default(),
             plugin_up: Family::default(),
@@ -308,6 +312,11 @@ fn register_capstan(r: &mut Registry, m: &Metrics) {
         "capstan_plugin_response_refused",
         "Plugin responses refused by validation",
         m.refused.clone(),
+    );
+    r.register(
+        "capstan_reconcile_unchanged",
+        "Reconciles that found the inputs of the parent's last quiet reconcile and did not call the plugin",
+        m.unchanged.clone(),
     );
     r.register(
         "capstan_api_writes",

@@ -1,0 +1,135 @@
+//! Quiet answers, remembered: a plugin is a deterministic function of its request (the
+//! sandbox gives it no clock, entropy, filesystem or network of its own), so when a
+//! parent's inputs are exactly those of its last quiet reconcile, calling the plugin
+//! again can only repeat an answer that changed nothing.
+//!
+//! "Quiet" is a reconcile that succeeded, recorded no event, asked for no requeue and
+//! was not deferred. The inputs are the parent's, children's and related objects' UIDs
+//! and resourceVersions and the plugin version; the only other field of a request,
+//! `now`, is the one the contract asks a time-dependent answer to cover with
+//! `requeue-after-ms` — and an answer that asks for a requeue is never remembered. So a
+//! resync, a re-list after a dropped watch, or a shard hand-over that finds nothing
+//! changed costs a cache lookup, not a sandboxed call and its checks; anything that
+//! changed (a write, a watch event, a new plugin version) calls the plugin as before.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use kube::api::{DynamicObject, ObjectMeta};
+
+use crate::key::ObjectKey;
+
+/// A digest of one reconcile's inputs (all but `now`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Inputs(u64);
+
+impl Inputs {
+    /// The inputs of a reconcile of `parent` by `plugin`, with its observed children (and
+    /// the index of each one's declared kind) and related objects.
+    pub(super) fn of<'a, P: ?Sized>(
+        plugin: &Arc<P>,
+        parent: &ObjectMeta,
+        children: impl IntoIterator<Item = (usize, &'a ObjectMeta)>,
+        related: &[Arc<DynamicObject>],
+    ) -> Inputs {
+        let mut h = DefaultHasher::new();
+        // The plugin version in use: a reload is a new allocation, alive while any
+        // reconcile that used the old one is.
+        (Arc::as_ptr(plugin) as *const () as usize).hash(&mut h);
+        identity(parent, &mut h);
+        for (kind, child) in children {
+            (0u8, kind).hash(&mut h);
+            identity(child, &mut h);
+        }
+        for object in related {
+            1u8.hash(&mut h);
+            identity(&object.metadata, &mut h);
+        }
+        Inputs(h.finish())
+    }
+}
+
+/// What identifies one version of an object: its UID and resourceVersion.
+fn identity(meta: &ObjectMeta, h: &mut DefaultHasher) {
+    meta.uid.hash(h);
+    meta.resource_version.hash(h);
+}
+
+/// The inputs of each parent's last quiet reconcile.
+#[derive(Default)]
+pub(super) struct Quiet {
+    last: Mutex<HashMap<ObjectKey, Inputs>>,
+}
+
+impl Quiet {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Inputs>> {
+        self.last.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// True when `key`'s last quiet reconcile had exactly these inputs.
+    pub(super) fn unchanged(&self, key: &ObjectKey, inputs: Inputs) -> bool {
+        self.lock().get(key) == Some(&inputs)
+    }
+
+    /// Remember a quiet reconcile of `key` with `inputs`.
+    pub(super) fn remember(&self, key: ObjectKey, inputs: Inputs) {
+        self.lock().insert(key, inputs);
+    }
+
+    /// Forget `key`: its last reconcile was not quiet, or it was deleted.
+    pub(super) fn forget(&self, key: &ObjectKey) {
+        self.lock().remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(uid: &str, version: &str) -> ObjectMeta {
+        ObjectMeta {
+            uid: Some(uid.into()),
+            resource_version: Some(version.into()),
+            ..ObjectMeta::default()
+        }
+    }
+
+    /// A stand-in for a loaded plugin: only its identity counts.
+    fn plugin() -> Arc<()> {
+        Arc::new(())
+    }
+
+    #[test]
+    fn any_changed_version_kind_or_plugin_changes_the_inputs() {
+        let (a, b) = (plugin(), plugin());
+        let parent = meta("p", "1");
+        let child = meta("c", "7");
+        let base = Inputs::of(&a, &parent, [(0, &child)], &[]);
+        assert_eq!(base, Inputs::of(&a, &parent, [(0, &child)], &[]));
+        assert_ne!(base, Inputs::of(&a, &meta("p", "2"), [(0, &child)], &[]));
+        assert_ne!(base, Inputs::of(&a, &parent, [(0, &meta("c", "8"))], &[]));
+        assert_ne!(base, Inputs::of(&a, &parent, [(1, &child)], &[]));
+        assert_ne!(base, Inputs::of(&a, &parent, [], &[]));
+        assert_ne!(base, Inputs::of(&b, &parent, [(0, &child)], &[]));
+        let related = Arc::new(DynamicObject {
+            types: None,
+            metadata: meta("r", "3"),
+            data: serde_json::Value::Null,
+        });
+        assert_ne!(base, Inputs::of(&a, &parent, [(0, &child)], &[related]));
+    }
+
+    #[test]
+    fn remembered_until_forgotten() {
+        let quiet = Quiet::default();
+        let key = ObjectKey::new(Some("ns"), "a");
+        let inputs = Inputs::of(&plugin(), &meta("p", "1"), [], &[]);
+        assert!(!quiet.unchanged(&key, inputs));
+        quiet.remember(key.clone(), inputs);
+        assert!(quiet.unchanged(&key, inputs));
+        assert!(!quiet.unchanged(&ObjectKey::new(Some("ns"), "b"), inputs));
+        quiet.forget(&key);
+        assert!(!quiet.unchanged(&key, inputs));
+    }
+}
