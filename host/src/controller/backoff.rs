@@ -35,6 +35,14 @@ impl Backoff {
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);
     }
+
+    /// Keep only the keys `keep` accepts.
+    pub fn retain(&self, keep: &dyn Fn(&ObjectKey) -> bool) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|k, _| keep(k));
+    }
 }
 
 #[cfg(test)]

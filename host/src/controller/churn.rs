@@ -134,6 +134,15 @@ impl Churn {
             .map
             .remove(parent);
     }
+
+    /// Keep only the parents `keep` accepts.
+    pub fn retain(&self, keep: &dyn Fn(&ObjectKey) -> bool) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map
+            .retain(|k, _| keep(k));
+    }
 }
 
 /// Let a write of `target` (content `digest`, observed at `seen`, on behalf of `parent`)

@@ -81,6 +81,14 @@ impl EventBudget {
             .unwrap_or_else(|e| e.into_inner())
             .remove(object);
     }
+
+    /// Keep only the objects `keep` accepts.
+    pub fn retain(&self, keep: &dyn Fn(&ObjectKey) -> bool) {
+        self.buckets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|k, _| keep(k));
+    }
 }
 
 /// Record one of the host's own Warnings about the parent.

@@ -12,6 +12,7 @@ mod discovery;
 mod events;
 mod finalizer;
 mod owned;
+mod per_object;
 mod queue;
 mod quiet;
 mod reconcile;
@@ -40,6 +41,8 @@ use crate::key::ObjectKey;
 
 use crate::leader::Leader;
 pub use discovery::served;
+pub use per_object::Memory;
+use per_object::PerObject;
 
 /// How one plugin is run.
 #[derive(Clone, Debug)]
@@ -134,30 +137,6 @@ impl Shared {
     }
 }
 
-/// What the host remembers per parent, forgotten when the parent is deleted.
-#[derive(Default)]
-struct PerObject {
-    backoff: backoff::Backoff,
-    /// What each object's events may still cost.
-    events: events::EventBudget,
-    /// Recent writes per object, to catch ping-pong.
-    churn: churn::Churn,
-    /// What each object asked to read.
-    related: related::Index,
-    /// The inputs of each object's last quiet reconcile.
-    quiet: quiet::Quiet,
-}
-
-impl PerObject {
-    fn forget(&self, key: &ObjectKey) {
-        self.backoff.forget(key);
-        self.events.forget(key);
-        self.churn.forget(key);
-        self.related.forget(key);
-        self.quiet.forget(key);
-    }
-}
-
 fn api(client: &Client, resource: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
     match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
@@ -189,6 +168,7 @@ pub async fn run(
     leader: Leader,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
     synced: tokio::sync::oneshot::Sender<()>,
+    memory: Memory,
 ) -> anyhow::Result<()> {
     let metadata = plugin.borrow().metadata().clone();
     let shard = options
@@ -210,7 +190,7 @@ pub async fn run(
         options,
         metadata,
         sync,
-        per_object: Arc::default(),
+        per_object: memory.0,
         shard,
     };
     let (mut controller, cache) = wiring.parents();
@@ -256,20 +236,29 @@ impl Wiring {
             .filter(|_| self.metadata.parent.namespaced);
         let (tracked, per_object, listed) = (self.queue.clone(), self.per_object.clone(), self.sync.mark());
         let (size, cached_parents) = (self.gauge(&self.parent), cache.clone());
+        let mut listing = std::collections::HashSet::new();
         let role = sharded::Role::Parent;
         let client = sharded::client(&self.client, self.shard.as_ref(), &self.parent, &role);
         let watch = watcher(api(&client, &self.parent, namespace), watcher::Config::default());
         let watch = sharded::only_mine(watch, self.shard.clone(), role);
         let parents = reflector::reflector(writer, watch.modify(cached(&self.parent)).map_ok(compact::event))
             .inspect_ok(move |event| match event {
-                watcher::Event::Apply(o) | watcher::Event::InitApply(o) => tracked.add(ObjectKey::of(o)),
+                watcher::Event::Apply(o) => tracked.add(ObjectKey::of(o)),
+                watcher::Event::InitApply(o) => {
+                    let key = ObjectKey::of(o);
+                    listing.insert(key.clone());
+                    tracked.add(key);
+                }
                 watcher::Event::Delete(o) => {
                     let key = ObjectKey::of(o);
                     per_object.forget(&key);
                     tracked.forget(&key);
                 }
-                watcher::Event::InitDone => listed(),
-                watcher::Event::Init => {}
+                watcher::Event::InitDone => {
+                    per_object.keep_only(&std::mem::take(&mut listing));
+                    listed();
+                }
+                watcher::Event::Init => listing.clear(),
             })
             .inspect_ok(move |_| {
                 size.set(cached_parents.len() as i64);

@@ -81,6 +81,11 @@ impl Quiet {
     pub(super) fn forget(&self, key: &ObjectKey) {
         self.lock().remove(key);
     }
+
+    /// Keep only the parents `keep` accepts.
+    pub(super) fn retain(&self, keep: &dyn Fn(&ObjectKey) -> bool) {
+        self.lock().retain(|k, _| keep(k));
+    }
 }
 
 #[cfg(test)]

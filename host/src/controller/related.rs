@@ -47,6 +47,11 @@ impl Index {
         self.lock().remove(key);
     }
 
+    /// Keep only the parents `keep` accepts.
+    pub fn retain(&self, keep: &dyn Fn(&ObjectKey) -> bool) {
+        self.lock().retain(|k, _| keep(k));
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Entry>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -39,10 +39,16 @@ pub const HELD: &str = "capstan.dev/held";
 pub const VIEW: &str = "capstan.dev/view";
 /// The field manager of member Leases.
 const MANAGER: &str = "capstan-shard";
+/// While the group settles, members look this many times per retry period.
+const SETTLING: u32 = 5;
+/// How long after a member's Lease expires the others look (clocks tick apart).
+const EXPIRY_MARGIN: Duration = Duration::from_millis(50);
 
 /// Another live member, as its Lease says.
 #[derive(Debug)]
 struct Member {
+    /// When its Lease expires unless renewed.
+    expires: Timestamp,
     identity: String,
     view: String,
     held: Vec<Range>,
@@ -110,13 +116,17 @@ async fn run(
     let name = lease_name(&s);
     let mut renewed: Option<Instant> = None;
     let mut published = false;
-    let mut tick = tokio::time::interval(s.retry_period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut running = running;
+    let mut wake = tokio::time::Instant::now();
     loop {
         tokio::select! {
-            _ = tick.tick() => {}
+            () = tokio::time::sleep_until(wake) => {}
+            // Ranges given up are published as soon as their controllers stopped.
+            () = changed(&mut running) => {}
             () = stop.cancelled() => return,
         }
+        let round = tokio::time::Instant::now();
+        wake = round + s.retry_period;
         let selector = format!("{GROUP_LABEL}={}", s.name);
         let listed = match leases.list(&ListParams::default().labels(&selector)).await {
             Ok(list) => list.items,
@@ -132,6 +142,11 @@ async fn run(
             .filter(|l| l.metadata.name.as_deref() != Some(name.as_str()))
             .filter_map(|l| member(l, now))
             .collect();
+        // Look again the moment a member's Lease expires, not up to a period later.
+        if let Some(left) = others.iter().map(|m| m.expires.duration_since(now)).min() {
+            let left = Duration::try_from(left).unwrap_or_default();
+            wake = wake.min(round + left + EXPIRY_MARGIN);
+        }
         let ids: BTreeSet<&str> = others
             .iter()
             .map(|m| m.identity.as_str())
@@ -162,11 +177,23 @@ async fn run(
             }
         }
         report(ids.len(), &next);
+        // While the group settles (views to agree, ranges to be released), look again
+        // soon: every member is waiting for the others' next renewal.
+        if next != desired {
+            wake = wake.min(round + s.retry_period / SETTLING);
+        }
         if next != current {
             tracing::info!(members = ids.len(), share = %share(&next), ranges = next.len(), "shard ranges changed");
             metrics::get().shard_rebalances.inc();
             let _ = target.send(next);
         }
+    }
+}
+
+/// Until `running` changes; forever once its sender is gone.
+async fn changed(running: &mut watch::Receiver<Vec<Range>>) {
+    if running.changed().await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -223,6 +250,7 @@ fn member(lease: &Lease, now: Timestamp) -> Option<Member> {
     let annotations = lease.metadata.annotations.as_ref();
     let get = |k: &str| annotations.and_then(|a| a.get(k)).cloned().unwrap_or_default();
     Some(Member {
+        expires: renewed + valid,
         identity: spec.holder_identity.clone()?,
         view: get(VIEW),
         held: decode(&get(HELD)),

@@ -32,6 +32,8 @@ struct Unit {
     version: watch::Sender<Arc<dyn Reconcile>>,
     stop: CancellationToken,
     task: JoinHandle<()>,
+    /// What its controller remembers per parent, kept across a reshard's restart.
+    memory: controller::Memory,
 }
 
 impl Unit {
@@ -98,7 +100,13 @@ impl Supervisor {
             let mut options = self.units[i].options.clone();
             options.shard.clone_from(&self.shard);
             let stop = CancellationToken::new();
-            let task = self.spawn(self.units[i].version.subscribe(), options.clone(), stop.clone());
+            let memory = self.units[i].memory.clone();
+            let task = self.spawn(
+                self.units[i].version.subscribe(),
+                options.clone(),
+                stop.clone(),
+                memory,
+            );
             let unit = &mut self.units[i];
             (unit.options, unit.stop, unit.task) = (options, stop, task);
         }
@@ -132,8 +140,10 @@ impl Supervisor {
         }
         let (version, rx) = watch::channel(plugin);
         let stop = CancellationToken::new();
-        let task = self.spawn(rx, options.clone(), stop.clone());
+        let memory = controller::Memory::default();
+        let task = self.spawn(rx, options.clone(), stop.clone(), memory.clone());
         self.units.push(Unit {
+            memory,
             watch,
             limits,
             options,
@@ -157,9 +167,10 @@ impl Supervisor {
         plugin: watch::Receiver<Arc<dyn Reconcile>>,
         options: Options,
         stop: CancellationToken,
+        memory: controller::Memory,
     ) -> JoinHandle<()> {
         let (client, leader, health) = (self.client.clone(), self.leader.clone(), self.health.clone());
-        tokio::spawn(unit(client, plugin, options, leader, stop, health))
+        tokio::spawn(unit(client, plugin, options, leader, stop, health, memory))
     }
 
     /// Look for replaced plugin files (and new or fixed ones) and act on them.
@@ -304,9 +315,11 @@ impl Supervisor {
         }
         tracing::info!(plugin = %new_name, path = %path.display(), "plugin kinds changed; restarted with new watches");
         count(&new_name, "restarted");
-        let task = self.spawn(rx, self.units[i].options.clone(), stop);
+        // Other kinds, other parents: nothing the old controller remembered applies.
+        let memory = controller::Memory::default();
+        let task = self.spawn(rx, self.units[i].options.clone(), stop, memory.clone());
         let unit = &mut self.units[i];
-        (unit.version, unit.task) = (version, task);
+        (unit.version, unit.task, unit.memory) = (version, task, memory);
     }
 
     /// Stop every unit: in-flight reconciles may finish within the grace period, then

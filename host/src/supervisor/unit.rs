@@ -37,6 +37,7 @@ pub(super) async fn unit(
     leader: Leader,
     stop: CancellationToken,
     health: Health,
+    memory: controller::Memory,
 ) {
     let name = plugin.borrow().metadata().name.clone();
     let mut delay = RETRY_MIN;
@@ -69,6 +70,7 @@ pub(super) async fn unit(
                     leader.clone(),
                     shutdown,
                     synced,
+                    memory.clone(),
                 )
                 .await;
                 up.abort();
