@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use capstan::dev::{Plane, PlaneConfig};
 use capstan_tests::host::{
     DEBUG, Host, LEASE, LEASE_DURATION, echo, echo_resource, eventually, install_plugin_crd, mount,
-    reconciles, sample,
+    reconciles, sample, timestamp,
 };
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
@@ -199,6 +199,21 @@ async fn three_replicas_split_the_echos(server_side: bool) -> Result<()> {
         "kill -9 of {killed_id} → its range reconciled by the others in {:?} (lease {LEASE_DURATION:?}, debug build)",
         killed_at.elapsed()
     );
+    for (id, host) in &hosts {
+        let after = |message: &str| {
+            host.log()
+                .iter()
+                .filter(|l| l["message"].as_str().is_some_and(|m| m.contains(message)))
+                .filter_map(timestamp)
+                .find(|t| *t > killed_ts)
+                .map(|t| t.duration_since(killed_ts))
+        };
+        println!(
+            "  {id}: ranges changed {:?} after the kill, controllers running again {:?} after",
+            after("shard ranges changed"),
+            after("caches synced")
+        );
+    }
 
     // A new replica joins: the ranges rebalance and it takes a share.
     hosts.push(("r-d", replica(&plane, &ns, &dir, "r-d")?));

@@ -12,6 +12,9 @@
 //!
 //! `sharded-2` and `sharded-3` run the wasm host as 2 or 3 replicas with `--sharding`
 //! (key `uid`), each reconciling its share; the RSS column is the largest replica's.
+//! After their resync, one replica is killed with -9 and 60 Echos are created: the time
+//! until the others have reconciled all of them is the takeover (the default lease of
+//! 15 s included).
 //!
 //! Then failover with the default lease settings: `kill -9` of the leader → first
 //! reconcile by the standby, and SIGTERM → standby leads.
@@ -271,28 +274,18 @@ struct Row {
     /// CPU seconds of one quiet full resync, and the writes it made.
     resync_cpu: f64,
     resync_writes: f64,
+    /// Sharded: kill -9 of a replica → Echos created after it all reconciled.
+    takeover: Option<Duration>,
 }
+
+/// Echos created after a replica is killed, for the takeover.
+const AFTER_KILL: usize = 60;
 
 async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
     let client = plane.client().await?;
     let ns = plane.namespace(&format!("bench-{mode}-{n}")).await?;
     let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let echoes = echoes.clone();
-            async move {
-                echoes
-                    .create(
-                        &PostParams::default(),
-                        &echo(&format!("e{i}"), &format!("hello {i}"))?,
-                    )
-                    .await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect::<()>()
-        .await?;
+    create(&echoes, "e", n).await?;
 
     // Count from watches, so measuring does not load the API server with lists.
     let jobs_seen = Arc::new(AtomicUsize::new(0));
@@ -378,6 +371,20 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
     let writes: f64 = bodies.iter().map(|b| writes_in(b)).sum();
     let (resync_cpu, resync_writes) = quiet_resync(&hosts, n, &bodies).await?;
     let rss: Vec<f64> = hosts.iter().map(|(pid, _)| peak_rss_mib(*pid)).collect();
+    let takeover = if replicas > 1 {
+        children[0].kill().await?;
+        let killed = Instant::now();
+        create(&echoes, "after-kill-", AFTER_KILL).await?;
+        while statuses_seen.load(Ordering::SeqCst) < n + AFTER_KILL {
+            if killed.elapsed() > Duration::from_secs(120) {
+                bail!("{mode}: the Echos created after a kill were not reconciled in 120 s");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Some(killed.elapsed())
+    } else {
+        None
+    };
     for child in &mut children {
         child.kill().await.ok();
     }
@@ -395,7 +402,28 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
         rss,
         resync_cpu,
         resync_writes,
+        takeover,
     })
+}
+
+/// Create `n` Echos named `prefix0`, `prefix1`, …, 16 at a time.
+async fn create(echoes: &Api<DynamicObject>, prefix: &str, n: usize) -> Result<()> {
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let echoes = echoes.clone();
+            async move {
+                echoes
+                    .create(
+                        &PostParams::default(),
+                        &echo(&format!("{prefix}{i}"), &format!("hello {i}"))?,
+                    )
+                    .await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<()>()
+        .await
 }
 
 /// Every host's metrics page.
@@ -575,6 +603,12 @@ fn main() -> Result<()> {
                 if r.rss.len() > 1 {
                     let each: Vec<String> = r.rss.iter().map(|m| format!("{m:.1}")).collect();
                     println!("          RSS per replica (MiB): {}", each.join(", "));
+                }
+                if let Some(t) = r.takeover {
+                    println!(
+                        "          kill -9 of a replica → {AFTER_KILL} new Echos reconciled by the others: {:.2}s (lease 15 s)",
+                        t.as_secs_f64()
+                    );
                 }
                 rows.push((mode.as_str(), r));
             }
