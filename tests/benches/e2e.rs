@@ -14,7 +14,8 @@
 //! (key `uid`), each reconciling its share; the RSS column is the largest replica's.
 //! After their resync, one replica is killed with -9 and 60 Echos are created: the time
 //! until the others have reconciled all of them is the takeover (the default lease of
-//! 15 s included).
+//! 15 s included). `sharded-K-namespace` shards by namespace instead, with the Echos
+//! spread over 32 namespaces, on a plane of its own (the replicas watch every namespace).
 //!
 //! Then failover with the default lease settings: `kill -9` of the leader → first
 //! reconcile by the standby, and SIGTERM → standby leads.
@@ -34,6 +35,7 @@ use capstan::engine::{
     DispatchError, Engine, EngineConfig, Event, EventType, Kind, Metadata, Reconcile, RelatedQuery, Request,
     Response,
 };
+use capstan::shard::ShardKey;
 use capstan::{Host as CapstanHost, HostConfig};
 use capstan_sdk::bindings::capstan::reconciler::types as wit;
 use capstan_tests::host::{
@@ -143,9 +145,16 @@ fn engine(cache_dir: Option<std::path::PathBuf>) -> Result<Engine> {
 
 /// The child process: the real host (servers, supervisor, readiness) with one Echo
 /// controller on `namespace`, Wasm from a plugin directory or native.
-async fn serve(mode: &str, namespace: &str, resync: Duration, replica: Option<&str>) -> Result<()> {
+async fn serve(mode: &str, namespace: &str, resync: Duration, sharding: Option<Shard<'_>>) -> Result<()> {
     let options = Options {
-        namespace: Some(namespace.into()),
+        // The namespace key spreads Echos over many namespaces, so that host watches all.
+        namespace: match sharding {
+            Some(Shard {
+                key: ShardKey::Namespace,
+                ..
+            }) => None,
+            _ => Some(namespace.into()),
+        },
         resync,
         ..Options::default()
     };
@@ -153,9 +162,9 @@ async fn serve(mode: &str, namespace: &str, resync: Duration, replica: Option<&s
         defaults: options.clone(),
         metrics_addr: "127.0.0.1:0".parse()?,
         health_addr: "127.0.0.1:0".parse()?,
-        sharding: replica.map(|id| capstan::host::Sharding {
-            members: capstan::leader::Settings::new("capstan-bench", namespace, id),
-            key: capstan::shard::ShardKey::Uid,
+        sharding: sharding.map(|shard| capstan::host::Sharding {
+            members: capstan::leader::Settings::new("capstan-bench", namespace, shard.replica),
+            key: shard.key,
         }),
         ..HostConfig::default()
     };
@@ -183,6 +192,16 @@ async fn serve(mode: &str, namespace: &str, resync: Duration, replica: Option<&s
     serving.until(std::future::pending()).await;
     Ok(())
 }
+
+/// A sharded replica's identity and key.
+#[derive(Clone, Copy)]
+struct Shard<'a> {
+    replica: &'a str,
+    key: ShardKey,
+}
+
+/// Namespaces the `-namespace` modes spread their Echos over.
+const NAMESPACES: usize = 32;
 
 /// Peak resident set of `pid` (VmHWM), in MiB.
 fn peak_rss_mib(pid: u32) -> f64 {
@@ -276,6 +295,8 @@ struct Row {
     resync_writes: f64,
     /// Sharded: kill -9 of a replica → Echos created after it all reconciled.
     takeover: Option<Duration>,
+    /// Echos each replica's cache holds.
+    cached: Vec<f64>,
 }
 
 /// Echos created after a replica is killed, for the takeover.
@@ -283,14 +304,34 @@ const AFTER_KILL: usize = 60;
 
 async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
     let client = plane.client().await?;
-    let ns = plane.namespace(&format!("bench-{mode}-{n}")).await?;
-    let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
-    create(&echoes, "e", n).await?;
+    // `sharded-K` (key uid) or `sharded-K-namespace`; anything else runs one host.
+    let (replicas, by_namespace) = match mode.strip_prefix("sharded-") {
+        Some(rest) => match rest.strip_suffix("-namespace") {
+            Some(k) => (k.parse::<usize>()?, true),
+            None => (rest.parse::<usize>()?, false),
+        },
+        None => (1, false),
+    };
+    let mut spaces = Vec::new();
+    for i in 0..if by_namespace { NAMESPACES } else { 1 } {
+        spaces.push(plane.namespace(&format!("bench-{mode}-{n}-{i}")).await?);
+    }
+    let ns = spaces[0].clone();
+    let echoes: Api<DynamicObject> = if by_namespace {
+        Api::all_with(client.clone(), &echo_resource())
+    } else {
+        Api::namespaced_with(client.clone(), &ns, &echo_resource())
+    };
+    create(&client, &spaces, "e", n).await?;
 
     // Count from watches, so measuring does not load the API server with lists.
     let jobs_seen = Arc::new(AtomicUsize::new(0));
     let statuses_seen = Arc::new(AtomicUsize::new(0));
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let jobs: Api<Job> = if by_namespace {
+        Api::all(client.clone())
+    } else {
+        Api::namespaced(client.clone(), &ns)
+    };
     let count = jobs_seen.clone();
     let job_watch = tokio::spawn(async move {
         let mut names = std::collections::HashSet::new();
@@ -318,7 +359,6 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
     });
 
     // `sharded-K`: K replicas of the wasm host, each reconciling its share.
-    let replicas: usize = mode.strip_prefix("sharded-").map_or(Ok(1), str::parse)?;
     let serve_mode = if replicas > 1 { "wasm" } else { mode };
     let start = Instant::now();
     let mut children = Vec::new();
@@ -333,6 +373,9 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
             .kill_on_drop(true);
         if replicas > 1 {
             command.args(["--sharding", &format!("replica-{replica}")]);
+        }
+        if by_namespace {
+            command.args(["--shard-key", "namespace"]);
         }
         children.push(command.spawn()?);
     }
@@ -374,7 +417,7 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
     let takeover = if replicas > 1 {
         children[0].kill().await?;
         let killed = Instant::now();
-        create(&echoes, "after-kill-", AFTER_KILL).await?;
+        create(&client, &spaces, "after-kill-", AFTER_KILL).await?;
         while statuses_seen.load(Ordering::SeqCst) < n + AFTER_KILL {
             if killed.elapsed() > Duration::from_secs(120) {
                 bail!("{mode}: the Echos created after a kill were not reconciled in 120 s");
@@ -400,17 +443,23 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
         p50: quantile(&bodies[0], "controller_runtime_reconcile_time_seconds", 0.5) * 1000.0,
         p99: quantile(&bodies[0], "controller_runtime_reconcile_time_seconds", 0.99) * 1000.0,
         rss,
+        cached: bodies
+            .iter()
+            .map(|b| sample(b, r#"capstan_cache_objects{plugin="echo",kind="Echo"}"#))
+            .collect(),
         resync_cpu,
         resync_writes,
         takeover,
     })
 }
 
-/// Create `n` Echos named `prefix0`, `prefix1`, …, 16 at a time.
-async fn create(echoes: &Api<DynamicObject>, prefix: &str, n: usize) -> Result<()> {
+/// Create `n` Echos named `prefix0`, `prefix1`, …, round-robin over `namespaces`, 16 at
+/// a time.
+async fn create(client: &kube::Client, namespaces: &[String], prefix: &str, n: usize) -> Result<()> {
     futures::stream::iter(0..n)
         .map(|i| {
-            let echoes = echoes.clone();
+            let ns = &namespaces[i % namespaces.len()];
+            let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &echo_resource());
             async move {
                 echoes
                     .create(
@@ -542,8 +591,12 @@ fn main() -> Result<()> {
     };
     if args.iter().any(|a| a == "--serve") {
         let resync = Duration::from_secs(flag("--resync")?.parse()?);
-        let replica = flag("--sharding").ok().map(String::as_str);
-        return runtime.block_on(serve(flag("--serve")?, flag("--namespace")?, resync, replica));
+        let key = match flag("--shard-key").map(String::as_str) {
+            Ok("namespace") => ShardKey::Namespace,
+            _ => ShardKey::Uid,
+        };
+        let shard = flag("--sharding").ok().map(|replica| Shard { replica, key });
+        return runtime.block_on(serve(flag("--serve")?, flag("--namespace")?, resync, shard));
     }
     let list = |var: &str, default: &str| -> Vec<String> {
         std::env::var(var)
@@ -585,7 +638,14 @@ fn main() -> Result<()> {
         for &n in &sizes {
             let mut rows = Vec::new();
             for mode in &modes {
-                let r = run_mode(&plane, mode, n).await?;
+                // A host sharded by namespace watches every namespace: a plane of its own.
+                let r = if mode.ends_with("-namespace") {
+                    let own = Plane::start(PlaneConfig::api_only()).await?;
+                    install_plugin_crd(&own, "echo").await?;
+                    run_mode(&own, mode, n).await?
+                } else {
+                    run_mode(&plane, mode, n).await?
+                };
                 println!(
                     "{:<9} {:>6} {:>9.2} {:>9.2} {:>12.0} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>9.2}s {:>10.0}",
                     mode,
@@ -603,6 +663,8 @@ fn main() -> Result<()> {
                 if r.rss.len() > 1 {
                     let each: Vec<String> = r.rss.iter().map(|m| format!("{m:.1}")).collect();
                     println!("          RSS per replica (MiB): {}", each.join(", "));
+                    let each: Vec<String> = r.cached.iter().map(|c| format!("{c:.0}")).collect();
+                    println!("          Echos cached per replica: {}", each.join(", "));
                 }
                 if let Some(t) = r.takeover {
                     println!(
