@@ -190,6 +190,7 @@ async fn three_replicas_split_the_echos(server_side: bool) -> Result<()> {
     // kill -9 one: Echos created after it are reconciled by the others once its Lease
     // expires. How fast is the bench's to measure (`cargo bench --bench e2e`).
     let (killed_id, killed) = hosts.remove(0);
+    let its_range = reconciled(&killed);
     killed.signal(libc::SIGKILL);
     let killed_at = Instant::now();
     let killed_ts = Timestamp::now();
@@ -199,6 +200,14 @@ async fn three_replicas_split_the_echos(server_side: bool) -> Result<()> {
         "kill -9 of {killed_id} → its range reconciled by the others in {:?} (lease {LEASE_DURATION:?}, debug build)",
         killed_at.elapsed()
     );
+    // The first reconcile of one of the killed replica's Echos by another replica.
+    let taken = hosts
+        .iter()
+        .flat_map(|(_, host)| reconciles(host, Timestamp::MAX))
+        .filter(|(object, started, _)| *started > killed_ts && its_range.contains(object))
+        .map(|(_, started, _)| started.duration_since(killed_ts))
+        .min();
+    println!("  its range first reconciled by another replica {taken:?} after the kill");
     for (id, host) in &hosts {
         let after = |message: &str| {
             host.log()
