@@ -2,7 +2,8 @@
 //! reconciling and caching about a third; a replica killed with -9 has its range taken over
 //! within the lease duration + 3 s; a fourth replica joining takes a share; and no Echo is
 //! ever reconciled by two replicas at once — with the API server filtering watches
-//! (feature gate `ShardedListAndWatch` on) and without it (filtering on the host).
+//! (feature gate `ShardedListAndWatch` on) and without it (filtering on the host). By
+//! namespace, parents, children and related objects are each cached by one replica.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -16,6 +17,7 @@ use capstan_tests::host::{
 };
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
@@ -281,4 +283,134 @@ async fn three_replicas_split_the_echos_with_the_api_server_filtering() -> Resul
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_split_the_echos_without_the_feature_gate() -> Result<()> {
     three_replicas_split_the_echos(false).await
+}
+
+/// Namespaces and Echos per namespace of the `namespace`-key test.
+const SPACES: usize = 16;
+const PER_SPACE: usize = 3;
+
+/// The container command of a Job's pod.
+fn command(job: &Job) -> Vec<String> {
+    job.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.containers.first())
+        .and_then(|c| c.command.clone())
+        .unwrap_or_default()
+}
+
+/// With `--shard-key namespace` a replica watches every namespace, and the API server
+/// splits parents, children and the related ConfigMaps they read by namespace: each
+/// object is cached by exactly one replica, and a changed ConfigMap still re-runs its
+/// namespace's Echos.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn by_namespace_parents_children_and_related_objects_are_split() -> Result<()> {
+    let _turn = PLANES.lock().await;
+    let plane = Plane::start(PlaneConfig::api_only()).await?;
+    install_plugin_crd(&plane, "echo").await?;
+    let client = plane.client().await?;
+    let mut spaces = Vec::new();
+    for i in 0..SPACES {
+        spaces.push(plane.namespace(&format!("by-ns-{i}")).await?);
+    }
+    let greeting = |ns: &str, word: &str| -> Result<ConfigMap> {
+        Ok(serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "greetings"}, "data": {"text": format!("{word} from {ns}")},
+        }))?)
+    };
+    for ns in &spaces {
+        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        maps.create(&PostParams::default(), &greeting(ns, "hello")?)
+            .await?;
+        let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &echo_resource());
+        for i in 0..PER_SPACE {
+            let echo: DynamicObject = serde_json::from_value(serde_json::json!({
+                "apiVersion": "capstan.dev/v1alpha1", "kind": "Echo", "metadata": {"name": format!("e{i}")},
+                "spec": {"messageFrom": {"configMapKeyRef": {"name": "greetings", "key": "text"}}},
+            }))?;
+            echoes.create(&PostParams::default(), &echo).await?;
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("capstan-sharding-{}", spaces[0]));
+    mount(&["echo"], &dir)?;
+    let hosts: Vec<Host> = ["n-a", "n-b"]
+        .into_iter()
+        .map(|id| {
+            let mut args = vec![
+                "--plugins",
+                dir.to_str().context("utf-8 path")?,
+                "--sharding",
+                "--shard-key",
+                "namespace",
+                "--leader-election-namespace",
+                &spaces[0],
+            ];
+            args.extend(LEASE);
+            Host::start(&plane, &args, &dir.join(format!("{id}.log")), &[("POD_NAME", id)])
+        })
+        .collect::<Result<_>>()?;
+    let jobs: Api<Job> = Api::all(client.clone());
+    // Every Echo's Job echoes its own namespace's ConfigMap.
+    let echoed = async |word: &str, spaces: &[String]| -> Result<usize> {
+        let list = jobs.list(&ListParams::default()).await?.items;
+        Ok(spaces
+            .iter()
+            .map(|ns| {
+                let want = format!("{word} from {ns}");
+                list.iter()
+                    .filter(|j| j.namespace().as_deref() == Some(ns.as_str()))
+                    .filter(|j| command(j).last() == Some(&want))
+                    .count()
+            })
+            .sum())
+    };
+    eventually("every Echo's Job", Duration::from_secs(180), async || {
+        Ok((echoed("hello", &spaces).await? == SPACES * PER_SPACE).then_some(()))
+    })
+    .await?;
+
+    let cached = async |kind: &str| -> Result<Vec<f64>> {
+        let mut each = Vec::new();
+        for host in &hosts {
+            let metric = format!(r#"capstan_cache_objects{{plugin="echo",kind="{kind}"}}"#);
+            each.push(sample(&host.metrics().await?, &metric));
+        }
+        Ok(each)
+    };
+    let all_maps = Api::<ConfigMap>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .len() as f64;
+    let (echos, job_caches, maps) = (
+        cached("Echo").await?,
+        cached("Job").await?,
+        cached("ConfigMap").await?,
+    );
+    println!(
+        "by namespace, 2 replicas: Echos {echos:?}, Jobs {job_caches:?}, ConfigMaps {maps:?} of {all_maps}"
+    );
+    let total = (SPACES * PER_SPACE) as f64;
+    assert_eq!(echos.iter().sum::<f64>(), total, "each Echo cached once");
+    assert_eq!(job_caches.iter().sum::<f64>(), total, "each Job cached once");
+    assert_eq!(maps.iter().sum::<f64>(), all_maps, "each ConfigMap cached once");
+    assert!(
+        maps.iter().all(|m| *m < all_maps),
+        "the related ConfigMaps are split: {maps:?} of {all_maps}"
+    );
+
+    // A changed ConfigMap re-runs its namespace's Echos, on whichever replica has them.
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &spaces[0]);
+    maps.replace("greetings", &PostParams::default(), &{
+        let mut map = maps.get("greetings").await?;
+        map.data = greeting(&spaces[0], "goodbye")?.data;
+        map
+    })
+    .await?;
+    eventually("the new message's Jobs", Duration::from_secs(60), async || {
+        Ok((echoed("goodbye", &spaces[..1]).await? == PER_SPACE).then_some(()))
+    })
+    .await?;
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
 }

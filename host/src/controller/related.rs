@@ -17,7 +17,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use capstan_contract::related::{Resolved, resolve};
 
 use super::compact::Compact;
-use super::{Shared, Wiring, api, cached, discovery, queue};
+use super::{Shared, Wiring, api, cached, discovery, queue, sharded};
 use crate::engine::{DispatchError, Kind, Reconcile};
 use crate::key::ObjectKey;
 
@@ -88,8 +88,12 @@ impl Wiring {
         let store = writer.as_reader();
         let ns = self.options.namespace.as_deref().filter(|_| kind.namespaced);
         let (listed, size, cached_objects) = (self.sync.mark(), self.gauge(&resource), store.clone());
-        let watch =
-            watcher(api(&self.client, &resource, ns), watcher::Config::default()).modify(cached(&resource));
+        let role = sharded::Role::Related {
+            namespaced: kind.namespaced,
+        };
+        let client = sharded::client(&self.client, self.shard.as_ref(), &resource, &role);
+        let watch = watcher(api(&client, &resource, ns), watcher::Config::default());
+        let watch = sharded::only_mine(watch, self.shard.clone(), role).modify(cached(&resource));
         let stream = reflector::reflector(writer, watch)
             .default_backoff()
             .inspect_ok(move |event| {

@@ -16,11 +16,17 @@ use kube::runtime::watcher::{self, Event};
 use crate::shard::{Collection, Filter};
 
 /// Which of a plugin's objects a replica reconciles: its parents by their key, its
-/// children by their parent's.
+/// children by their parent's, and the related objects its parents may read.
 #[derive(Clone, Debug)]
 pub(super) enum Role {
     Parent,
-    Child { parent_namespaced: bool },
+    Child {
+        parent_namespaced: bool,
+    },
+    /// A related kind, namespaced or not.
+    Related {
+        namespaced: bool,
+    },
 }
 
 /// The client for a watch of `resource`: the host's, or one whose list and watch of
@@ -34,6 +40,7 @@ pub(super) fn client(
     let by_server = filter.is_some_and(|f| match role {
         Role::Parent => f.server_side,
         Role::Child { parent_namespaced } => f.server_filters_children(*parent_namespaced),
+        Role::Related { namespaced } => f.server_side && f.shards_related(*namespaced),
     });
     match filter {
         Some(f) if by_server => f.client(client, vec![Collection::from_api_resource(resource)]),
@@ -55,6 +62,7 @@ where
             (Event::Apply(o) | Event::InitApply(o) | Event::Delete(o), Some(f)) => match role {
                 Role::Parent => f.parent(o),
                 Role::Child { .. } => f.child(o),
+                Role::Related { namespaced } => f.related(o, namespaced),
             },
             _ => true,
         };

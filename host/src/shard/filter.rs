@@ -50,6 +50,21 @@ impl Filter {
         }
     }
 
+    /// Whether a related object may concern a parent in the ranges. A namespaced parent
+    /// reads related objects of its own namespace only, so under the `namespace` key a
+    /// namespaced one outside the ranges concerns none of this replica's parents;
+    /// otherwise any may.
+    pub fn related(&self, object: &impl Resource, kind_namespaced: bool) -> bool {
+        !self.shards_related(kind_namespaced)
+            || self.has(hash_of(self.key, object.meta().namespace.as_deref(), ""))
+    }
+
+    /// Whether a related kind's objects are split by range: namespaced ones under the
+    /// `namespace` key (which [`Filter::for_parent_scope`] keeps for namespaced parents only).
+    pub fn shards_related(&self, kind_namespaced: bool) -> bool {
+        self.key == ShardKey::Namespace && kind_namespaced
+    }
+
     fn has(&self, hash: u64) -> bool {
         self.ranges.iter().any(|r| r.contains(hash))
     }
@@ -146,6 +161,28 @@ mod tests {
         let orphan = object("ns", "o", None);
         let h = hash_of(ShardKey::Uid, None, "x");
         assert!(!half(ShardKey::Uid, h).child(&orphan) && !half(ShardKey::Uid, h ^ (1 << 63)).child(&orphan));
+    }
+
+    #[test]
+    fn related_objects_are_split_by_namespace_only_under_the_namespace_key() {
+        let object = object("team-a", "u1", None);
+        let by_ns = half(
+            ShardKey::Namespace,
+            hash_of(ShardKey::Namespace, Some("team-a"), ""),
+        );
+        let other = Filter {
+            ranges: vec![],
+            ..by_ns.clone()
+        };
+        assert!(by_ns.related(&object, true));
+        assert!(!other.related(&object, true));
+        // Cluster-scoped related kinds, and every kind under the uid key, are not split.
+        assert!(other.related(&object, false));
+        let by_uid = Filter {
+            key: ShardKey::Uid,
+            ..other
+        };
+        assert!(by_uid.related(&object, true));
     }
 
     #[test]
