@@ -53,7 +53,10 @@ impl Context {
     }
 
     /// The host's clock when it dispatched this reconcile: plugins have no clock of their
-    /// own, so a recorded request replays to the same response. In
+    /// own, so a recorded request replays to the same response. An answer that depends on
+    /// it must ask to be called again ([`Response::requeue_after`](crate::Response::requeue_after)):
+    /// the host does not call a plugin again for inputs that only differ in time from
+    /// those of a reconcile that changed nothing. In
     /// [`Reconciler::related`](crate::Reconciler::related) it is the Unix epoch: queries
     /// are asked when the parent changes, not as time passes, so they must not depend on it.
     pub fn now(&self) -> Timestamp {
