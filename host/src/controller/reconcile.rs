@@ -82,7 +82,7 @@ pub async fn reconcile(parent: Arc<Compact>, shared: Arc<Shared>) -> Result<Acti
         tracing::debug!("reconcile started");
         let start = std::time::Instant::now();
         let result = tokio::select! {
-            r = reconcile_inner(&parent, &plugin, &shared) => Some(r),
+            r = reconcile_inner(&parent, &object, &plugin, &shared) => Some(r),
             () = shared.leader.lost() => None,
         };
         workers.dec();
@@ -181,6 +181,7 @@ pub(super) struct Observed {
 /// `Ok(None)` only on change.
 async fn reconcile_inner(
     compact: &Compact,
+    key: &ObjectKey,
     plugin: &Arc<dyn Reconcile>,
     shared: &Shared,
 ) -> Result<Option<Duration>, Error> {
@@ -202,7 +203,6 @@ async fn reconcile_inner(
             return Err(children::refused_related(&compact.object(), metadata, shared, m).await);
         }
     };
-    let key = ObjectKey::of(compact);
     let inputs = Inputs::of(
         plugin,
         &compact.metadata,
@@ -210,12 +210,12 @@ async fn reconcile_inner(
         &related,
     );
     let quiet = &shared.per_object.quiet;
-    if !deleting && quiet.unchanged(&key, inputs) {
+    if !deleting && quiet.unchanged(key, inputs) {
         tracing::debug!("inputs unchanged since the last quiet reconcile; the plugin's answer stands");
         count_unchanged(&metadata.name);
         return Ok(Some(queue::resync_after(shared.options.resync)));
     }
-    quiet.forget(&key);
+    quiet.forget(key);
     let parent = &compact.object();
     if !deleting && let Some(done) = finalizer::ensure(parent, metadata, shared, deleting).await? {
         return Ok(done);
@@ -257,13 +257,15 @@ async fn reconcile_inner(
         finalizer::release(parent, metadata, shared).await?;
         return Ok(None);
     }
-    let next = (response.requeue_after).unwrap_or_else(|| queue::resync_after(shared.options.resync));
+    let next = response
+        .requeue_after
+        .unwrap_or_else(|| queue::resync_after(shared.options.resync));
     let next = deferred.map_or(next, |d| next.min(d));
     if deleting && let Some(due) = finalizer::stuck(parent, shared, &metadata.name).await {
         return Ok(Some(next.min(due)));
     }
     if !deleting && !asked_again && deferred.is_none() {
-        quiet.remember(key, inputs);
+        quiet.remember(key.clone(), inputs);
     }
     Ok(Some(next))
 }

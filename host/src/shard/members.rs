@@ -110,13 +110,12 @@ async fn run(
     leases: Api<Lease>,
     s: Settings,
     target: watch::Sender<Vec<Range>>,
-    running: watch::Receiver<Vec<Range>>,
+    mut running: watch::Receiver<Vec<Range>>,
     stop: CancellationToken,
 ) {
     let name = lease_name(&s);
     let mut renewed: Option<Instant> = None;
     let mut published = false;
-    let mut running = running;
     let mut wake = tokio::time::Instant::now();
     loop {
         tokio::select! {
