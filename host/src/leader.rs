@@ -1,13 +1,15 @@
 //! Leader election on a `coordination.k8s.io` Lease, with fencing.
 //!
-//! The algorithm is client-go's (optimistic-concurrency updates of one Lease; a holder's
-//! lease counts as expired `leaseDurationSeconds` after this process last *saw the record
-//! change*, so clocks need not agree), with two differences that matter to a controller:
+//! The algorithm is client-go's (optimistic-concurrency updates of one Lease), under the
+//! lease discipline of [`crate::lease`] that shard membership shares:
 //!
-//! - **Fencing.** A leader that has not renewed for `renew_deadline` stops being leader at
-//!   once, even while its renew request is still hanging — before any standby may consider
-//!   the lease expired (`renew_deadline < lease_duration`). Reconciles watch [`Leader::lost`]
-//!   and are cancelled with it.
+//! - **Fencing.** Leadership is a [`Tenure`] whose term ends `renew_deadline` after the
+//!   start of the last successful renewal, even while a renew request still hangs or the
+//!   process was paused — before any standby may consider the lease expired
+//!   (`renew_deadline < lease_duration`). Reconciles are pinned to the term they started
+//!   in and cancelled with it; their writes are refused after it.
+//! - **Expiry** of another holder's lease is timed from when this process saw the record
+//!   change ([`Observed`]), so clocks need not agree.
 //! - **Fast hand-over.** Standbys watch the Lease, so a released lease is taken within one
 //!   API round trip rather than on the next retry tick. The watch backs off while the API
 //!   is unavailable (kube-runtime's default backoff), so an outage does not make it spin.
@@ -23,9 +25,9 @@
 //! # async fn demo(client: kube::Client) {
 //! use capstan::leader::{self, Settings};
 //! let settings = Settings::new("capstan", "default", leader::identity());
-//! let (leader, elector) = leader::start(client, settings);
-//! if leader.acquired().await {
-//!     // reconcile until `leader.lost()` resolves
+//! let (tenure, elector) = leader::start(client, settings);
+//! if tenure.acquired().await {
+//!     // reconcile until `tenure.lost()` resolves
 //! }
 //! elector.release().await;
 //! # }
@@ -37,128 +39,14 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use tokio::sync::{Mutex, Notify, watch};
+use tokio::sync::{Mutex, Notify};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-/// Lease name, namespace, identity and timings (client-go's defaults: 15 s / 10 s / 2 s).
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// Lease name.
-    pub name: String,
-    /// Lease namespace.
-    pub namespace: String,
-    /// This process's identity in `holderIdentity`.
-    pub identity: String,
-    /// How long a lease is valid after its last renewal, as standbys see it.
-    pub lease_duration: Duration,
-    /// A leader that could not renew for this long stops leading.
-    pub renew_deadline: Duration,
-    /// Time between attempts to acquire or renew.
-    pub retry_period: Duration,
-}
-
-impl Settings {
-    /// Settings with client-go's default timings.
-    pub fn new(name: impl Into<String>, namespace: impl Into<String>, identity: impl Into<String>) -> Self {
-        Settings {
-            name: name.into(),
-            namespace: namespace.into(),
-            identity: identity.into(),
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
-        }
-    }
-
-    /// Check the timings make fencing possible: the duration other replicas read from the
-    /// Lease (whole seconds) must be longer than the renew deadline, after which this leader
-    /// stops leading.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            self.renew_deadline < self.lease_duration,
-            "--renew-deadline ({:?}) must be shorter than --lease-duration ({:?}), or two leaders could overlap",
-            self.renew_deadline,
-            self.lease_duration
-        );
-        // Other replicas time the lease by what is recorded, not by the flag.
-        let recorded = self.recorded_lease_seconds();
-        anyhow::ensure!(
-            self.renew_deadline < Duration::from_secs(recorded.unsigned_abs().into()),
-            "--lease-duration {:?} is recorded in the Lease as {recorded}s, which must be longer than --renew-deadline {:?}, or two leaders could overlap",
-            self.lease_duration,
-            self.renew_deadline
-        );
-        anyhow::ensure!(
-            self.retry_period < self.renew_deadline,
-            "--retry-period ({:?}) must be shorter than --renew-deadline ({:?})",
-            self.retry_period,
-            self.renew_deadline
-        );
-        Ok(())
-    }
-
-    /// `leaseDurationSeconds` as written into the Lease: whole seconds, rounded down.
-    fn recorded_lease_seconds(&self) -> i32 {
-        i32::try_from(self.lease_duration.as_secs()).unwrap_or(i32::MAX)
-    }
-}
-
-/// This process's identity: the pod name, or hostname and pid outside a pod.
-pub fn identity() -> String {
-    if let Ok(pod) = std::env::var("POD_NAME")
-        && !pod.is_empty()
-    {
-        return pod;
-    }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "capstan".into());
-    format!("{host}_{}", std::process::id())
-}
-
-/// Whether this process may reconcile; cheap to clone and to query.
-#[derive(Clone, Debug)]
-pub struct Leader {
-    leading: watch::Receiver<bool>,
-    stopping: watch::Receiver<bool>,
-}
-
-impl Leader {
-    /// A leader without election: always leading (a single replica).
-    pub fn always() -> Leader {
-        let (_, leading) = watch::channel(true);
-        let (_, stopping) = watch::channel(false);
-        Leader { leading, stopping }
-    }
-
-    /// Leading right now.
-    pub fn is_leading(&self) -> bool {
-        *self.leading.borrow()
-    }
-
-    /// Wait until leading (`true`), or until the process is shutting down (`false`).
-    pub async fn acquired(&self) -> bool {
-        let mut leading = self.leading.clone();
-        let mut stopping = self.stopping.clone();
-        tokio::select! {
-            r = leading.wait_for(|l| *l) => r.is_ok(),
-            _ = stopping.wait_for(|s| *s) => false,
-        }
-    }
-
-    /// Resolves once this process is no longer leading.
-    pub async fn lost(&self) {
-        let mut leading = self.leading.clone();
-        if leading.wait_for(|l| !*l).await.is_err() {
-            // The sender is gone with leadership still held (`Leader::always`): never lost.
-            std::future::pending::<()>().await;
-        }
-    }
-}
+use crate::lease::{Fence, Holder, Observed, Tenure};
+pub use crate::lease::{Settings, identity};
 
 /// The running election; [`Elector::release`] hands the lease over on shutdown.
 ///
@@ -166,44 +54,41 @@ impl Leader {
 /// fenced) but leaves the lease to expire.
 pub struct Elector {
     inner: Arc<Inner>,
-    /// Acquires and renews the lease, and fences.
+    /// Acquires and renews the lease.
     campaign: JoinHandle<()>,
     /// Wakes the campaign when the Lease changes.
     watcher: JoinHandle<()>,
-    stopping: watch::Sender<bool>,
 }
 
 struct Inner {
     api: Api<Lease>,
     settings: Settings,
-    leading: watch::Sender<bool>,
-    /// The resourceVersion last seen and when (our clock): the basis of expiry.
-    observed: Mutex<Option<(String, Instant)>>,
+    /// Leadership's terms.
+    fence: Fence,
+    /// When this process saw the Lease change: the basis of its expiry.
+    observed: Mutex<Observed>,
     changed: Notify,
 }
 
 /// Start campaigning for the lease in the background.
-pub fn start(client: kube::Client, settings: Settings) -> (Leader, Elector) {
-    let (leading_tx, leading) = watch::channel(false);
-    let (stopping_tx, stopping) = watch::channel(false);
+pub fn start(client: kube::Client, settings: Settings) -> (Tenure, Elector) {
+    let (fence, tenure) = Fence::new(settings.renew_deadline);
     let inner = Arc::new(Inner {
         api: Api::namespaced(client, &settings.namespace),
         settings,
-        leading: leading_tx,
-        observed: Mutex::new(None),
+        fence,
+        observed: Mutex::new(Observed::default()),
         changed: Notify::new(),
     });
     set_status(&inner.settings.name, false);
     let watcher = tokio::spawn(watch_lease(inner.clone()));
     let campaign = tokio::spawn(campaign(inner.clone()));
-    let leader = Leader { leading, stopping };
     (
-        leader,
+        tenure,
         Elector {
             inner,
             campaign,
             watcher,
-            stopping: stopping_tx,
         },
     )
 }
@@ -212,7 +97,7 @@ impl Elector {
     /// Stop waiting reconciles from taking new work, and stop watching the Lease (only a
     /// fast acquisition needs it). Leadership is kept, and renewed, until release.
     pub fn stop_waiters(&self) {
-        let _ = self.stopping.send(true);
+        self.inner.fence.stop_waiters();
         self.watcher.abort();
     }
 
@@ -224,7 +109,7 @@ impl Elector {
         let _ = (&mut self.campaign).await;
         let _ = (&mut self.watcher).await;
         let inner = &self.inner;
-        let was_leading = inner.leading.send_replace(false);
+        let was_leading = inner.fence.end();
         set_status(&inner.settings.name, false);
         if !was_leading {
             return;
@@ -243,7 +128,7 @@ impl Drop for Elector {
     fn drop(&mut self) {
         self.campaign.abort();
         self.watcher.abort();
-        if self.inner.leading.send_replace(false) {
+        if self.inner.fence.end() {
             set_status(&self.inner.settings.name, false);
             tracing::warn!(lease = %self.inner.settings.name, "elector dropped; reconciles fenced");
         }
@@ -258,52 +143,42 @@ fn set_status(name: &str, leading: bool) {
 }
 
 async fn campaign(inner: Arc<Inner>) {
-    let s = &inner.settings;
-    loop {
-        // Standby: try at every retry tick, and at once when the lease changes.
-        loop {
-            let attempt = Instant::now();
-            match tokio::time::timeout(s.retry_period, try_acquire_or_renew(&inner)).await {
-                Ok(Ok(true)) => break,
-                Ok(Ok(false)) => {}
-                Ok(Err(e)) => tracing::debug!(error = %e, "lease acquire attempt failed"),
-                Err(_) => tracing::debug!("lease acquire attempt timed out"),
-            }
-            tokio::select! {
-                _ = tokio::time::sleep_until(attempt + s.retry_period) => {}
-                _ = inner.changed.notified() => {}
-            }
-        }
-        let mut renewed = Instant::now();
-        let _ = inner.leading.send(true);
-        set_status(&s.name, true);
-        tracing::info!(lease = %s.name, identity = %s.identity, "became leader");
+    let retry = inner.settings.retry_period;
+    crate::lease::hold(&inner.fence, retry, &mut Campaign { inner: &inner }).await;
+}
 
-        // Leader: renew every retry period; fence when the renew deadline passes.
-        loop {
-            let deadline = renewed + s.renew_deadline;
-            tokio::time::sleep_until((Instant::now() + s.retry_period).min(deadline)).await;
-            let attempt = Instant::now();
-            if attempt >= deadline {
-                tracing::warn!(lease = %s.name, "could not renew the lease within the renew deadline");
-                break;
-            }
-            match tokio::time::timeout_at(deadline, try_acquire_or_renew(&inner)).await {
-                Ok(Ok(true)) => renewed = attempt,
-                Ok(Ok(false)) => {
-                    tracing::warn!(lease = %s.name, "lease taken by another holder");
-                    break;
-                }
-                Ok(Err(e)) => tracing::warn!(lease = %s.name, error = %e, "lease renewal failed"),
-                Err(_) => {
-                    tracing::warn!(lease = %s.name, "could not renew the lease within the renew deadline");
-                    break;
-                }
-            }
+/// Leader election's side of the renew loop.
+struct Campaign<'a> {
+    inner: &'a Inner,
+}
+
+impl Holder for Campaign<'_> {
+    type Plan = ();
+
+    async fn round(&mut self, _: bool) -> Result<Option<()>, kube::Error> {
+        Ok(try_acquire_or_renew(self.inner).await?.then_some(()))
+    }
+
+    fn commit(&mut self, (): (), _: Tenure, began: bool) {
+        if began {
+            let s = &self.inner.settings;
+            set_status(&s.name, true);
+            tracing::info!(lease = %s.name, identity = %s.identity, "became leader");
         }
-        let _ = inner.leading.send(false);
+    }
+
+    fn lapsed(&mut self) {
+        let s = &self.inner.settings;
         set_status(&s.name, false);
         tracing::warn!(lease = %s.name, identity = %s.identity, "stopped leading; reconciles fenced");
+    }
+
+    async fn wait(&mut self, next: Instant, held: bool) {
+        // A standby also tries the moment the Lease changes (released, say).
+        tokio::select! {
+            () = tokio::time::sleep_until(next) => {}
+            () = self.inner.changed.notified(), if !held => {}
+        }
     }
 }
 
@@ -332,7 +207,7 @@ fn lease_events(
 }
 
 fn now() -> MicroTime {
-    MicroTime(Timestamp::now())
+    MicroTime(crate::lease::wall_clock())
 }
 
 /// One round of client-go's `tryAcquireOrRenew`: `Ok(true)` when we hold the lease after it.
@@ -361,22 +236,12 @@ async fn try_acquire_or_renew(inner: &Inner) -> Result<bool, kube::Error> {
         };
     };
     let version = lease.metadata.resource_version.clone().unwrap_or_default();
-    let observed_at = {
-        let mut observed = inner.observed.lock().await;
-        match &*observed {
-            Some((v, at)) if *v == version => *at,
-            _ => {
-                let at = Instant::now();
-                *observed = Some((version, at));
-                at
-            }
-        }
-    };
+    let unchanged = inner.observed.lock().await.see(&s.name, &version, Instant::now());
     let spec = lease.spec.take().unwrap_or_default();
     let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
     let ours = holder.as_deref() == Some(s.identity.as_str());
     let valid_for = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64);
-    if holder.is_some() && !ours && observed_at.elapsed() < valid_for {
+    if holder.is_some() && !ours && unchanged < valid_for {
         return Ok(false);
     }
     lease.spec = Some(LeaseSpec {
@@ -435,40 +300,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn lease_duration_truncated_to_the_renew_deadline_is_refused() {
-        let error = timings(1500, 1200, 500).validate().unwrap_err().to_string();
-        assert_eq!(
-            error,
-            "--lease-duration 1.5s is recorded in the Lease as 1s, which must be longer than \
-             --renew-deadline 1.2s, or two leaders could overlap"
-        );
-        // Equal is not longer: a standby could take over the moment this leader fences.
-        let error = timings(1900, 1000, 500).validate().unwrap_err().to_string();
-        assert!(error.contains("recorded in the Lease as 1s"), "{error}");
-        // Under a second is recorded as 0 s.
-        let error = timings(900, 600, 100).validate().unwrap_err().to_string();
-        assert!(error.contains("recorded in the Lease as 0s"), "{error}");
-    }
-
-    #[test]
-    fn whole_second_lease_durations_longer_than_the_renew_deadline_are_accepted() {
-        timings(15_000, 10_000, 2_000).validate().unwrap();
-        timings(2_000, 1_500, 500).validate().unwrap();
-        Settings::new(NAME, NAMESPACE, "me").validate().unwrap();
-    }
-
-    #[test]
-    fn renew_deadline_not_shorter_than_the_lease_duration_is_refused() {
-        let error = timings(10_000, 12_000, 2_000).validate().unwrap_err().to_string();
-        assert!(error.contains("must be shorter than --lease-duration"), "{error}");
-        let error = timings(15_000, 10_000, 10_000)
-            .validate()
-            .unwrap_err()
-            .to_string();
-        assert!(error.contains("--retry-period"), "{error}");
-    }
-
     /// An in-process API server holding one Lease, with optimistic concurrency.
     #[derive(Clone, Default)]
     struct FakeApi {
@@ -478,6 +309,8 @@ mod tests {
         lists: Arc<AtomicUsize>,
         /// Every request hangs, as in a network partition.
         hang: Arc<AtomicBool>,
+        /// Every request fails with 503.
+        fail: Arc<AtomicBool>,
     }
 
     impl FakeApi {
@@ -525,6 +358,9 @@ mod tests {
     async fn handle(State(api): State<FakeApi>, request: Request<Body>) -> Response {
         if api.hang.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
+        }
+        if api.fail.load(Ordering::SeqCst) {
+            return failure(StatusCode::SERVICE_UNAVAILABLE);
         }
         let collection = format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases");
         let one = format!("{collection}/{NAME}");
@@ -602,7 +438,7 @@ mod tests {
         assert_eq!(api.holder().as_deref(), Some("me"));
 
         elector.stop_waiters();
-        assert!(leader.is_leading(), "leadership is kept until release");
+        assert!(leader.is_held(), "leadership is kept until release");
         assert!(
             settle(|| elector.watcher.is_finished()).await,
             "the lease watch still runs"
@@ -614,7 +450,7 @@ mod tests {
             inner.upgrade().is_none(),
             "a task of the elector outlived release"
         );
-        assert!(!leader.is_leading());
+        assert!(!leader.is_held());
         assert_eq!(api.holder(), None);
     }
 
@@ -629,7 +465,7 @@ mod tests {
         );
         let inner = Arc::downgrade(&elector.inner);
         drop(elector);
-        assert!(!leader.is_leading(), "leading without anyone renewing");
+        assert!(!leader.is_held(), "leading without anyone renewing");
         tokio::time::timeout(GUARD, leader.lost())
             .await
             .expect("lost resolves");
@@ -653,7 +489,43 @@ mod tests {
         tokio::time::timeout(GUARD, leader.lost()).await.expect("fenced");
         // Fenced at the renew deadline, before any standby could consider the lease expired.
         assert!(hung.elapsed() < Duration::from_secs(2), "{:?}", hung.elapsed());
-        assert!(!leader.is_leading());
+        assert!(!leader.is_held());
+        drop(elector);
+    }
+
+    #[tokio::test]
+    async fn failing_renewals_keep_the_term_until_the_deadline_and_a_pause_begins_a_new_one() {
+        let api = FakeApi::default();
+        let (leader, elector) = start(api.client(), timings(2_000, 600, 100));
+        assert!(
+            tokio::time::timeout(GUARD, leader.acquired())
+                .await
+                .expect("acquired")
+        );
+        let term = leader.pin();
+        // Errors for less than the deadline: the same term goes on.
+        api.fail.store(true, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert!(term.is_held(), "a few failed renewals do not fence");
+        api.fail.store(false, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(term.is_held(), "renewed in time: one term");
+        // Errors past the deadline: fenced, whatever comes after.
+        api.fail.store(true, Ordering::SeqCst);
+        let failing = Instant::now();
+        tokio::time::timeout(GUARD, term.lost()).await.expect("fenced");
+        assert!(
+            failing.elapsed() < Duration::from_millis(900),
+            "{:?}",
+            failing.elapsed()
+        );
+        api.fail.store(false, Ordering::SeqCst);
+        assert!(
+            tokio::time::timeout(GUARD, leader.acquired())
+                .await
+                .expect("leads again")
+        );
+        assert!(!term.is_held(), "reconciles of the first term stay fenced");
         drop(elector);
     }
 }

@@ -14,7 +14,9 @@ pub mod engine;
 pub mod grants;
 pub mod host;
 pub mod key;
+pub mod layered;
 pub mod leader;
+pub mod lease;
 pub mod ops;
 pub mod reload;
 /// Splitting the watched objects between replicas by hash range.

@@ -39,7 +39,7 @@ use tokio::sync::watch;
 use crate::engine::{Kind, Metadata, Reconcile};
 use crate::key::ObjectKey;
 
-use crate::leader::Leader;
+use crate::lease::Tenure;
 pub use discovery::served;
 pub use per_object::Memory;
 use per_object::PerObject;
@@ -115,7 +115,7 @@ struct Shared {
     /// The plugin's budget of child creations.
     creations: std::sync::Mutex<crate::bucket::Bucket>,
     queue: Arc<queue::Queue>,
-    leader: Leader,
+    tenure: Tenure,
     /// True once the parent and every child cache have listed.
     synced: watch::Receiver<bool>,
 }
@@ -158,14 +158,14 @@ struct Wiring {
 }
 
 /// Run one plugin until `shutdown` resolves; in-flight reconciles finish first. `synced`
-/// fires once the parent and child caches have listed. Only while `leader` leads do
-/// reconciles run; a new value in `plugin` (same kinds) is used from the next reconcile
+/// fires once the parent and child caches have listed. Only while `tenure` is held do
+/// reconciles run, and the plugin's writes are refused outside it; a new value in `plugin` (same kinds) is used from the next reconcile
 /// on, and every parent is reconciled once with it.
 pub async fn run(
     client: Client,
     plugin: watch::Receiver<Arc<dyn Reconcile>>,
     options: Options,
-    leader: Leader,
+    tenure: Tenure,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
     synced: tokio::sync::oneshot::Sender<()>,
     memory: Memory,
@@ -183,6 +183,8 @@ pub async fn run(
         return Ok(());
     }
     let (sync, synced_rx) = synced::SyncCount::new(1 + metadata.children.len() + metadata.related.len());
+    // Every write this plugin's controller makes, fenced by the term it runs in.
+    let client = crate::lease::guard(&client, &tenure);
     let wiring = Wiring {
         parent: discovery::resolve(&client, &metadata.parent).await?,
         queue: Arc::new(queue::Queue::new(&metadata.name)),
@@ -209,7 +211,7 @@ pub async fn run(
     controller = controller.reconcile_all_on(reloads(plugin.clone(), cache.clone(), wiring.queue.clone()));
     synced::tell(synced_rx.clone(), synced);
     let name = wiring.metadata.name.clone();
-    let shared = Arc::new(wiring.shared(plugin, cache, (children, related), leader, synced_rx));
+    let shared = Arc::new(wiring.shared(plugin, cache, (children, related), tenure, synced_rx));
     tracing::info!(plugin = %name, parent = %shared.parent.kind, child_kinds = shared.children.len(), related_kinds = shared.related.len(), "controller started");
     controller
         .graceful_shutdown_on(shutdown)
@@ -329,7 +331,7 @@ impl Wiring {
         plugin: watch::Receiver<Arc<dyn Reconcile>>,
         cache: Store<compact::Compact>,
         (children, related): (Vec<ChildKind>, Vec<related::RelatedKind>),
-        leader: Leader,
+        tenure: Tenure,
         synced: watch::Receiver<bool>,
     ) -> Shared {
         let name = self.metadata.name;
@@ -361,7 +363,7 @@ impl Wiring {
             options: self.options,
             per_object: self.per_object,
             queue: self.queue,
-            leader,
+            tenure,
             synced,
         }
     }

@@ -81,9 +81,11 @@ pub async fn reconcile(parent: Arc<Compact>, shared: Arc<Shared>) -> Result<Acti
         workers.inc();
         tracing::debug!("reconcile started");
         let start = std::time::Instant::now();
+        // The term this reconcile runs in: it ends with it, even if another begins.
+        let term = shared.tenure.pin();
         let result = tokio::select! {
             r = reconcile_inner(&parent, &object, &plugin, &shared) => Some(r),
-            () = shared.leader.lost() => None,
+            () = term.lost() => None,
         };
         workers.dec();
         shared.queue.done(dequeued);
@@ -100,10 +102,10 @@ async fn admitted(parent: Arc<Compact>, shared: &Shared) -> Option<Arc<Compact>>
     // The parent cache is complete (kube-runtime waits for it), the child caches may
     // not be yet: a plugin must never see a partial list of its children.
     shared.synced.clone().wait_for(|s| *s).await.ok()?;
-    if shared.leader.is_leading() {
+    if shared.tenure.is_held() {
         return Some(parent);
     }
-    if !shared.leader.acquired().await {
+    if !shared.tenure.acquired().await {
         return None;
     }
     // It may have changed or gone while this process was a standby.

@@ -38,10 +38,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controller::Options;
 use crate::engine::{Engine, Reconcile};
-use crate::leader::{self, Elector, Leader};
+use crate::leader::{self, Elector};
+use crate::lease::Tenure;
 use crate::ops;
 use crate::ops::health::Health;
-use crate::supervisor::Supervisor;
+use crate::shard::members::Membership;
+use crate::supervisor::{self, Supervisor};
 
 /// How long releasing the Lease may take on the way out.
 pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -165,13 +167,20 @@ impl Host {
         let health_addr = ops::server::health(self.config.health_addr, health.clone(), stop.clone()).await?;
         let probe = ops::server::probe_api(client.clone(), health.clone(), Duration::from_secs(5));
         tokio::spawn(stop.clone().run_until_cancelled_owned(probe));
-        let (leader, elector) = elect(&client, self.config.election.clone());
+        let (tenure, elector) = elect(&client, self.config.election.clone());
         let grace = self.config.shutdown_timeout;
-        let mut supervisor = Supervisor::new(client.clone(), self.engine, leader, health.clone(), grace);
-        let shards = match self.config.sharding {
-            Some(sharding) => Some(sharded::join(&client, sharding, &mut supervisor).await),
-            None => None,
+        let (membership, shards) = match self.config.sharding {
+            Some(sharding) => {
+                let (membership, shards) = sharded::join(&client, sharding).await;
+                (Some(membership), Some(shards))
+            }
+            None => (None, None),
         };
+        // A sharded replica's units start under the membership's first (empty) assignment.
+        let tenure = shards
+            .as_ref()
+            .map_or(tenure, |s| s.target.borrow().tenure.clone());
+        let mut supervisor = Supervisor::new(client.clone(), self.engine, tenure, health.clone(), grace);
         for (path, plugin, options) in self.loaded.plugins {
             let m = plugin.metadata();
             tracing::info!(plugin = %m.name, version = %m.version, path = %path.display(), parent = %m.parent, "plugin loaded");
@@ -189,9 +198,10 @@ impl Host {
         if let (true, Some(dir)) = (self.config.hot_reload, self.config.plugins) {
             supervisor.watch_dir(dir, self.config.defaults.clone());
         }
+        let supervisor = supervisor.into_task(shards);
         Ok(Serving {
             supervisor,
-            shards,
+            membership,
             elector,
             health,
             stop,
@@ -203,10 +213,10 @@ impl Host {
     }
 }
 
-/// Leader election from `settings`, or a leader that always leads.
-fn elect(client: &kube::Client, settings: Option<leader::Settings>) -> (Leader, Option<Elector>) {
+/// Leader election from `settings`, or a tenure always held.
+fn elect(client: &kube::Client, settings: Option<leader::Settings>) -> (Tenure, Option<Elector>) {
     let Some(mut settings) = settings else {
-        return (Leader::always(), None);
+        return (Tenure::always(), None);
     };
     if settings.namespace.is_empty() {
         settings.namespace = client.default_namespace().to_string();
@@ -218,9 +228,9 @@ fn elect(client: &kube::Client, settings: Option<leader::Settings>) -> (Leader, 
 
 /// A running host.
 pub struct Serving {
-    supervisor: Supervisor,
-    /// A sharded host's membership and the ranges it is told to run.
-    shards: Option<sharded::Shards>,
+    supervisor: supervisor::Handle,
+    /// A sharded host's membership.
+    membership: Option<Membership>,
     elector: Option<Elector>,
     health: Health,
     /// Stops the HTTP servers and the API probe.
@@ -245,7 +255,7 @@ impl Serving {
 
     /// Run until `shutdown` resolves, then stop: readiness fails at once, in-flight
     /// reconciles finish within the grace period, the Lease is released.
-    pub async fn until(mut self, shutdown: impl Future<Output = ()>) {
+    pub async fn until(self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut reload = tokio::time::interval(self.reload.unwrap_or(Duration::from_secs(3600)));
         reload.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -256,10 +266,7 @@ impl Serving {
                 () = &mut shutdown => break,
                 _ = beat.tick() => self.health.beat(),
                 _ = trim.tick() => ops::heap::trim(),
-                _ = reload.tick(), if self.reload.is_some() => self.supervisor.reload().await,
-                Some(ranges) = sharded::changed(self.shards.as_mut()) => {
-                    sharded::apply(&mut self.supervisor, self.shards.as_ref(), ranges).await;
-                }
+                _ = reload.tick(), if self.reload.is_some() => self.supervisor.reload(),
             }
         }
         self.stop().await;
@@ -271,9 +278,9 @@ impl Serving {
         if let Some(elector) = &self.elector {
             elector.stop_waiters();
         }
-        self.supervisor.stop().await;
-        if let Some(shards) = self.shards
-            && tokio::time::timeout(RELEASE_TIMEOUT, shards.release())
+        self.supervisor.stop(self.grace).await;
+        if let Some(membership) = self.membership
+            && tokio::time::timeout(RELEASE_TIMEOUT, membership.release())
                 .await
                 .is_err()
         {

@@ -85,30 +85,7 @@ impl Filter {
     /// `client` with the selector on list and watch requests of `collections`.
     pub fn client(&self, client: &kube::Client, collections: Vec<Collection>) -> kube::Client {
         let layer = SelectorLayer::new(&render(self.key, &self.ranges), collections);
-        let inner = tower::ServiceBuilder::new()
-            .layer(layer)
-            .service(Sending(client.clone()));
-        kube::Client::new(inner, client.default_namespace())
-    }
-}
-
-/// A client as a tower service, so a layer can wrap the host's own client (with its
-/// credentials and TLS) instead of building a new one from a config.
-#[derive(Clone)]
-struct Sending(kube::Client);
-
-impl tower::Service<http::Request<kube::client::Body>> for Sending {
-    type Response = http::Response<kube::client::Body>;
-    type Error = kube::Error;
-    type Future = futures::future::BoxFuture<'static, Result<Self::Response, kube::Error>>;
-
-    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), kube::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
-        let client = self.0.clone();
-        Box::pin(async move { client.send(request).await })
+        crate::layered::layered(client, layer)
     }
 }
 

@@ -1,64 +1,84 @@
 //! Membership of a sharded host, in the manner of timebertt/kubernetes-controller-sharding:
 //! every replica holds a Lease of its own (labelled with the group), the live members
-//! (unexpired Leases) split the hash space on a consistent-hash [`Ring`], and a joining or
-//! leaving member moves only its share.
+//! split the hash space on a consistent-hash [`Ring`], and a joining or leaving member
+//! moves only its share. Renewal, fencing and expiry follow the one lease discipline of
+//! [`crate::lease`]: a member's term ends `renew_deadline` after the start of its last
+//! renewal whatever the API or the process does, and the others time its Lease from when
+//! they saw it change, on their own clocks.
 //!
 //! No range is reconciled by two replicas at once. Each Lease says which ranges its
-//! replica may be reconciling (`capstan.dev/held`) and which members it counts
-//! (`capstan.dev/view`). A replica
-//! - gives up a range first and says so after: `held` keeps a range until every
-//!   controller that ran it has stopped (in-flight reconciles finished);
+//! replica may be reconciling (`capstan.dev/held`), which members it counts
+//! (`capstan.dev/view`) and how it splits the space (`capstan.dev/space`: the shard key and
+//! the ring's parameters). A replica
+//! - gives up a range first and says so after: `held` keeps a range while any controller
+//!   may run on it: running, stopping, or told to start;
 //! - says so first and takes a range after: `held` names a range before any controller
 //!   starts on it, and only a range no other live Lease holds is taken;
 //! - takes new ranges only while every live member counts the same members, so all agree
-//!   on the ring and no two of them want the same range.
-//!
-//! A replica that cannot renew its Lease for the renew deadline stops reconciling, before
-//! the others (who wait for the Lease to expire) take its ranges over.
+//!   on the ring and no two of them want the same range;
+//! - keeps its ranges only through one unbroken term: after a lapse (a pause, a stalled
+//!   connection) it starts with none and earns them again like a newcomer;
+//! - takes nothing while a member splitting another space holds ranges, and of two spaces
+//!   with nothing held only the first (by name) takes: replicas that disagree on the shard
+//!   key (a rollout of a new `--shard-key`) never split the objects twice;
+//! - deletes member Leases that nobody renewed for twice their duration (crashed replicas).
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, Preconditions};
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::range::{self, Range};
 use super::ring::{Ring, fnv1a64};
-use crate::leader::Settings;
+use crate::lease::{Fence, Holder, Observed, Settings, Tenure};
 use crate::ops::metrics;
 
 /// The label naming a member Lease's group.
 pub const GROUP_LABEL: &str = "capstan.dev/shard-group";
 /// The annotation listing the ranges a member may be reconciling.
 pub const HELD: &str = "capstan.dev/held";
-/// The annotation naming the members a member counts (a hash of their identities).
+/// The annotation naming the members a member counts (a hash of their identities and spaces).
 pub const VIEW: &str = "capstan.dev/view";
+/// The annotation naming how a member splits objects: shard key and ring parameters.
+pub const SPACE: &str = "capstan.dev/space";
 /// The field manager of member Leases.
 const MANAGER: &str = "capstan-shard";
 /// While the group settles, members look this many times per retry period.
 const SETTLING: u32 = 5;
-/// How long after a member's Lease expires the others look (clocks tick apart).
+/// How long after a member's Lease expires the others look (timers fire late).
 const EXPIRY_MARGIN: Duration = Duration::from_millis(50);
+/// A Lease unchanged for this many lease durations belongs to a replica that is gone.
+const STALE_AFTER: u32 = 2;
 
 /// Another live member, as its Lease says.
 #[derive(Debug)]
 struct Member {
-    /// When its Lease expires unless renewed.
-    expires: Timestamp,
     identity: String,
     view: String,
+    space: String,
     held: Vec<Range>,
+}
+
+/// The ranges to run, and the term they are held in: controllers started on them run
+/// only while that term lasts.
+#[derive(Clone, Debug)]
+pub struct Assignment {
+    /// The ranges.
+    pub ranges: Vec<Range>,
+    /// The membership term they were given in.
+    pub tenure: Tenure,
 }
 
 /// What the supervisor is told to run, and what it tells back it runs.
 pub struct Channels {
     /// The ranges to run now.
-    pub target: watch::Receiver<Vec<Range>>,
-    /// The ranges every controller runs (set once they have restarted).
+    pub target: watch::Receiver<Assignment>,
+    /// The ranges any controller may be running on (set once they have stopped or started).
     pub running: watch::Sender<Vec<Range>>,
 }
 
@@ -70,14 +90,42 @@ pub struct Membership {
     name: String,
 }
 
-/// Join the group `settings.name` as `settings.identity`.
-pub fn join(client: kube::Client, settings: Settings) -> (Membership, Channels) {
-    let (target_tx, target) = watch::channel(Vec::new());
+/// Join the group `settings.name` as `settings.identity`, splitting `space` (the shard
+/// key and ring parameters; members of other spaces never split the objects with this one).
+pub fn join(client: kube::Client, settings: Settings, space: String) -> (Membership, Channels) {
+    let (fence, tenure) = Fence::new(settings.renew_deadline);
+    let empty = Assignment {
+        ranges: Vec::new(),
+        tenure: tenure.pin(),
+    };
+    let (target_tx, target) = watch::channel(empty);
     let (running, running_rx) = watch::channel(Vec::new());
     let leases: Api<Lease> = Api::namespaced(client, &settings.namespace);
     let name = lease_name(&settings);
     let stop = CancellationToken::new();
-    let task = tokio::spawn(run(leases.clone(), settings, target_tx, running_rx, stop.clone()));
+    let stopped = stop.clone();
+    let mut members = Members {
+        leases: leases.clone(),
+        name: name.clone(),
+        space,
+        settings,
+        observed: Observed::default(),
+        target: target_tx,
+        running: running_rx,
+        published: false,
+        settling: false,
+        wake: None,
+        attempt: Instant::now(),
+        disagreement: None,
+    };
+    let retry = members.settings.retry_period;
+    let renewing = async move {
+        crate::lease::hold(&fence, retry, &mut members).await;
+    };
+    let task = tokio::spawn(async move {
+        // Dropping the loop drops the fence: the term ends with it.
+        stopped.run_until_cancelled(renewing).await;
+    });
     (
         Membership {
             stop,
@@ -106,86 +154,225 @@ fn lease_name(s: &Settings) -> String {
     format!("{}-{}", s.name, s.identity)
 }
 
-async fn run(
+/// The membership's side of the renew loop.
+struct Members {
     leases: Api<Lease>,
-    s: Settings,
-    target: watch::Sender<Vec<Range>>,
-    mut running: watch::Receiver<Vec<Range>>,
-    stop: CancellationToken,
-) {
-    let name = lease_name(&s);
-    let mut renewed: Option<Instant> = None;
-    let mut published = false;
-    let mut wake = tokio::time::Instant::now();
-    loop {
+    name: String,
+    space: String,
+    settings: Settings,
+    observed: Observed,
+    target: watch::Sender<Assignment>,
+    running: watch::Receiver<Vec<Range>>,
+    /// Our Lease, as written in this term, is there for the others to see.
+    published: bool,
+    /// The group has not settled yet: look again soon.
+    settling: bool,
+    /// When the next member Lease expires.
+    wake: Option<Instant>,
+    /// When the last round began.
+    attempt: Instant,
+    /// The spaces of other members, while they differ from ours (said once per change).
+    disagreement: Option<BTreeSet<String>>,
+}
+
+/// What one round decided.
+struct Plan {
+    /// The ranges to run.
+    next: Vec<Range>,
+    /// The ranges the ring gives us.
+    desired: Vec<Range>,
+    members: usize,
+}
+
+impl Holder for Members {
+    type Plan = Plan;
+
+    async fn round(&mut self, held: bool) -> Result<Option<Plan>, kube::Error> {
+        self.attempt = Instant::now();
+        if !held {
+            self.published = false;
+        }
+        let selector = format!("{GROUP_LABEL}={}", self.settings.name);
+        let listed = self
+            .leases
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items;
+        let others = self.live(&listed).await;
+        let (plan, view, published) = self.plan(&others, held);
+        renew(
+            &self.leases,
+            &self.name,
+            &self.settings,
+            &[(VIEW, &view), (SPACE, &self.space), (HELD, &encode(&published))],
+        )
+        .await?;
+        Ok(Some(plan))
+    }
+
+    fn commit(&mut self, plan: Plan, tenure: Tenure, began: bool) {
+        self.published = true;
+        self.settling = plan.next != plan.desired;
+        report(plan.members, &plan.next);
+        let current = self.target.borrow().ranges.clone();
+        if plan.next != current || (began && !plan.next.is_empty()) {
+            tracing::info!(members = plan.members, share = %share(&plan.next), ranges = plan.next.len(), "shard ranges changed");
+            metrics::get().shard_rebalances.inc();
+            let _ = self.target.send(Assignment {
+                ranges: plan.next,
+                tenure,
+            });
+        }
+    }
+
+    fn lapsed(&mut self) {
+        self.published = false;
+        if !self.target.borrow().ranges.is_empty() {
+            tracing::warn!(
+                "member Lease not renewed within the renew deadline; every range stopped, to be earned again"
+            );
+            self.target.send_modify(|a| a.ranges.clear());
+            report(0, &[]);
+        }
+    }
+
+    async fn wait(&mut self, next: Instant, _: bool) {
+        let mut wake = next;
+        if let Some(expiry) = self.wake {
+            wake = wake.min(expiry.max(self.attempt));
+        }
+        if self.settling {
+            wake = wake.min(self.attempt + self.settings.retry_period / SETTLING);
+        }
         tokio::select! {
             () = tokio::time::sleep_until(wake) => {}
             // Ranges given up are published as soon as their controllers stopped.
-            () = changed(&mut running) => {}
-            () = stop.cancelled() => return,
+            () = changed(&mut self.running) => {}
         }
-        let round = tokio::time::Instant::now();
-        wake = round + s.retry_period;
-        let selector = format!("{GROUP_LABEL}={}", s.name);
-        let listed = match leases.list(&ListParams::default().labels(&selector)).await {
-            Ok(list) => list.items,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not list member Leases");
-                lapse(&target, renewed, s.renew_deadline);
+    }
+}
+
+impl Members {
+    /// The other members whose Leases are live by our clock; Leases nobody renewed for
+    /// [`STALE_AFTER`] durations are deleted.
+    async fn live(&mut self, listed: &[Lease]) -> Vec<Member> {
+        let now = Instant::now();
+        let names: BTreeSet<&str> = listed.iter().filter_map(|l| l.metadata.name.as_deref()).collect();
+        self.observed.retain(|n| names.contains(n));
+        self.wake = None;
+        let mut live = Vec::new();
+        for lease in listed {
+            let (Some(name), Some(version)) = (
+                lease.metadata.name.as_deref(),
+                lease.metadata.resource_version.as_deref(),
+            ) else {
+                continue;
+            };
+            if name == self.name {
                 continue;
             }
-        };
-        let now = Timestamp::now();
-        let others: Vec<Member> = listed
-            .iter()
-            .filter(|l| l.metadata.name.as_deref() != Some(name.as_str()))
-            .filter_map(|l| member(l, now))
-            .collect();
-        // Look again the moment a member's Lease expires, not up to a period later.
-        if let Some(left) = others.iter().map(|m| m.expires.duration_since(now)).min() {
-            let left = Duration::try_from(left).unwrap_or_default();
-            wake = wake.min(round + left + EXPIRY_MARGIN);
+            let valid = Duration::from_secs(
+                lease
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.lease_duration_seconds)
+                    .unwrap_or(0)
+                    .max(0)
+                    .unsigned_abs()
+                    .into(),
+            );
+            let unchanged = self.observed.see(name, version, now);
+            if unchanged < valid {
+                let expires = now + (valid - unchanged) + EXPIRY_MARGIN;
+                self.wake = Some(self.wake.map_or(expires, |w| w.min(expires)));
+                live.extend(member(lease));
+            } else if unchanged >= valid * STALE_AFTER {
+                self.collect(name, version).await;
+            }
         }
-        let ids: BTreeSet<&str> = others
-            .iter()
-            .map(|m| m.identity.as_str())
-            .chain([s.identity.as_str()])
-            .collect();
-        let view = view_of(&ids);
-        let ring = Ring::new(ids.iter().copied());
-        let desired = ring.ranges(&s.identity);
-        let current = target.borrow().clone();
-        // Taking a range needs the whole group to agree on the ring, and a Lease of ours
-        // the others have seen (so replicas starting together do not all take everything).
-        let agreed = published && others.iter().all(|m| m.view == view);
+        live
+    }
+
+    /// Delete a stale member Lease, unless it changed since we saw it.
+    async fn collect(&self, name: &str, version: &str) {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: Some(version.to_string()),
+                uid: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match self.leases.delete(name, &params).await {
+            Ok(_) => tracing::info!(
+                lease = name,
+                "deleted the member Lease of a replica gone for good"
+            ),
+            Err(e) => tracing::debug!(lease = name, error = %e, "stale member Lease not deleted"),
+        }
+    }
+
+    /// The next ranges, the view to publish and the ranges to publish as held.
+    fn plan(&mut self, others: &[Member], held: bool) -> (Plan, String, Vec<Range>) {
+        let identity = self.settings.identity.clone();
+        let me = identity.as_str();
+        let view = view_of(
+            others
+                .iter()
+                .map(|m| (m.identity.as_str(), m.space.as_str()))
+                .chain([(me, self.space.as_str())]),
+        );
+        let gains = self.may_gain(others, &view);
+        let peers: Vec<&Member> = others.iter().filter(|m| m.space == self.space).collect();
+        let ids: BTreeSet<&str> = peers.iter().map(|m| m.identity.as_str()).chain([me]).collect();
+        let desired = Ring::new(ids.iter().copied()).ranges(me);
+        // Only an unbroken term keeps what it held; after a lapse everything is earned again.
+        let current = if held {
+            self.target.borrow().ranges.clone()
+        } else {
+            Vec::new()
+        };
         let keep = range::intersect(&current, &desired);
-        let gain = if agreed {
+        let gain = if gains {
             let held: Vec<Range> = others.iter().flat_map(|m| m.held.clone()).collect();
             range::subtract(&range::subtract(&desired, &range::normalize(&held)), &keep)
         } else {
             Vec::new()
         };
         let next = range::normalize(&[keep, gain].concat());
-        let held = range::normalize(&[running.borrow().clone(), next.clone()].concat());
-        match renew(&leases, &name, &s, &view, &held).await {
-            Ok(()) => (renewed, published) = (Some(Instant::now()), true),
-            Err(e) => {
-                tracing::warn!(error = %e, lease = %name, "could not renew the member Lease");
-                lapse(&target, renewed, s.renew_deadline);
-                continue;
-            }
+        let published = range::normalize(
+            &[
+                self.running.borrow().clone(),
+                self.target.borrow().ranges.clone(),
+                next.clone(),
+            ]
+            .concat(),
+        );
+        let plan = Plan {
+            next,
+            desired,
+            members: ids.len(),
+        };
+        (plan, view, published)
+    }
+
+    /// Whether ranges may be taken now: our Lease is published in this term, every live
+    /// member counts the same members, and no member of another space holds a range
+    /// (nor comes first, when none does).
+    fn may_gain(&mut self, others: &[Member], view: &str) -> bool {
+        let strangers: BTreeSet<String> = others
+            .iter()
+            .filter(|m| m.space != self.space)
+            .map(|m| m.space.clone())
+            .collect();
+        if strangers.is_empty() {
+            self.disagreement = None;
+        } else if self.disagreement.as_ref() != Some(&strangers) {
+            tracing::warn!(ours = %self.space, theirs = ?strangers, "members split the objects differently (shard key or ring); only one way at a time: a space takes ranges only once no other holds any");
+            self.disagreement = Some(strangers);
         }
-        report(ids.len(), &next);
-        // While the group settles (views to agree, ranges to be released), look again
-        // soon: every member is waiting for the others' next renewal.
-        if next != desired {
-            wake = wake.min(round + s.retry_period / SETTLING);
-        }
-        if next != current {
-            tracing::info!(members = ids.len(), share = %share(&next), ranges = next.len(), "shard ranges changed");
-            metrics::get().shard_rebalances.inc();
-            let _ = target.send(next);
-        }
+        let strangers_hold = others.iter().any(|m| m.space != self.space && !m.held.is_empty());
+        let first = others.iter().all(|m| m.space >= self.space);
+        self.published && others.iter().all(|m| m.view == view) && !strangers_hold && first
     }
 }
 
@@ -196,40 +383,29 @@ async fn changed(running: &mut watch::Receiver<Vec<Range>>) {
     }
 }
 
-/// Stop reconciling once the Lease has gone unrenewed for the deadline: by the time it
-/// expires for the others, nothing here runs.
-fn lapse(target: &watch::Sender<Vec<Range>>, renewed: Option<Instant>, deadline: Duration) {
-    if renewed.is_none_or(|at| at.elapsed() >= deadline) && !target.borrow().is_empty() {
-        tracing::warn!("member Lease not renewed within the renew deadline; stopping every range");
-        let _ = target.send(Vec::new());
-    }
-}
-
-/// Write our Lease: renewed now, with the members we count and the ranges we may run.
+/// Write our Lease: renewed now, with `annotations`.
 async fn renew(
     leases: &Api<Lease>,
     name: &str,
     s: &Settings,
-    view: &str,
-    held: &[Range],
+    annotations: &[(&str, &str)],
 ) -> kube::Result<()> {
     let lease = Lease {
         metadata: ObjectMeta {
             name: Some(name.into()),
             labels: Some([(GROUP_LABEL.to_string(), s.name.clone())].into()),
             annotations: Some(
-                [
-                    (VIEW.to_string(), view.to_string()),
-                    (HELD.to_string(), encode(held)),
-                ]
-                .into(),
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
             ),
             ..ObjectMeta::default()
         },
         spec: Some(LeaseSpec {
             holder_identity: Some(s.identity.clone()),
-            lease_duration_seconds: Some(s.lease_duration.as_secs().try_into().unwrap_or(i32::MAX)),
-            renew_time: Some(MicroTime(Timestamp::now())),
+            lease_duration_seconds: Some(s.recorded_lease_seconds()),
+            renew_time: Some(MicroTime(crate::lease::wall_clock())),
             ..LeaseSpec::default()
         }),
     };
@@ -238,27 +414,23 @@ async fn renew(
     Ok(())
 }
 
-/// A live member from its Lease; `None` when it has expired or is not a member's.
-fn member(lease: &Lease, now: Timestamp) -> Option<Member> {
+/// A member from its Lease (live or not); `None` when it is not a member's.
+fn member(lease: &Lease) -> Option<Member> {
     let spec = lease.spec.as_ref()?;
-    let renewed = spec.renew_time.as_ref()?.0;
-    let valid = SignedDuration::from_secs(spec.lease_duration_seconds?.into());
-    if renewed + valid <= now {
-        return None;
-    }
     let annotations = lease.metadata.annotations.as_ref();
     let get = |k: &str| annotations.and_then(|a| a.get(k)).cloned().unwrap_or_default();
     Some(Member {
-        expires: renewed + valid,
         identity: spec.holder_identity.clone()?,
         view: get(VIEW),
+        space: get(SPACE),
         held: decode(&get(HELD)),
     })
 }
 
-/// The members a replica counts, as one short string to compare.
-fn view_of(ids: &BTreeSet<&str>) -> String {
-    let joined: Vec<&str> = ids.iter().copied().collect();
+/// The members a replica counts (identity and space), as one short string to compare.
+fn view_of<'a>(members: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+    let sorted: BTreeSet<String> = members.map(|(id, space)| format!("{id}\t{space}")).collect();
+    let joined: Vec<&str> = sorted.iter().map(String::as_str).collect();
     format!("{:016x}", fnv1a64(joined.join("\n").as_bytes()))
 }
 
@@ -317,27 +489,15 @@ mod tests {
     }
 
     #[test]
-    fn a_view_names_the_members_in_any_order() {
-        let a: BTreeSet<&str> = ["x", "y"].into();
-        let b: BTreeSet<&str> = ["y", "x"].into();
-        let c: BTreeSet<&str> = ["x"].into();
-        assert_eq!(view_of(&a), view_of(&b));
-        assert_ne!(view_of(&a), view_of(&c));
-    }
-
-    #[test]
-    fn an_expired_lease_is_no_member() {
-        let now = Timestamp::now();
-        let lease = |renewed: Timestamp| Lease {
-            metadata: ObjectMeta::default(),
-            spec: Some(LeaseSpec {
-                holder_identity: Some("b".into()),
-                lease_duration_seconds: Some(15),
-                renew_time: Some(MicroTime(renewed)),
-                ..LeaseSpec::default()
-            }),
-        };
-        assert!(member(&lease(now), now).is_some());
-        assert!(member(&lease(now - SignedDuration::from_secs(16)), now).is_none());
+    fn a_view_names_the_members_and_their_spaces_in_any_order() {
+        let a = view_of([("x", "uid"), ("y", "uid")].into_iter());
+        let b = view_of([("y", "uid"), ("x", "uid")].into_iter());
+        assert_eq!(a, b);
+        assert_ne!(a, view_of([("x", "uid")].into_iter()));
+        assert_ne!(
+            a,
+            view_of([("x", "uid"), ("y", "namespace")].into_iter()),
+            "the space counts"
+        );
     }
 }

@@ -9,8 +9,17 @@ use sha2::{Digest, Sha256};
 
 use crate::shard::range::{Range, SPACE_END, normalize};
 
-/// Virtual points per member: enough that three (`capstan-0..2`) get 32–35% of the space each.
-pub const POINTS_PER_MEMBER: u32 = 64;
+/// Virtual points per member. Each point is one range in a member's `shardSelector`, so
+/// this bounds the selector's length (32 ranges: ~3.5 KB percent-encoded, under the 4 KB
+/// that proxies in front of API servers commonly allow a query); 64 split the space a
+/// little more evenly but made 8–12 KB selectors.
+pub const POINTS_PER_MEMBER: u32 = 32;
+
+/// The ring's parameters, as members compare them: members built with others never
+/// split the space with these.
+pub fn parameters() -> String {
+    format!("sha256-points-{POINTS_PER_MEMBER}")
+}
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;

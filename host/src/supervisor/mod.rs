@@ -15,12 +15,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controller::{self, Options};
 use crate::engine::{Engine, Limits, Metadata, Plugin, Reconcile};
-use crate::leader::Leader;
+use crate::lease::Tenure;
 use crate::ops::health::{Health, PluginState};
 use crate::ops::metrics::{self, ReloadLabels};
 use crate::reload::{self, FileWatch};
+pub use serve::{Handle, Shards};
 use unit::{stop_within, unit};
 
+mod serve;
 mod unit;
 
 /// One plugin's controller, run by its own task.
@@ -46,7 +48,11 @@ impl Unit {
 pub struct Supervisor {
     client: kube::Client,
     engine: Engine,
-    leader: Leader,
+    /// The right to reconcile new units start with: a shard assignment's term, or
+    /// leadership.
+    tenure: Tenure,
+    /// Cancelled when the host stops: every unit's stop token is a child of it.
+    stopping: CancellationToken,
     health: Health,
     /// How long stopping a unit may take before its task is aborted.
     grace: Duration,
@@ -64,14 +70,15 @@ impl Supervisor {
     pub fn new(
         client: kube::Client,
         engine: Engine,
-        leader: Leader,
+        tenure: Tenure,
         health: Health,
         grace: Duration,
     ) -> Self {
         Supervisor {
             client,
             engine,
-            leader,
+            tenure,
+            stopping: CancellationToken::new(),
             health,
             grace,
             units: Vec::new(),
@@ -81,11 +88,12 @@ impl Supervisor {
         }
     }
 
-    /// Run every unit, from now on, on `filter`'s ranges (a sharded host). Units that run
-    /// are stopped first, all of them, and only then started again, so when this returns
-    /// nothing runs on ranges `filter` does not hold.
-    pub async fn reshard(&mut self, filter: crate::shard::Filter) {
+    /// Run every unit, from now on, on `filter`'s ranges under `tenure` (a sharded host).
+    /// Units that run are stopped first, all of them, and only then started again, so when
+    /// this returns nothing runs on ranges `filter` does not hold.
+    pub async fn reshard(&mut self, filter: crate::shard::Filter, tenure: Tenure) {
         self.shard = Some(filter);
+        self.tenure = tenure;
         for u in &self.units {
             u.stop.cancel();
         }
@@ -99,7 +107,7 @@ impl Supervisor {
         for i in 0..self.units.len() {
             let mut options = self.units[i].options.clone();
             options.shard.clone_from(&self.shard);
-            let stop = CancellationToken::new();
+            let stop = self.stopping.child_token();
             let memory = self.units[i].memory.clone();
             let task = self.spawn(
                 self.units[i].version.subscribe(),
@@ -139,7 +147,7 @@ impl Supervisor {
             options.shard.clone_from(&self.shard);
         }
         let (version, rx) = watch::channel(plugin);
-        let stop = CancellationToken::new();
+        let stop = self.stopping.child_token();
         let memory = controller::Memory::default();
         let task = self.spawn(rx, options.clone(), stop.clone(), memory.clone());
         self.units.push(Unit {
@@ -169,8 +177,8 @@ impl Supervisor {
         stop: CancellationToken,
         memory: controller::Memory,
     ) -> JoinHandle<()> {
-        let (client, leader, health) = (self.client.clone(), self.leader.clone(), self.health.clone());
-        tokio::spawn(unit(client, plugin, options, leader, stop, health, memory))
+        let (client, tenure, health) = (self.client.clone(), self.tenure.clone(), self.health.clone());
+        tokio::spawn(unit(client, plugin, options, tenure, stop, health, memory))
     }
 
     /// Look for replaced plugin files (and new or fixed ones) and act on them.
@@ -262,7 +270,11 @@ impl Supervisor {
                 .load(&bytes, limits)
                 .and_then(|p| p.with_settings(&settings))
         };
-        match tokio::task::spawn_blocking(load).await {
+        let loaded = tokio::select! {
+            loaded = tokio::task::spawn_blocking(load) => loaded,
+            () = self.stopping.cancelled() => return Err("the host is stopping".into()),
+        };
+        match loaded {
             Ok(result) => result.map_err(|e| e.to_string()),
             Err(e) => Err(format!("loading failed: {e}")),
         }
@@ -299,13 +311,17 @@ impl Supervisor {
         if new_name != name && self.named(&new_name) {
             return refused(&name, &path, "another plugin has the new name");
         }
-        if let Err(e) = controller::served(&self.client, new.metadata()).await {
+        let served = tokio::select! {
+            served = controller::served(&self.client, new.metadata()) => served,
+            () = self.stopping.cancelled() => return,
+        };
+        if let Err(e) = served {
             return refused(&name, &path, &format!("{e:#}"));
         }
         // Kinds changed: stop the old unit (in-flight reconciles finish), start anew.
         let unit = &mut self.units[i];
         let (version, rx) = watch::channel(Arc::new(new) as Arc<dyn Reconcile>);
-        let stop = CancellationToken::new();
+        let stop = self.stopping.child_token();
         let old_stop = std::mem::replace(&mut unit.stop, stop.clone());
         old_stop.cancel();
         let old_task = std::mem::replace(&mut unit.task, tokio::spawn(async {}));
@@ -324,7 +340,7 @@ impl Supervisor {
 
     /// Stop every unit: in-flight reconciles may finish within the grace period, then
     /// whatever is left is aborted.
-    pub async fn stop(self) {
+    async fn stop(self) {
         for u in &self.units {
             u.stop.cancel();
         }

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controller::{self, Options};
 use crate::engine::Reconcile;
-use crate::leader::Leader;
+use crate::lease::Tenure;
 use crate::ops::health::{Health, PluginState};
 
 /// First wait before a unit whose kinds are not served looks again; doubles to [`RETRY_MAX`].
@@ -34,7 +34,7 @@ pub(super) async fn unit(
     client: kube::Client,
     plugin: watch::Receiver<Arc<dyn Reconcile>>,
     options: Options,
-    leader: Leader,
+    tenure: Tenure,
     stop: CancellationToken,
     health: Health,
     memory: controller::Memory,
@@ -67,7 +67,7 @@ pub(super) async fn unit(
                     client.clone(),
                     plugin.clone(),
                     options.clone(),
-                    leader.clone(),
+                    tenure.clone(),
                     shutdown,
                     synced,
                     memory.clone(),

@@ -1,0 +1,106 @@
+//! Writes fenced by a [`Tenure`]: a controller's client refuses every write (create,
+//! update, patch, delete) once the term it runs in is over, at the moment the request
+//! is sent. A reconcile that was paused mid-way (SIGSTOP, a stalled thread) and resumes
+//! after its term ended cannot write what it had computed; reads go through.
+
+use http::{Method, Request};
+use tower::{Layer, Service};
+
+use super::Tenure;
+
+/// `client`, whose writes fail with [`Fenced`] while `tenure` is not held.
+pub fn guard(client: &kube::Client, tenure: &Tenure) -> kube::Client {
+    crate::layered::layered(client, GuardLayer(tenure.clone()))
+}
+
+/// Why a write was not sent.
+#[derive(Debug, thiserror::Error)]
+#[error("write refused: this replica no longer holds the lease it reconciles under")]
+pub struct Fenced;
+
+#[derive(Clone)]
+struct GuardLayer(Tenure);
+
+impl<S> Layer<S> for GuardLayer {
+    type Service = Guard<S>;
+
+    fn layer(&self, inner: S) -> Guard<S> {
+        Guard {
+            inner,
+            tenure: self.0.clone(),
+        }
+    }
+}
+
+/// The service [`guard`] puts in front of a client.
+#[derive(Clone)]
+pub struct Guard<S> {
+    inner: S,
+    tenure: Tenure,
+}
+
+impl<S, B> Service<Request<B>> for Guard<S>
+where
+    S: Service<Request<B>, Error = kube::Error>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = kube::Error;
+    type Future = futures::future::Either<S::Future, std::future::Ready<Result<S::Response, kube::Error>>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), kube::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let reads = matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+        if reads || self.tenure.is_held() {
+            futures::future::Either::Left(self.inner.call(request))
+        } else {
+            futures::future::Either::Right(std::future::ready(Err(kube::Error::Service(Box::new(Fenced)))))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+
+    use super::*;
+    use crate::lease::Fence;
+
+    /// An API server that answers every request with an empty ConfigMap.
+    fn client() -> kube::Client {
+        let router = axum::Router::new().fallback(async || {
+            (
+                [(http::header::CONTENT_TYPE, "application/json")],
+                r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#,
+            )
+        });
+        kube::Client::new(router, "ns")
+    }
+
+    #[tokio::test]
+    async fn writes_fail_outside_the_term_and_reads_pass() {
+        let (fence, tenure) = Fence::new(Duration::from_secs(10));
+        let maps: Api<ConfigMap> = Api::namespaced(guard(&client(), &tenure.pin()), "ns");
+        let map = ConfigMap::default();
+        let refused = maps.create(&PostParams::default(), &map).await.unwrap_err();
+        assert!(
+            refused.to_string().contains("no longer holds the lease"),
+            "{refused}"
+        );
+        maps.get("x").await.expect("reads pass");
+
+        fence.renewed(tokio::time::Instant::now());
+        let maps: Api<ConfigMap> = Api::namespaced(guard(&client(), &tenure.pin()), "ns");
+        maps.create(&PostParams::default(), &map)
+            .await
+            .expect("held: written");
+        fence.end();
+        assert!(maps.create(&PostParams::default(), &map).await.is_err(), "fenced");
+    }
+}

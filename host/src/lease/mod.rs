@@ -1,0 +1,352 @@
+//! One lease discipline, shared by leader election ([`crate::leader`]) and shard
+//! membership ([`crate::shard::members`]):
+//!
+//! - **A term ends by itself.** The right to reconcile is a [`Tenure`]: a term that lasts
+//!   `renew_deadline` past the *start* of its last successful renewal ([`Fence::renewed`]).
+//!   Every reader compares that instant with the monotonic clock, so neither a hung API
+//!   call, a paused process (SIGSTOP, a VM pause) nor a busy task extends it: after a
+//!   pause, the first thing any reconcile or write checks finds the term over.
+//! - **An ended term never resumes.** A renewal after the term ended starts a new one;
+//!   work pinned to the old term ([`Tenure::pin`]: a reconcile, a shard's controllers)
+//!   stays fenced, and a shard's ranges are earned again.
+//! - **Others expire by this process's clock.** Another holder's Lease is timed from when
+//!   this process saw its resourceVersion change ([`Observed`]), so clocks need not agree.
+//! - **Every call has a deadline**: the term's end ([`Fence::deadline`]).
+//! - **Writes are fenced too**: a controller's client refuses to write outside its term
+//!   ([`guard`]).
+//!
+//! Others wait `lease_duration` after *seeing* a renewal, which happened after it
+//! started; the holder stops `renew_deadline` after it started. So the holder has stopped
+//! before anyone takes over, by `lease_duration - renew_deadline` at least, whatever the
+//! clocks say, provided their rates agree within that margin.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! use std::time::Duration;
+//! use capstan::lease::Fence;
+//! let (fence, tenure) = Fence::new(Duration::from_secs(10));
+//! let attempt = tokio::time::Instant::now();
+//! // ... a renewal that started at `attempt` succeeded:
+//! fence.renewed(attempt);
+//! assert!(tenure.is_held());
+//! let reconcile = tenure.pin(); // this term only
+//! fence.end();
+//! assert!(!reconcile.is_held());
+//! # }
+//! ```
+
+mod expiry;
+pub mod guard;
+mod hold;
+mod settings;
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+pub use expiry::Observed;
+pub use guard::guard;
+pub use hold::{Holder, hold};
+pub use settings::{Settings, identity};
+
+/// The wall clock written into Leases (`renewTime`, `acquireTime`): the only wall-clock
+/// times one replica reads from another, and which no decision here depends on. Built
+/// with the `dev` feature, `CAPSTAN_DEV_CLOCK_OFFSET` (signed seconds) skews it, so the
+/// tests can show that a replica whose clock is off changes nothing.
+pub fn wall_clock() -> k8s_openapi::jiff::Timestamp {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    #[cfg(feature = "dev")]
+    if let Some(offset) = std::env::var("CAPSTAN_DEV_CLOCK_OFFSET")
+        .ok()
+        .and_then(|s| s.parse::<i64>().ok())
+    {
+        return now
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(offset))
+            .unwrap_or(now);
+    }
+    now
+}
+
+/// One term of holding a lease.
+#[derive(Clone, Copy, Debug)]
+struct Term {
+    /// Counts terms; work pinned to one is fenced in every later one.
+    generation: u64,
+    /// When the term ends unless renewed; `None`: not held.
+    until: Option<Instant>,
+    /// Held for good (no election).
+    always: bool,
+}
+
+impl Term {
+    fn held_at(&self, now: Instant) -> bool {
+        self.always || self.until.is_some_and(|u| now < u)
+    }
+}
+
+/// Whether this process may reconcile (or, pinned, may still in one term); cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Tenure {
+    term: watch::Receiver<Term>,
+    stopping: watch::Receiver<bool>,
+    /// Held only in this term.
+    pinned: Option<u64>,
+}
+
+impl Tenure {
+    /// A tenure without a lease: always held (a single replica).
+    pub fn always() -> Tenure {
+        let term = Term {
+            generation: 0,
+            until: None,
+            always: true,
+        };
+        Tenure {
+            term: watch::channel(term).1,
+            stopping: watch::channel(false).1,
+            pinned: None,
+        }
+    }
+
+    fn held_in(&self, term: &Term, now: Instant) -> bool {
+        self.pinned.is_none_or(|g| g == term.generation) && term.held_at(now)
+    }
+
+    /// Held right now.
+    pub fn is_held(&self) -> bool {
+        self.held_in(&self.term.borrow(), Instant::now())
+    }
+
+    /// This tenure limited to the current term: once it ends, this is never held again.
+    pub fn pin(&self) -> Tenure {
+        Tenure {
+            pinned: Some(self.term.borrow().generation),
+            ..self.clone()
+        }
+    }
+
+    /// Wait until held (`true`), or until the process is stopping or a pinned term is
+    /// over (`false`).
+    pub async fn acquired(&self) -> bool {
+        let (mut term, mut stopping) = (self.term.clone(), self.stopping.clone());
+        loop {
+            let now = *term.borrow_and_update();
+            if self.held_in(&now, Instant::now()) {
+                return true;
+            }
+            if self.pinned.is_some() || *stopping.borrow() {
+                return false;
+            }
+            tokio::select! {
+                r = term.changed() => if r.is_err() { return false },
+                _ = stopping.wait_for(|s| *s) => return false,
+            }
+        }
+    }
+
+    /// Resolves once not held: at the term's end at the latest, whatever its holder does.
+    pub async fn lost(&self) {
+        let mut term = self.term.clone();
+        loop {
+            let now = *term.borrow_and_update();
+            if !self.held_in(&now, Instant::now()) {
+                return;
+            }
+            tokio::select! {
+                r = term.changed() => if r.is_err() {
+                    // Nobody renews any more: the term runs out on its own.
+                    ends_at(now).await;
+                    return;
+                },
+                () = ends_at(now) => {}
+            }
+        }
+    }
+}
+
+/// Until `term` ends; forever if it never does.
+async fn ends_at(term: Term) {
+    match term.until {
+        Some(until) if !term.always => tokio::time::sleep_until(until).await,
+        _ => std::future::pending().await,
+    }
+}
+
+/// The holder's side of a [`Tenure`]: renewals extend the term, an ended term is never
+/// extended, and dropping the fence ends the term.
+#[derive(Debug)]
+pub struct Fence {
+    term: watch::Sender<Term>,
+    stopping: watch::Sender<bool>,
+    renew_deadline: Duration,
+}
+
+impl Fence {
+    /// A fence whose terms last `renew_deadline` past each renewal's start; not held yet.
+    pub fn new(renew_deadline: Duration) -> (Fence, Tenure) {
+        let (term, rx) = watch::channel(Term {
+            generation: 0,
+            until: None,
+            always: false,
+        });
+        let (stopping, stopping_rx) = watch::channel(false);
+        let tenure = Tenure {
+            term: rx,
+            stopping: stopping_rx,
+            pinned: None,
+        };
+        let fence = Fence {
+            term,
+            stopping,
+            renew_deadline,
+        };
+        (fence, tenure)
+    }
+
+    /// A tenure following this fence's terms.
+    pub fn tenure(&self) -> Tenure {
+        Tenure {
+            term: self.term.subscribe(),
+            stopping: self.stopping.subscribe(),
+            pinned: None,
+        }
+    }
+
+    /// Whether the term is held at `at`.
+    pub fn held_at(&self, at: Instant) -> bool {
+        self.term.borrow().held_at(at)
+    }
+
+    /// The current term's number.
+    pub fn generation(&self) -> u64 {
+        self.term.borrow().generation
+    }
+
+    /// The latest a Lease call started at `attempt` may finish and still count: the
+    /// term's end while held, else one renew deadline.
+    pub fn deadline(&self, attempt: Instant) -> Instant {
+        match self.term.borrow().until {
+            Some(until) if attempt < until => until,
+            _ => attempt + self.renew_deadline,
+        }
+    }
+
+    /// A renewal that started at `attempt` succeeded: the term now ends one renew deadline
+    /// after `attempt`. Returns `true` when that began a new term (the last one had ended
+    /// by `attempt`, or none was held).
+    pub fn renewed(&self, attempt: Instant) -> bool {
+        let until = attempt + self.renew_deadline;
+        let mut began = false;
+        self.term.send_modify(|t| {
+            if !t.held_at(attempt) {
+                t.generation += 1;
+                began = true;
+            }
+            t.until = Some(t.until.filter(|_| !began).map_or(until, |u| u.max(until)));
+        });
+        began
+    }
+
+    /// End the term now; `true` if one was held.
+    pub fn end(&self) -> bool {
+        let now = Instant::now();
+        let mut was = false;
+        self.term.send_if_modified(|t| {
+            was = t.held_at(now);
+            t.until.take().is_some()
+        });
+        was
+    }
+
+    /// Stop [`Tenure::acquired`] waiting (the process is stopping); a held term stays held.
+    pub fn stop_waiters(&self) {
+        let _ = self.stopping.send(true);
+    }
+}
+
+impl Drop for Fence {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEADLINE: Duration = Duration::from_secs(10);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_term_ends_by_itself_at_the_renew_deadline() {
+        let (fence, tenure) = Fence::new(DEADLINE);
+        assert!(!tenure.is_held());
+        let attempt = Instant::now();
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert!(fence.renewed(attempt), "the first renewal begins a term");
+        assert!(tenure.is_held());
+        // Nobody renews: lost() resolves at attempt + deadline, not later.
+        tokio::time::timeout(DEADLINE, tenure.lost()).await.expect("lost");
+        assert_eq!(Instant::now(), attempt + DEADLINE);
+        assert!(!tenure.is_held() && !fence.held_at(Instant::now()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_after_the_term_ended_begins_another_and_pinned_work_stays_fenced() {
+        let (fence, tenure) = Fence::new(DEADLINE);
+        fence.renewed(Instant::now());
+        let first = tenure.pin();
+        tokio::time::advance(Duration::from_secs(4)).await;
+        assert!(
+            !fence.renewed(Instant::now()),
+            "a renewal in time extends the term"
+        );
+        assert!(first.is_held());
+        // A pause longer than the deadline (SIGSTOP): the renewal that follows starts late.
+        tokio::time::advance(DEADLINE + Duration::from_secs(1)).await;
+        assert!(!first.is_held());
+        assert!(fence.renewed(Instant::now()), "a new term");
+        assert!(tenure.is_held(), "the unpinned tenure follows the new term");
+        assert!(!first.is_held(), "work pinned to the old term stays fenced");
+        assert!(!first.acquired().await, "a pinned term never comes back");
+        tokio::time::timeout(Duration::from_millis(1), first.lost())
+            .await
+            .expect("lost at once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_gets_the_term_end_as_its_deadline() {
+        let (fence, _tenure) = Fence::new(DEADLINE);
+        let t0 = Instant::now();
+        assert_eq!(fence.deadline(t0), t0 + DEADLINE, "not held: one deadline");
+        fence.renewed(t0);
+        tokio::time::advance(Duration::from_secs(7)).await;
+        assert_eq!(
+            fence.deadline(Instant::now()),
+            t0 + DEADLINE,
+            "held: the term's end"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ending_or_dropping_the_fence_fences_at_once() {
+        let (fence, tenure) = Fence::new(DEADLINE);
+        fence.renewed(Instant::now());
+        assert!(fence.end());
+        assert!(!tenure.is_held());
+        fence.renewed(Instant::now());
+        assert!(tenure.is_held());
+        drop(fence);
+        assert!(!tenure.is_held());
+        assert!(!tenure.acquired().await, "nobody renews any more");
+    }
+
+    #[tokio::test]
+    async fn always_is_held_and_never_lost() {
+        let tenure = Tenure::always();
+        assert!(tenure.is_held() && tenure.pin().is_held());
+        assert!(tenure.acquired().await);
+        let lost = tokio::time::timeout(Duration::from_millis(50), tenure.lost()).await;
+        assert!(lost.is_err());
+    }
+}

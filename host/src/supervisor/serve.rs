@@ -1,0 +1,98 @@
+//! The supervisor as a task driven by commands: the host's main loop only sends (reload,
+//! stop), the membership's assignments arrive on their own channel, and nothing the
+//! supervisor awaits — a compile, discovery of new kinds, units finishing in-flight
+//! reconciles — holds up a signal, fencing, or the next heartbeat. Stopping cancels every
+//! unit at once, whatever the supervisor is in the middle of.
+
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::Supervisor;
+use crate::shard::members::Assignment;
+use crate::shard::{Filter, Range, ShardKey};
+
+/// What a sharded supervisor is told to run and tells back.
+pub struct Shards {
+    /// The membership's assignments.
+    pub target: watch::Receiver<Assignment>,
+    /// The ranges any controller may be running on.
+    pub running: watch::Sender<Vec<Range>>,
+    /// What is hashed.
+    pub key: ShardKey,
+    /// Whether the API server filters watches.
+    pub server_side: bool,
+}
+
+/// A running supervisor.
+pub struct Handle {
+    reload: mpsc::Sender<()>,
+    stopping: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Handle {
+    /// Look at the plugin files soon (a reload already pending covers this one).
+    pub fn reload(&self) {
+        let _ = self.reload.try_send(());
+    }
+
+    /// Stop every unit (in-flight reconciles may finish within the grace period) and wait
+    /// at most `grace` plus a second for the supervisor to end.
+    pub async fn stop(mut self, grace: Duration) {
+        self.stopping.cancel();
+        if tokio::time::timeout(grace + Duration::from_secs(1), &mut self.task)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the supervisor did not stop within the grace period; aborted");
+            self.task.abort();
+        }
+    }
+}
+
+impl Supervisor {
+    /// Run in a task of its own, on `shards`' assignments if sharded.
+    pub fn into_task(self, shards: Option<Shards>) -> Handle {
+        let (reload, reloads) = mpsc::channel(1);
+        let stopping = self.stopping.clone();
+        let task = tokio::spawn(self.serve(reloads, shards));
+        Handle {
+            reload,
+            stopping,
+            task,
+        }
+    }
+
+    async fn serve(mut self, mut reloads: mpsc::Receiver<()>, mut shards: Option<Shards>) {
+        let stopping = self.stopping.clone();
+        loop {
+            tokio::select! {
+                biased;
+                () = stopping.cancelled() => break,
+                Some(assignment) = assigned(shards.as_mut()) => {
+                    let Some(s) = shards.as_ref() else { continue };
+                    let filter = Filter { key: s.key, ranges: assignment.ranges.clone(), server_side: s.server_side };
+                    self.reshard(filter, assignment.tenure).await;
+                    let _ = s.running.send(assignment.ranges);
+                }
+                Some(()) = reloads.recv() => self.reload().await,
+            }
+        }
+        self.stop().await;
+        if let Some(s) = shards {
+            let _ = s.running.send(Vec::new());
+        }
+    }
+}
+
+/// The next assignment; pending forever without sharding.
+async fn assigned(shards: Option<&mut Shards>) -> Option<Assignment> {
+    let Some(shards) = shards else {
+        return std::future::pending().await;
+    };
+    shards.target.changed().await.ok()?;
+    Some(shards.target.borrow_and_update().clone())
+}
