@@ -10,8 +10,8 @@
 use kube::Resource;
 
 use super::range::Range;
-use super::selector::{ShardKey, hash_of, render};
-use super::wire::{Collection, SelectorLayer};
+use super::selector::{ShardKey, hash_of};
+use super::wire::{Collection, MAX_SELECTOR_BYTES, SelectorLayer, bounded_selector};
 
 /// The ranges a replica reconciles and how they are applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -84,7 +84,8 @@ impl Filter {
 
     /// `client` with the selector on list and watch requests of `collections`.
     pub fn client(&self, client: &kube::Client, collections: Vec<Collection>) -> kube::Client {
-        let layer = SelectorLayer::new(&render(self.key, &self.ranges), collections);
+        let selector = bounded_selector(self.key, &self.ranges, MAX_SELECTOR_BYTES);
+        let layer = SelectorLayer::new(&selector, collections);
         crate::layered::layered(client, layer)
     }
 }

@@ -210,6 +210,29 @@ pub async fn served_at(
 }
 
 /// Percent-encodes all but RFC 3986's unreserved characters, so any text is a valid query value.
+/// The longest `shardSelector` query parameter sent: proxies in front of API servers
+/// commonly cap a request line at 8 KB, and list and watch requests carry more besides.
+pub const MAX_SELECTOR_BYTES: usize = 4096;
+
+/// The `shardSelector` for `ranges` under `key`, percent-encoded within `max` bytes: when
+/// the exact one is longer, the ranges closest together are merged (a superset, so the
+/// server sends a few objects more, which the host's own predicate drops).
+pub fn bounded_selector(key: ShardKey, ranges: &[Range], max: usize) -> String {
+    let mut ranges = crate::shard::range::normalize(ranges);
+    loop {
+        let text = render(key, &ranges);
+        if encode(&text).len() <= max || ranges.len() < 2 {
+            return text;
+        }
+        // Merge across the narrowest gap.
+        let i = (0..ranges.len() - 1)
+            .min_by_key(|&i| u128::from(ranges[i + 1].start()) - ranges[i].end())
+            .unwrap_or(0);
+        let merged = Range::wide(u128::from(ranges[i].start()), ranges[i + 1].end());
+        ranges.splice(i..=i + 1, merged);
+    }
+}
+
 fn encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len() * 2);
     for b in text.bytes() {
@@ -228,6 +251,53 @@ mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
 
     use super::*;
+    use crate::shard::range::{SPACE_END, width};
+    use crate::shard::ring::Ring;
+
+    /// The selector's size at 3, 10 and 50 replicas, and after a takeover (a member holding
+    /// its share and a departed one's): exact while it fits, a slightly wider superset when not.
+    #[test]
+    fn selectors_stay_under_the_bound_at_3_10_and_50_replicas() {
+        for n in [3, 10, 50] {
+            let names: Vec<String> = (0..n).map(|i| format!("capstan-{i}")).collect();
+            let ring = Ring::new(names.iter().cloned());
+            let survivors = Ring::new(names[1..].iter().cloned());
+            let mut widest = 0;
+            let mut extra: f64 = 0.0;
+            for (case, ranges) in [("steady", ring.ranges(&names[1])), ("takeover", survivors.ranges(&names[1]))] {
+                let exact = encode(&render(ShardKey::Uid, &ranges)).len();
+                let sent = bounded_selector(ShardKey::Uid, &ranges, MAX_SELECTOR_BYTES);
+                assert!(encode(&sent).len() <= MAX_SELECTOR_BYTES, "{n} replicas, {case}");
+                let covered = width(&parse_ranges(&sent)) as f64 / width(&ranges) as f64 - 1.0;
+                println!(
+                    "{n} replicas, {case}: {} ranges, exact selector {exact} B, sent {} B, {:.1}% of the space more",
+                    ranges.len(),
+                    encode(&sent).len(),
+                    covered * width(&ranges) as f64 / SPACE_END as f64 * 100.0
+                );
+                widest = widest.max(encode(&sent).len());
+                extra = extra.max(covered);
+                // The sent selector covers every hash the replica owns.
+                assert!(crate::shard::range::subtract(&ranges, &parse_ranges(&sent)).is_empty());
+            }
+            if n <= 10 {
+                assert!(extra < 0.5, "{n} replicas: the bound widens the selector by {extra:.2}");
+            }
+        }
+    }
+
+    /// The ranges in a rendered selector.
+    fn parse_ranges(selector: &str) -> Vec<Range> {
+        selector
+            .split(" || ")
+            .filter_map(|r| {
+                let mut bounds = r.split('\'').skip(1).step_by(2);
+                let start = u64::from_str_radix(bounds.next()?.trim_start_matches("0x"), 16).ok()?;
+                let end = u128::from_str_radix(bounds.next()?.trim_start_matches("0x"), 16).ok()?;
+                Range::new(start, end)
+            })
+            .collect()
+    }
 
     fn sent(layer: &SelectorLayer, method: Method, uri: &str) -> String {
         let req = Request::builder()
