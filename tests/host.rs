@@ -270,7 +270,8 @@ pub fn reconciled_object(line: &serde_json::Value) -> Option<String> {
 }
 
 /// `(object, start, end)` of every reconcile a host logged; one still running at the end
-/// of the log (a killed host) lasts until `ended`.
+/// of the log (a killed host) lasts until `ended`. A reconcile cancelled because its lease
+/// term ended (`fenced_at`) could act only until then: its writes after it are refused.
 pub fn reconciles(
     host: &Host,
     ended: k8s_openapi::jiff::Timestamp,
@@ -285,8 +286,11 @@ pub fn reconciles(
         match line["message"].as_str() {
             Some("reconcile started") => open.entry(object).or_default().push(at),
             Some("reconcile finished") => {
+                let fenced: Option<k8s_openapi::jiff::Timestamp> =
+                    line["fenced_at"].as_str().and_then(|t| t.parse().ok());
+                let end = fenced.map_or(at, |f| f.min(at));
                 if let Some(start) = open.get_mut(&object).and_then(|s| s.pop()) {
-                    done.push((object, start, at));
+                    done.push((object, start, end.max(start)));
                 }
             }
             _ => {}
@@ -311,3 +315,28 @@ pub const LEASE: [&str; 6] = [
 pub const LEASE_DURATION: Duration = Duration::from_secs(6);
 /// Per-reconcile start/finish lines, to check no object is reconciled twice at once.
 pub const DEBUG: (&str, &str) = ("RUST_LOG", "info,capstan::controller=debug");
+
+/// Reconciles of one object by two replicas at once: `(replica, replica, object)` for each,
+/// from every replica's `(object, start, end)` runs (see [`reconciles`]).
+pub fn overlapping(
+    runs: &[(String, Vec<(String, k8s_openapi::jiff::Timestamp, k8s_openapi::jiff::Timestamp)>)],
+) -> Vec<(String, String, String)> {
+    let mut by_object: std::collections::HashMap<&str, Vec<(&str, k8s_openapi::jiff::Timestamp, k8s_openapi::jiff::Timestamp)>> =
+        std::collections::HashMap::new();
+    for (replica, list) in runs {
+        for (object, start, end) in list {
+            by_object.entry(object).or_default().push((replica, *start, *end));
+        }
+    }
+    let mut found = Vec::new();
+    for (object, list) in by_object {
+        for (i, a) in list.iter().enumerate() {
+            for b in &list[i + 1..] {
+                if a.0 != b.0 && a.1 < b.2 && b.1 < a.2 {
+                    found.push((a.0.to_string(), b.0.to_string(), object.to_string()));
+                }
+            }
+        }
+    }
+    found
+}

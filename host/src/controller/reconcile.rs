@@ -84,12 +84,22 @@ pub async fn reconcile(parent: Arc<Compact>, shared: Arc<Shared>) -> Result<Acti
         // The term this reconcile runs in: it ends with it, even if another begins.
         let term = shared.tenure.pin();
         let result = tokio::select! {
-            r = reconcile_inner(&parent, &object, &plugin, &shared) => Some(r),
-            () = term.lost() => None,
+            r = reconcile_inner(&parent, &object, &plugin, &shared) => Ok(r),
+            ended = term.lost() => Err(ended),
         };
         workers.dec();
         shared.queue.done(dequeued);
-        tracing::debug!("reconcile finished");
+        let result = match result {
+            Ok(r) => {
+                tracing::debug!("reconcile finished");
+                Some(r)
+            }
+            Err(ended) => {
+                // Nothing it did after its term ended reached the API server.
+                tracing::debug!(fenced_at = %crate::lease::wall_at(ended), "reconcile finished");
+                None
+            }
+        };
         next(&shared, object, &name, start, result)
     }
     .instrument(span)
@@ -126,7 +136,7 @@ fn next(
     let metrics = crate::ops::metrics::get();
     let Some(result) = result else {
         // Fenced: a later reconcile waits for leadership to come back.
-        tracing::warn!("reconcile cancelled: leadership lost");
+        tracing::warn!("reconcile cancelled: the lease term it ran in is over");
         metrics.reconciled(name, "requeue", start.elapsed());
         return Ok(Action::requeue(Duration::from_secs(1)));
     };

@@ -145,24 +145,40 @@ impl Tenure {
         }
     }
 
-    /// Resolves once not held: at the term's end at the latest, whatever its holder does.
-    pub async fn lost(&self) {
+    /// Resolves once not held — at the term's end at the latest, whatever its holder
+    /// does — with when the term ended (for a pinned tenure: its own term).
+    pub async fn lost(&self) -> Instant {
         let mut term = self.term.clone();
+        let mut ends = term.borrow().until;
         loop {
             let now = *term.borrow_and_update();
-            if !self.held_in(&now, Instant::now()) {
-                return;
+            let at = Instant::now();
+            if self.pinned.is_none_or(|g| g == now.generation) {
+                ends = now.until;
+            }
+            if !self.held_in(&now, at) {
+                return ends.map_or(at, |e| e.min(at));
             }
             tokio::select! {
                 r = term.changed() => if r.is_err() {
                     // Nobody renews any more: the term runs out on its own.
                     ends_at(now).await;
-                    return;
+                    return Instant::now();
                 },
                 () = ends_at(now) => {}
             }
         }
     }
+}
+
+/// The wall-clock time of a past monotonic instant (as [`wall_clock`] tells it).
+pub fn wall_at(at: Instant) -> k8s_openapi::jiff::Timestamp {
+    let ago = Instant::now().saturating_duration_since(at);
+    let now = wall_clock();
+    k8s_openapi::jiff::SignedDuration::try_from(ago)
+        .ok()
+        .and_then(|ago| now.checked_sub(ago).ok())
+        .unwrap_or(now)
 }
 
 /// Until `term` ends; forever if it never does.
