@@ -311,6 +311,8 @@ mod tests {
         hang: Arc<AtomicBool>,
         /// Every request fails with 503.
         fail: Arc<AtomicBool>,
+        /// GETs answer this older copy: a read served out of order, from a lagging cache.
+        stale: Arc<std::sync::Mutex<Option<Value>>>,
     }
 
     impl FakeApi {
@@ -370,12 +372,13 @@ mod tests {
             _ => Value::Null,
         };
         let stored = api.lease.lock().unwrap().clone();
+        let read = api.stale.lock().unwrap().clone().or_else(|| stored.clone());
         match (method, path) {
             (Method::GET, p) if p == collection => {
                 api.lists.fetch_add(1, Ordering::SeqCst);
                 failure(StatusCode::SERVICE_UNAVAILABLE)
             }
-            (Method::GET, p) if p == one => match stored {
+            (Method::GET, p) if p == one => match read {
                 Some(lease) => reply(StatusCode::OK, &lease),
                 None => failure(StatusCode::NOT_FOUND),
             },
@@ -526,6 +529,24 @@ mod tests {
                 .expect("leads again")
         );
         assert!(!term.is_held(), "reconciles of the first term stay fenced");
+        drop(elector);
+    }
+
+    #[tokio::test]
+    async fn a_stale_read_never_renews_and_the_next_fresh_one_begins_a_new_term() {
+        let api = FakeApi::default();
+        let (leader, elector) = start(api.client(), timings(2_000, 600, 100));
+        assert!(tokio::time::timeout(GUARD, leader.acquired()).await.expect("acquired"));
+        let term = leader.pin();
+        // Reads now come back older than what was written: the write that follows carries
+        // an old resourceVersion and is refused, so the leader cannot renew on it.
+        let old = api.lease.lock().unwrap().clone();
+        *api.stale.lock().unwrap() = old;
+        tokio::time::timeout(GUARD, term.lost()).await.expect("fenced");
+        assert!(!leader.is_held());
+        *api.stale.lock().unwrap() = None;
+        assert!(tokio::time::timeout(GUARD, leader.acquired()).await.expect("leads again"));
+        assert!(!term.is_held(), "the term that read stale data stays over");
         drop(elector);
     }
 }
