@@ -286,7 +286,7 @@ impl Members {
                 let expires = now + (valid - unchanged) + EXPIRY_MARGIN;
                 self.wake = Some(self.wake.map_or(expires, |w| w.min(expires)));
                 live.extend(member(lease));
-            } else if unchanged >= valid * STALE_AFTER {
+            } else if !valid.is_zero() && unchanged >= valid * STALE_AFTER {
                 self.collect(name, version).await;
             }
         }
