@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use capstan::dev::{Plane, PlaneConfig};
 use capstan_tests::host::{
-    DEBUG, Host, LEASE, echo, echo_resource, eventually, install_plugin_crd, mount, overlapping, reconciles,
-    sample, timestamp,
+    DEBUG, Host, LEASE, Run, echo, echo_resource, eventually, install_plugin_crd, mount, overlapping,
+    reconciles, sample, timestamp,
 };
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
@@ -93,7 +93,10 @@ impl Fleet {
         args.extend(extra);
         let generation = self.gone.iter().filter(|g| g.0 == id).count();
         let log = self.dir.join(format!("{id}.{generation}.log"));
-        let env: Vec<(&str, &str)> = [("POD_NAME", id), DEBUG].into_iter().chain(env.iter().copied()).collect();
+        let env: Vec<(&str, &str)> = [("POD_NAME", id), DEBUG]
+            .into_iter()
+            .chain(env.iter().copied())
+            .collect();
         let host = Host::start(&self.plane, &args, &log, &env)?;
         self.hosts.insert(id.to_string(), host);
         Ok(())
@@ -139,7 +142,11 @@ impl Fleet {
                 }
             }
             let done = (0..self.n)
-                .filter(|i| by_echo.get(&format!("e{i}")).is_some_and(|j| j.len() == 1 && j[0] == message))
+                .filter(|i| {
+                    by_echo
+                        .get(&format!("e{i}"))
+                        .is_some_and(|j| j.len() == 1 && j[0] == message)
+                })
                 .count();
             if done == self.n {
                 return Ok(start.elapsed());
@@ -166,9 +173,15 @@ impl Fleet {
     }
 
     /// Every replica's reconciles (a killed one's open reconcile lasts until it died).
-    fn runs(&self) -> Vec<(String, Vec<(String, Timestamp, Timestamp)>)> {
-        let live = self.hosts.iter().map(|(id, h)| (id.clone(), reconciles(h, Timestamp::now())));
-        let gone = self.gone.iter().map(|(id, h, at)| (id.clone(), reconciles(h, *at)));
+    fn runs(&self) -> Vec<(String, Vec<Run>)> {
+        let live = self
+            .hosts
+            .iter()
+            .map(|(id, h)| (id.clone(), reconciles(h, Timestamp::now())));
+        let gone = self
+            .gone
+            .iter()
+            .map(|(id, h, at)| (id.clone(), reconciles(h, *at)));
         live.chain(gone).collect()
     }
 
@@ -190,7 +203,10 @@ impl Fleet {
     async fn writes(&self) -> Result<f64> {
         let mut total = 0.0;
         for host in self.hosts.values() {
-            total += sample(&host.metrics().await?, r#"capstan_api_writes_total{plugin="echo"}"#);
+            total += sample(
+                &host.metrics().await?,
+                r#"capstan_api_writes_total{plugin="echo"}"#,
+            );
         }
         Ok(total)
     }
@@ -300,7 +316,11 @@ impl Drop for Stall {
 }
 
 /// Copy `from` to `to`, holding whatever arrives while `stalled` (nothing is closed).
-async fn pipe(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf, stalled: Arc<AtomicBool>) {
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    stalled: Arc<AtomicBool>,
+) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -356,7 +376,9 @@ async fn a_replica_frozen_with_sigstop_never_reconciles_beside_the_one_that_took
         let thawed = Timestamp::now();
         last_change = thawed;
         fleet.change_all(&format!("thawed-{round}")).await?;
-        let took = fleet.settled(&format!("thawed-{round}"), Duration::from_secs(400)).await?;
+        let took = fleet
+            .settled(&format!("thawed-{round}"), Duration::from_secs(400))
+            .await?;
         println!(
             "SIGSTOP {id} 20 s: its range reconciled by another {:?} after the stop; it fenced {:?} after the thaw; settled {took:?} after the last change",
             fleet.taken_over(id, &mine, frozen_at),
@@ -366,7 +388,9 @@ async fn a_replica_frozen_with_sigstop_never_reconciles_beside_the_one_that_took
     let writes = fleet.writes().await? - before;
     let reconciles = fleet.one_owner()?;
     let per_change = writes / (ECHOS * 6) as f64;
-    println!("pauses: {reconciles} reconciles, none by two replicas at once; {per_change:.2} writes per Echo change");
+    println!(
+        "pauses: {reconciles} reconciles, none by two replicas at once; {per_change:.2} writes per Echo change"
+    );
     // A change is one new Job, the old one pruned and the status: 3 writes; reconciling a
     // parent twice would add status and Job writes.
     assert!(per_change < 3.5, "{per_change:.2} writes per Echo change");
@@ -381,7 +405,11 @@ async fn a_replica_whose_connection_stalls_fences_itself() -> Result<()> {
     let mut fleet = Fleet::new("faults-stall", SMALL).await?;
     let stall = Stall::start(&upstream(&fleet.plane)?).await?;
     let kubeconfig = stall.kubeconfig(&fleet.plane, &fleet.dir, "s-a")?;
-    fleet.start("s-a", &[], &[("KUBECONFIG", kubeconfig.to_str().context("utf-8")?)])?;
+    fleet.start(
+        "s-a",
+        &[],
+        &[("KUBECONFIG", kubeconfig.to_str().context("utf-8")?)],
+    )?;
     fleet.start("s-b", &[], &[])?;
     fleet.start("s-c", &[], &[])?;
     fleet.shares(&["s-a", "s-b", "s-c"]).await?;
@@ -404,7 +432,10 @@ async fn a_replica_whose_connection_stalls_fences_itself() -> Result<()> {
         Ok((share > 0.0).then_some(()))
     })
     .await?;
-    assert!(fleet.logged_after("s-a", "lease term over", stalled_at).is_some(), "s-a fenced itself");
+    assert!(
+        fleet.logged_after("s-a", "lease term over", stalled_at).is_some(),
+        "s-a fenced itself"
+    );
     let reconciles = fleet.one_owner()?;
     println!("stall: {reconciles} reconciles, none by two replicas at once");
     Ok(())
@@ -428,7 +459,10 @@ async fn replicas_with_skewed_clocks_join_and_leave() -> Result<()> {
     // Renewing with a clock 30 s behind: still a member 20 s on (it was never dropped).
     tokio::time::sleep(Duration::from_secs(20)).await;
     let members = sample(&fleet.host("k-a").metrics().await?, "capstan_shard_members");
-    assert_eq!(members, 4.0, "k-a counts every renewing replica, whatever its clock");
+    assert_eq!(
+        members, 4.0,
+        "k-a counts every renewing replica, whatever its clock"
+    );
 
     let mine = fleet.reconciled_by("k-ahead", Timestamp::MIN);
     fleet.retire("k-ahead", libc::SIGKILL)?;
@@ -436,9 +470,14 @@ async fn replicas_with_skewed_clocks_join_and_leave() -> Result<()> {
     fleet.change_all("ahead-left").await?;
     let took = fleet.settled("ahead-left", Duration::from_secs(300)).await?;
     let taken = fleet.taken_over("k-ahead", &mine, killed);
-    println!("kill -9 of the replica 30 s ahead: its range reconciled by another {taken:?} after; settled {took:?}");
+    println!(
+        "kill -9 of the replica 30 s ahead: its range reconciled by another {taken:?} after; settled {took:?}"
+    );
     let taken = taken.context("its range was taken over")?;
-    assert!(taken < Duration::from_secs(20), "a clock 30 s ahead kept a dead replica's range: {taken:?}");
+    assert!(
+        taken < Duration::from_secs(20),
+        "a clock 30 s ahead kept a dead replica's range: {taken:?}"
+    );
     fleet.retire("k-behind", libc::SIGTERM)?;
     fleet.change_all("behind-left").await?;
     fleet.settled("behind-left", Duration::from_secs(300)).await?;
@@ -472,8 +511,17 @@ async fn a_rolling_restart_to_another_shard_key_never_splits_the_objects_twice()
         .iter()
         .map(|g| &g.1)
         .chain(fleet.hosts.values())
-        .any(|h| h.log().iter().any(|l| l["message"].as_str().is_some_and(|m| m.contains("split the objects differently"))));
-    assert!(waited, "a replica said that members split the objects differently");
+        .any(|h| {
+            h.log().iter().any(|l| {
+                l["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("split the objects differently"))
+            })
+        });
+    assert!(
+        waited,
+        "a replica said that members split the objects differently"
+    );
     let reconciles = fleet.one_owner()?;
     println!("rollout: {reconciles} reconciles, none by two replicas at once");
     Ok(())
@@ -485,14 +533,22 @@ async fn a_rolling_restart_to_another_shard_key_never_splits_the_objects_twice()
 async fn sigterm_during_a_reshard_and_a_reload_exits_within_the_grace_period() -> Result<()> {
     let _turn = PLANES.lock().await;
     let mut fleet = Fleet::new("faults-sigterm", SMALL).await?;
-    let grace = ["--shutdown-timeout", "5s", "--hot-reload", "--reload-interval", "500ms"];
+    let grace = [
+        "--shutdown-timeout",
+        "5s",
+        "--hot-reload",
+        "--reload-interval",
+        "500ms",
+    ];
     fleet.start("t-a", &grace, &[])?;
     fleet.shares(&["t-a"]).await?;
     fleet.change_all("busy").await?;
     let joined = Timestamp::now();
     fleet.start("t-b", &grace, &[])?;
     eventually("t-a reshards", Duration::from_secs(60), async || {
-        Ok(fleet.logged_after("t-a", "shard ranges changed", joined).map(|_| ()))
+        Ok(fleet
+            .logged_after("t-a", "shard ranges changed", joined)
+            .map(|_| ()))
     })
     .await?;
     let signalled = Instant::now();
@@ -500,19 +556,33 @@ async fn sigterm_during_a_reshard_and_a_reload_exits_within_the_grace_period() -
     let reshard_exit = signalled.elapsed();
 
     // A plugin whose kinds are not served: the reload waits on discovery.
-    std::fs::copy(capstan_tests::plugin("scheduled-echo"), fleet.dir.join("echo.wasm"))?;
+    std::fs::copy(
+        capstan_tests::plugin("scheduled-echo"),
+        fleet.dir.join("echo.wasm"),
+    )?;
     let changed = Timestamp::now();
     eventually("t-b starts reloading", Duration::from_secs(30), async || {
-        Ok(fleet.host("t-b").log().iter().filter_map(timestamp).any(|t| t > changed).then_some(()))
+        Ok(fleet
+            .host("t-b")
+            .log()
+            .iter()
+            .filter_map(timestamp)
+            .any(|t| t > changed)
+            .then_some(()))
     })
     .await?;
     let signalled = Instant::now();
     fleet.retire("t-b", libc::SIGTERM)?;
     let reload_exit = signalled.elapsed();
-    println!("SIGTERM during a reshard: exited in {reshard_exit:?}; during a reload: {reload_exit:?} (grace 5 s)");
+    println!(
+        "SIGTERM during a reshard: exited in {reshard_exit:?}; during a reload: {reload_exit:?} (grace 5 s)"
+    );
     // The grace period, the Lease's release (3 s) and a second for the process.
     let limit = Duration::from_secs(5 + 3 + 1);
-    assert!(reshard_exit < limit && reload_exit < limit, "{reshard_exit:?}, {reload_exit:?}");
+    assert!(
+        reshard_exit < limit && reload_exit < limit,
+        "{reshard_exit:?}, {reload_exit:?}"
+    );
     fleet.one_owner()?;
     Ok(())
 }
@@ -540,7 +610,10 @@ async fn an_elected_leader_paused_or_stalled_never_reconciles_beside_its_success
         eventually("a leader", Duration::from_secs(30), async || {
             let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
                 Api::namespaced(fleet.plane.client().await?, &fleet.ns);
-            let holder = leases.get_opt("capstan-faults").await?.and_then(|l| l.spec?.holder_identity);
+            let holder = leases
+                .get_opt("capstan-faults")
+                .await?
+                .and_then(|l| l.spec?.holder_identity);
             Ok(holder.and_then(|h| ["l-a", "l-b"].into_iter().find(|id| *id == h)))
         })
         .await

@@ -316,13 +316,18 @@ pub const LEASE_DURATION: Duration = Duration::from_secs(6);
 /// Per-reconcile start/finish lines, to check no object is reconciled twice at once.
 pub const DEBUG: (&str, &str) = ("RUST_LOG", "info,capstan::controller=debug");
 
+/// One reconcile a host logged: object, start, end.
+pub type Run = (String, k8s_openapi::jiff::Timestamp, k8s_openapi::jiff::Timestamp);
+
 /// Reconciles of one object by two replicas at once: `(replica, replica, object)` for each,
-/// from every replica's `(object, start, end)` runs (see [`reconciles`]).
-pub fn overlapping(
-    runs: &[(String, Vec<(String, k8s_openapi::jiff::Timestamp, k8s_openapi::jiff::Timestamp)>)],
-) -> Vec<(String, String, String)> {
-    let mut by_object: std::collections::HashMap<&str, Vec<(&str, k8s_openapi::jiff::Timestamp, k8s_openapi::jiff::Timestamp)>> =
-        std::collections::HashMap::new();
+/// from every replica's runs (see [`reconciles`]).
+pub fn overlapping(runs: &[(String, Vec<Run>)]) -> Vec<(String, String, String)> {
+    type Span<'a> = (
+        &'a str,
+        k8s_openapi::jiff::Timestamp,
+        k8s_openapi::jiff::Timestamp,
+    );
+    let mut by_object: std::collections::HashMap<&str, Vec<Span<'_>>> = std::collections::HashMap::new();
     for (replica, list) in runs {
         for (object, start, end) in list {
             by_object.entry(object).or_default().push((replica, *start, *end));

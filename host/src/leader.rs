@@ -536,7 +536,11 @@ mod tests {
     async fn a_stale_read_never_renews_and_the_next_fresh_one_begins_a_new_term() {
         let api = FakeApi::default();
         let (leader, elector) = start(api.client(), timings(2_000, 600, 100));
-        assert!(tokio::time::timeout(GUARD, leader.acquired()).await.expect("acquired"));
+        assert!(
+            tokio::time::timeout(GUARD, leader.acquired())
+                .await
+                .expect("acquired")
+        );
         let term = leader.pin();
         // Reads now come back older than what was written: the write that follows carries
         // an old resourceVersion and is refused, so the leader cannot renew on it.
@@ -545,7 +549,11 @@ mod tests {
         tokio::time::timeout(GUARD, term.lost()).await.expect("fenced");
         assert!(!leader.is_held());
         *api.stale.lock().unwrap() = None;
-        assert!(tokio::time::timeout(GUARD, leader.acquired()).await.expect("leads again"));
+        assert!(
+            tokio::time::timeout(GUARD, leader.acquired())
+                .await
+                .expect("leads again")
+        );
         assert!(!term.is_held(), "the term that read stale data stays over");
         drop(elector);
     }

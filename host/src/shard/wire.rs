@@ -264,7 +264,10 @@ mod tests {
             let survivors = Ring::new(names[1..].iter().cloned());
             let mut widest = 0;
             let mut extra: f64 = 0.0;
-            for (case, ranges) in [("steady", ring.ranges(&names[1])), ("takeover", survivors.ranges(&names[1]))] {
+            for (case, ranges) in [
+                ("steady", ring.ranges(&names[1])),
+                ("takeover", survivors.ranges(&names[1])),
+            ] {
                 let exact = encode(&render(ShardKey::Uid, &ranges)).len();
                 let sent = bounded_selector(ShardKey::Uid, &ranges, MAX_SELECTOR_BYTES);
                 assert!(encode(&sent).len() <= MAX_SELECTOR_BYTES, "{n} replicas, {case}");
@@ -281,7 +284,10 @@ mod tests {
                 assert!(crate::shard::range::subtract(&ranges, &parse_ranges(&sent)).is_empty());
             }
             if n <= 10 {
-                assert!(extra < 0.5, "{n} replicas: the bound widens the selector by {extra:.2}");
+                assert!(
+                    extra < 0.5,
+                    "{n} replicas: the bound widens the selector by {extra:.2}"
+                );
             }
         }
     }
