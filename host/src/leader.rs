@@ -292,12 +292,7 @@ mod tests {
     const NAME: &str = "capstan";
 
     fn timings(lease: u64, renew: u64, retry: u64) -> Settings {
-        Settings {
-            lease_duration: Duration::from_millis(lease),
-            renew_deadline: Duration::from_millis(renew),
-            retry_period: Duration::from_millis(retry),
-            ..Settings::new(NAME, NAMESPACE, "me")
-        }
+        Settings::timings(NAME, NAMESPACE, lease, renew, retry)
     }
 
     /// An in-process API server holding one Lease, with optimistic concurrency.

@@ -81,6 +81,19 @@ pub fn identity() -> String {
 }
 
 #[cfg(test)]
+impl Settings {
+    /// Settings with timings in milliseconds, for tests.
+    pub(crate) fn timings(name: &str, namespace: &str, lease: u64, renew: u64, retry: u64) -> Settings {
+        Settings {
+            lease_duration: Duration::from_millis(lease),
+            renew_deadline: Duration::from_millis(renew),
+            retry_period: Duration::from_millis(retry),
+            ..Settings::new(name, namespace, "me")
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -88,12 +101,7 @@ mod tests {
     const NAME: &str = "capstan";
 
     fn timings(lease: u64, renew: u64, retry: u64) -> Settings {
-        Settings {
-            lease_duration: Duration::from_millis(lease),
-            renew_deadline: Duration::from_millis(renew),
-            retry_period: Duration::from_millis(retry),
-            ..Settings::new(NAME, NAMESPACE, "me")
-        }
+        Settings::timings("capstan", "ns", lease, renew, retry)
     }
 
     #[test]
