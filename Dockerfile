@@ -9,7 +9,9 @@
 # dispatch 1.3× slower on one thread (44 vs 34 µs) and 4× slower per call on two (152 vs
 # 36 µs: one global lock). Swapping in mimalloc doubled the host's peak RSS instead.
 #
-# .ci/run builds the binary the same way and checks it needs only what distroless/cc has.
+# `capstan dev image` builds the same image offline (no engine, no registry) for the local
+# plane's real node; a test (host/src/dev/image/capstan.rs) holds the two to the same
+# user, entrypoint, command, ports, labels and binary path.
 
 ARG RUST_VERSION=1.95
 # Builder and runtime are both Debian 12, so the binary's glibc symbols exist at runtime.
@@ -25,6 +27,10 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && cp target/release/capstan /capstan
 
 FROM gcr.io/distroless/cc-debian12:nonroot
+LABEL org.opencontainers.image.title="capstan" \
+      org.opencontainers.image.description="Kubernetes reconcilers as sandboxed WebAssembly plugins" \
+      org.opencontainers.image.source="https://github.com/capstan-dev/capstan" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /capstan /usr/local/bin/capstan
 # The chart runs as 65532 too (runAsNonRoot needs a numeric user).
 USER 65532:65532

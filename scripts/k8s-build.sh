@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the pinned control-plane binaries (and helm) from Go modules into a cache keyed
 # by version, once. Prebuilt release downloads are not reachable here; the Go module
-# proxy is. Usage: scripts/k8s-build.sh [all|kube|etcd|kwok|helm]...
+# proxy is. `node` adds what a real node needs from the same Kubernetes module: kubelet,
+# kube-proxy, and the pause container compiled from the module's pause.c.
+# Usage: scripts/k8s-build.sh [all|kube|node|etcd|kwok|helm]...
 # Prints the cache root on its last line.
 set -euo pipefail
 
@@ -22,8 +24,11 @@ export GOFLAGS=${GOFLAGS:-} GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
 
 # A wrapper module is needed because k8s.io/kubernetes replaces its staging modules with
 # ./staging paths, which `go install pkg@version` refuses.
+plane_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+node_bins=(kubelet kube-proxy)
+
 build_kube() {
-  local bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  local bins=("$@")
   local missing=()
   for b in "${bins[@]}"; do [ -x "$kube_dir/bin/$b" ] || missing+=("$b"); done
   [ ${#missing[@]} -eq 0 ] && { step "kubernetes $KUBERNETES_VERSION: cached"; return; }
@@ -31,6 +36,13 @@ build_kube() {
   mkdir -p "$mod" "$kube_dir/bin"
   local minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
   local staging=v0.${KUBERNETES_VERSION#v1.}
+  # The module list covers every command ever built here, so adding the node's commands
+  # to a cache built for the plane only re-resolves the modules once.
+  local want_tools
+  want_tools=$(printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "${plane_bins[@]}" "${node_bins[@]}")
+  if [ -f "$mod/tools.go" ] && ! grep -q 'cmd/kubelet"' "$mod/tools.go"; then
+    rm -f "$mod/go.sum"
+  fi
   if [ ! -f "$mod/go.sum" ]; then
     step "kubernetes $KUBERNETES_VERSION: resolving modules"
     local gomod
@@ -45,18 +57,7 @@ build_kube() {
       echo
       grep -E '^\s*k8s\.io/[^ ]+ => \./staging/' "$gomod" | awk -v v="$staging" '{print "replace " $1 " => " $1 " " v}'
     } >"$mod/go.mod"
-    cat >"$mod/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
+    printf '//go:build tools\n\npackage tools\n\nimport (\n%s\n)\n' "$want_tools" >"$mod/tools.go"
     (cd "$mod" && go mod tidy -e >/dev/null 2>&1 || go mod tidy) || die "go mod tidy failed in $mod"
   fi
   local ld="-s -w -X k8s.io/component-base/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
@@ -68,6 +69,20 @@ GO
     mv "$kube_dir/bin/$b.tmp" "$kube_dir/bin/$b"
     step "kubernetes $KUBERNETES_VERSION: $b built in $((SECONDS - t0)) s"
   done
+}
+
+# The pause container's one program, from the same module: a static binary that sleeps
+# until signalled (what registry.k8s.io/pause ships).
+build_pause() {
+  [ -x "$kube_dir/bin/pause" ] && { step "pause $KUBERNETES_VERSION: cached"; return; }
+  command -v gcc >/dev/null || die "gcc is not installed (needed to build the pause container: apt-get install gcc libc6-dev)"
+  local src
+  src=$(cd "$kube_dir/src" && go list -m -f '{{.Dir}}' k8s.io/kubernetes) || die "k8s.io/kubernetes is not in $kube_dir/src"
+  step "pause $KUBERNETES_VERSION: building"
+  gcc -Os -static -DVERSION="$KUBERNETES_VERSION" -o "$kube_dir/bin/pause.tmp" "$src/build/pause/linux/pause.c" \
+    || die "building pause failed (a static build needs libc6-dev)"
+  strip "$kube_dir/bin/pause.tmp" 2>/dev/null || true
+  mv "$kube_dir/bin/pause.tmp" "$kube_dir/bin/pause"
 }
 
 build_etcd() {
@@ -140,12 +155,13 @@ targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(all)
 for t in "${targets[@]}"; do
   case $t in
-    all) build_etcd; build_kwok; build_kube ;;
-    kube) build_kube ;;
+    all) build_etcd; build_kwok; build_kube "${plane_bins[@]}" ;;
+    kube) build_kube "${plane_bins[@]}" ;;
+    node) build_kube "${node_bins[@]}"; build_pause ;;
     etcd) build_etcd ;;
     kwok) build_kwok ;;
     helm) build_helm ;;
-    *) die "unknown target '$t' (all|kube|etcd|kwok|helm)" ;;
+    *) die "unknown target '$t' (all|kube|node|etcd|kwok|helm)" ;;
   esac
 done
 echo "$cache"

@@ -61,6 +61,12 @@ pub struct Binaries {
     pub kwok: PathBuf,
     /// Directory holding kwok's stage files (`pod-ready.yaml`, ...).
     pub kwok_stages: PathBuf,
+    /// `kubelet`, for a real node (built only when one is asked for).
+    pub kubelet: PathBuf,
+    /// `kube-proxy`, the real node's Service proxy.
+    pub kube_proxy: PathBuf,
+    /// The pause container's program, static, from the same Kubernetes module.
+    pub pause: PathBuf,
 }
 
 /// The kwok stages the plane loads: nodes become Ready, pods run, Job pods complete.
@@ -104,6 +110,9 @@ impl Binaries {
             kubectl: kube.join("kubectl"),
             kwok: kwok.join("bin/kwok"),
             kwok_stages: kwok.join("stages"),
+            kubelet: kube.join("kubelet"),
+            kube_proxy: kube.join("kube-proxy"),
+            pause: kube.join("pause"),
         }
     }
 
@@ -124,6 +133,15 @@ impl Binaries {
             .filter(|p| !is_executable(p))
             .cloned()
             .chain(stages.filter(|p| !p.is_file()))
+            .collect()
+    }
+
+    /// The real node's binaries that are absent or not executable.
+    pub fn missing_node(&self) -> Vec<PathBuf> {
+        [&self.kubelet, &self.kube_proxy, &self.pause]
+            .into_iter()
+            .filter(|p| !is_executable(p))
+            .cloned()
             .collect()
     }
 
@@ -149,37 +167,61 @@ impl Binaries {
         if let Ok(bins) = Self::locate() {
             return Ok(bins);
         }
-        if find_on_path("go").is_none() {
-            bail!("cannot build the control plane: Go is not installed (need go >= 1.24 on PATH)");
-        }
-        // Two test binaries may get here at once; one builds, the other then finds it all.
-        let _lock = BuildLock::acquire(&cache_root())?;
-        if let Ok(bins) = Self::locate() {
+        build("all", Self::locate)
+    }
+
+    /// Like [`Self::ensure`], and also the real node's kubelet, kube-proxy and pause.
+    pub fn ensure_node() -> Result<Self> {
+        let bins = Self::ensure()?;
+        if bins.missing_node().is_empty() {
             return Ok(bins);
         }
-        let work = tempfile::Builder::new()
-            .prefix("capstan-k8s-build-")
-            .tempdir()
-            .context("creating a temp dir for the build script")?;
-        let script = work.path().join("k8s-build.sh");
-        std::fs::write(&script, BUILD_SCRIPT)?;
-        std::fs::write(work.path().join("versions.env"), VERSIONS_ENV)?;
-        // The script reads CAPSTAN_CACHE itself; pass ours so both always agree.
-        let status = Command::new("bash")
-            .arg(&script)
-            .arg("all")
-            .env("CAPSTAN_CACHE", cache_root())
-            .current_dir(work.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .status()
-            .context("running bash for k8s-build.sh")?;
-        if !status.success() {
-            bail!("building the control plane failed ({status}); see the k8s-build output above");
-        }
-        Self::locate()
+        let node = || {
+            let bins = Self::locate()?;
+            match bins.missing_node().first() {
+                Some(first) => bail!(
+                    "the real node's binaries are still missing after the build (e.g. {})",
+                    first.display()
+                ),
+                None => Ok(bins),
+            }
+        };
+        build("node", node)
     }
+}
+
+/// Runs the embedded build script for `target` under the cache lock, then `locate`.
+fn build(target: &str, locate: impl Fn() -> Result<Binaries>) -> Result<Binaries> {
+    if find_on_path("go").is_none() {
+        bail!("cannot build the control plane: Go is not installed (need go >= 1.24 on PATH)");
+    }
+    // Two test binaries may get here at once; one builds, the other then finds it all.
+    let _lock = BuildLock::acquire(&cache_root())?;
+    if let Ok(bins) = locate() {
+        return Ok(bins);
+    }
+    let work = tempfile::Builder::new()
+        .prefix("capstan-k8s-build-")
+        .tempdir()
+        .context("creating a temp dir for the build script")?;
+    let script = work.path().join("k8s-build.sh");
+    std::fs::write(&script, BUILD_SCRIPT)?;
+    std::fs::write(work.path().join("versions.env"), VERSIONS_ENV)?;
+    // The script reads CAPSTAN_CACHE itself; pass ours so both always agree.
+    let status = Command::new("bash")
+        .arg(&script)
+        .arg(target)
+        .env("CAPSTAN_CACHE", cache_root())
+        .current_dir(work.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .status()
+        .context("running bash for k8s-build.sh")?;
+    if !status.success() {
+        bail!("building the control plane failed ({status}); see the k8s-build output above");
+    }
+    locate()
 }
 
 /// An exclusive `flock` on the cache root, released when dropped (or when we die).

@@ -9,9 +9,11 @@ use crate::dev::api;
 use crate::dev::binaries::Binaries;
 use crate::dev::certs::Pki;
 use crate::dev::components::{
-    APISERVER, ETCD, KCM, KWOK, Layout, PortMap, SCHEDULER, http_get, listening, wait_until,
+    APISERVER, ETCD, KCM, KUBE_PROXY, KUBELET, KWOK, Layout, PortMap, SCHEDULER, http_get, listening,
+    wait_until,
 };
 use crate::dev::kubeconfig;
+use crate::dev::node;
 use crate::dev::process::{self, Lifetime, Proc};
 use crate::dev::{Plane, PlaneConfig};
 
@@ -24,20 +26,28 @@ pub(crate) struct Booted {
     pub started_in: Duration,
 }
 
-/// Kills what was started so far if boot fails or its future is dropped half-way.
-struct Started(Vec<Proc>);
+/// Kills what was started so far if boot fails or its future is dropped half-way, and
+/// takes apart a real node begun in the plane's dir.
+pub(crate) struct Started {
+    procs: Vec<Proc>,
+    pub node: Option<PathBuf>,
+}
 
 impl Drop for Started {
     fn drop(&mut self) {
-        for p in self.0.iter_mut().rev() {
+        for p in self.procs.iter_mut().rev() {
             p.kill(Duration::ZERO);
+        }
+        if let Some(dir) = self.node.take() {
+            node::stop(&dir);
         }
     }
 }
 
 /// Files a previous plane left in a reused dir; each start is a fresh cluster.
-const STATE: [&str; 6] = [
+const STATE: [&str; 7] = [
     "etcd",
+    "node",
     "pki",
     "apiserver-certs",
     "kcm-certs",
@@ -131,7 +141,10 @@ pub(crate) async fn boot(
         layout: &layout,
         lifetime,
         timeout: config.start_timeout,
-        started: Started(Vec::new()),
+        started: Started {
+            procs: Vec::new(),
+            node: None,
+        },
     };
     let etcd_port = ports.etcd_client;
     starter
@@ -149,11 +162,20 @@ pub(crate) async fn boot(
         })
         .await?;
     start_optional(&mut starter, config, &client).await?;
+    if config.real_node {
+        let kubeconfigs = node::Kubeconfigs {
+            kubelet: layout.kubeconfig(KUBELET),
+            kube_proxy: layout.kubeconfig(KUBE_PROXY),
+        };
+        node::start(&mut starter, &client, kubeconfigs).await?;
+        // Stopping the plane now takes the node apart; the guard must not.
+        starter.started.node = None;
+    }
     Ok(Booted {
         kubeconfig,
         server,
         ports,
-        procs: std::mem::take(&mut starter.started.0),
+        procs: std::mem::take(&mut starter.started.procs),
         started_in: t0.elapsed(),
     })
 }
@@ -171,6 +193,8 @@ fn prepare(dir: &Path) -> Result<()> {
             dir.display()
         );
     }
+    // A node left by a plane that died here still has mounts under the dir.
+    node::stop(dir);
     wipe_state(dir)
 }
 
@@ -183,6 +207,8 @@ fn write_kubeconfigs(layout: &Layout, server: &str) -> Result<PathBuf> {
         (KCM, &pki.controller_manager),
         (SCHEDULER, &pki.scheduler),
         (KWOK, &pki.kwok),
+        (KUBELET, &pki.kubelet),
+        (KUBE_PROXY, &pki.kube_proxy),
     ] {
         kubeconfig::write(&layout.kubeconfig(name), server, &pki.ca.cert, certs)?;
     }
@@ -214,6 +240,9 @@ async fn start_optional(
     }
     if config.kwok {
         api::create_fake_node(client).await?;
+        if config.real_node {
+            node::taint_fake_node(client).await?;
+        }
         let port = layout.ports.kwok;
         starter
             .start(KWOK, &bins.kwok, layout.kwok(), "GET /healthz", || async move {
@@ -221,7 +250,7 @@ async fn start_optional(
             })
             .await?;
         let node_ready = format!("node {} to be Ready", api::FAKE_NODE);
-        let kwok = starter.started.0.last_mut().expect("kwok was just started");
+        let kwok = starter.started.procs.last_mut().expect("kwok was just started");
         wait_until(kwok, starter.timeout, &node_ready, || {
             api::fake_node_ready(client)
         })
@@ -231,16 +260,16 @@ async fn start_optional(
 }
 
 /// Starts components one at a time, each waited for before the next.
-struct Starter<'a> {
-    layout: &'a Layout<'a>,
+pub(crate) struct Starter<'a> {
+    pub layout: &'a Layout<'a>,
     lifetime: Lifetime,
     timeout: Duration,
-    started: Started,
+    pub started: Started,
 }
 
 impl Starter<'_> {
     /// Spawn `name` and wait until `ready` (described by `what`) holds.
-    async fn start<F, Fut>(
+    pub async fn start<F, Fut>(
         &mut self,
         name: &'static str,
         program: &Path,
@@ -254,8 +283,8 @@ impl Starter<'_> {
     {
         let log = self.layout.log(name);
         let proc = process::spawn(name, program, args, self.layout.dir, log, self.lifetime)?;
-        self.started.0.push(proc);
-        let proc = self.started.0.last_mut().expect("just pushed");
+        self.started.procs.push(proc);
+        let proc = self.started.procs.last_mut().expect("just pushed");
         wait_until(proc, self.timeout, what, ready).await
     }
 }

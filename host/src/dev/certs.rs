@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::dev::node::REAL_NODE;
 use anyhow::{Context, Result};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
@@ -25,6 +26,11 @@ pub(crate) struct Pki {
     pub controller_manager: CertFiles,
     pub scheduler: CertFiles,
     pub kwok: CertFiles,
+    /// The real node's kubelet, as `system:node:<name>` (the Node authorizer's subject).
+    pub kubelet: CertFiles,
+    pub kube_proxy: CertFiles,
+    /// What kube-apiserver shows the kubelet when it asks for logs, exec or port-forward.
+    pub apiserver_kubelet: CertFiles,
     pub sa_key: PathBuf,
     pub sa_pub: PathBuf,
 }
@@ -35,6 +41,9 @@ const ADMIN: (&str, &str) = ("capstan-admin", "system:masters");
 const KCM: &str = "system:kube-controller-manager";
 const SCHEDULER: &str = "system:kube-scheduler";
 const KWOK: (&str, &str) = ("kwok-controller", "system:masters");
+const KUBE_PROXY: &str = "system:kube-proxy";
+/// Bound to `system:kubelet-api-admin`'s rights through `system:masters`, as kubeadm does.
+const APISERVER_KUBELET: (&str, &str) = ("kube-apiserver-kubelet-client", "system:masters");
 
 impl Pki {
     /// Generates all keys and certs into `dir` (created if needed).
@@ -72,6 +81,14 @@ impl Pki {
         let controller_manager = client("kube-controller-manager", KCM, None)?;
         let scheduler = client("kube-scheduler", SCHEDULER, None)?;
         let kwok = client("kwok", KWOK.0, Some(KWOK.1))?;
+        let node_user = format!("system:node:{REAL_NODE}");
+        let kubelet = client("kubelet", &node_user, Some("system:nodes"))?;
+        let kube_proxy = client("kube-proxy", KUBE_PROXY, None)?;
+        let apiserver_kubelet = client(
+            "apiserver-kubelet-client",
+            APISERVER_KUBELET.0,
+            Some(APISERVER_KUBELET.1),
+        )?;
 
         let sa = KeyPair::generate()?;
         let sa_key = dir.join("sa.key");
@@ -86,6 +103,9 @@ impl Pki {
             controller_manager,
             scheduler,
             kwok,
+            kubelet,
+            kube_proxy,
+            apiserver_kubelet,
             sa_key,
             sa_pub,
         })

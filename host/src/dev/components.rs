@@ -1,4 +1,5 @@
-//! Command lines and readiness probes of the five components.
+//! Command lines and readiness probes of the plane's five components (the real node's
+//! three are in `dev::node`).
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -18,6 +19,9 @@ pub(crate) const APISERVER: &str = "kube-apiserver";
 pub(crate) const KCM: &str = "kube-controller-manager";
 pub(crate) const SCHEDULER: &str = "kube-scheduler";
 pub(crate) const KWOK: &str = "kwok";
+pub(crate) const CONTAINERD: &str = "containerd";
+pub(crate) const KUBELET: &str = "kubelet";
+pub(crate) const KUBE_PROXY: &str = "kube-proxy";
 
 /// Service IPs; pods get addresses from a separate range so the two never overlap.
 pub(crate) const SERVICE_CIDR: &str = "10.0.0.0/24";
@@ -101,6 +105,10 @@ impl Layout<'_> {
             // Endpoints may not point at loopback, and nothing here dials the service anyway.
             "--endpoint-reconciler-type=none".into(),
             format!("--cert-dir={}", s(&self.dir.join("apiserver-certs"))),
+            // For logs, exec and port-forward on a real node: its InternalIP, as this client.
+            format!("--kubelet-client-certificate={}", s(&pki.apiserver_kubelet.cert)),
+            format!("--kubelet-client-key={}", s(&pki.apiserver_kubelet.key)),
+            "--kubelet-preferred-address-types=InternalIP".into(),
         ];
         if self.sharded_watch {
             args.push("--feature-gates=ShardedListAndWatch=true".into());

@@ -138,6 +138,7 @@ impl Plane {
                 process::stop_foreign(p.pid, p.start_time, Duration::from_secs(5));
             }
         }
+        crate::dev::node::stop(dir);
         let path = dir.join(STATE_FILE);
         std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
         Ok(any)

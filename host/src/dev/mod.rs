@@ -1,6 +1,7 @@
 //! A real Kubernetes control plane on loopback for Capstan's tests and `capstan dev`:
 //! etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok with one fake
-//! node, so Jobs run to completion without a kubelet or container runtime.
+//! node, so Jobs run to completion without a kubelet or container runtime — and, when
+//! asked, a real node (containerd, runc, CNI, kubelet, kube-proxy) where containers run.
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
@@ -16,7 +17,9 @@ mod boot;
 mod certs;
 mod components;
 mod detached;
+pub mod image;
 mod kubeconfig;
+pub mod node;
 mod outage;
 mod plane;
 mod process;

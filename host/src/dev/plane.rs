@@ -38,6 +38,9 @@ pub struct PlaneConfig {
     pub kwok: bool,
     /// How long each component gets to become ready.
     pub start_timeout: Duration,
+    /// Start a real node too (`dev::node`): pods run in containers. Needs root and the
+    /// runtime's packages; kwok's node, if any, is tainted so pods go to the real one.
+    pub real_node: bool,
     /// Turn on kube-apiserver's alpha `ShardedListAndWatch` gate (the `shardSelector` list
     /// and watch parameter, KEP-5866), so sharded hosts can be tried locally.
     pub sharded_watch: bool,
@@ -53,6 +56,7 @@ impl Default for PlaneConfig {
             scheduler: true,
             kwok: true,
             start_timeout: Duration::from_secs(90),
+            real_node: false,
             sharded_watch: true,
         }
     }
@@ -217,6 +221,15 @@ impl Plane {
         self.pids().iter().map(|(_, pid)| process::rss_bytes(*pid)).sum()
     }
 
+    /// Imports an OCI image archive (see [`crate::dev::image`]) into this plane's real node.
+    pub fn load_image(&self, archive: &Path) -> Result<()> {
+        let dir = self
+            .dir
+            .as_deref()
+            .context("an external cluster has no node of ours")?;
+        crate::dev::node::load_image(dir, archive)
+    }
+
     /// Applies the CRDs and waits until each is Established.
     pub async fn install_crds(&self, crds: &[CustomResourceDefinition]) -> Result<()> {
         api::install_crds(&self.client().await?, crds, Duration::from_secs(60)).await
@@ -236,6 +249,11 @@ impl Plane {
         while let Some(mut p) = procs.pop() {
             p.kill(Duration::ZERO);
         }
+        if let Some(dir) = &self.dir
+            && self.server.is_some()
+        {
+            crate::dev::node::stop(dir);
+        }
         drop(self.temp.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
 }
@@ -247,9 +265,14 @@ impl Drop for Plane {
 }
 
 pub(crate) async fn resolve_binaries(config: &PlaneConfig) -> Result<Binaries> {
+    let ensure = if config.real_node {
+        Binaries::ensure_node
+    } else {
+        Binaries::ensure
+    };
     match &config.binaries {
         Some(b) => Ok(b.clone()),
-        None => tokio::task::spawn_blocking(Binaries::ensure)
+        None => tokio::task::spawn_blocking(ensure)
             .await
             .context("the binaries lookup panicked")?,
     }
