@@ -155,19 +155,43 @@ impl Plane {
                 plane.shutdown();
             }
         }
-        SHARED
-            .get_or_try_init(|| async {
-                if let Some(kc) = std::env::var_os(EXTERNAL_KUBECONFIG_ENV).filter(|v| !v.is_empty()) {
-                    return Ok(Plane::external(kc));
-                }
-                let plane = Plane::start(PlaneConfig::default()).await?;
-                // SAFETY: registering a plain extern "C" fn; it only kills and removes files.
-                unsafe {
-                    libc::atexit(stop_shared);
-                }
-                Ok(plane)
-            })
-            .await
+        Self::shared_in(&SHARED, PlaneConfig::default(), stop_shared).await
+    }
+
+    /// Like [`Plane::shared`], with a real node (`PlaneConfig::real_node`): the plane for
+    /// tests where containers must really run. Taken apart at exit like the node of
+    /// `capstan dev down`.
+    pub async fn shared_real_node() -> Result<&'static Plane> {
+        static SHARED: tokio::sync::OnceCell<Plane> = tokio::sync::OnceCell::const_new();
+        extern "C" fn stop_shared() {
+            if let Some(plane) = SHARED.get() {
+                plane.shutdown();
+            }
+        }
+        let config = PlaneConfig {
+            real_node: true,
+            ..PlaneConfig::default()
+        };
+        Self::shared_in(&SHARED, config, stop_shared).await
+    }
+
+    async fn shared_in(
+        cell: &'static tokio::sync::OnceCell<Plane>,
+        config: PlaneConfig,
+        at_exit: extern "C" fn(),
+    ) -> Result<&'static Plane> {
+        cell.get_or_try_init(|| async {
+            if let Some(kc) = std::env::var_os(EXTERNAL_KUBECONFIG_ENV).filter(|v| !v.is_empty()) {
+                return Ok(Plane::external(kc));
+            }
+            let plane = Plane::start(config).await?;
+            // SAFETY: registering a plain extern "C" fn; it only kills and removes files.
+            unsafe {
+                libc::atexit(at_exit);
+            }
+            Ok(plane)
+        })
+        .await
     }
 
     /// An admin client, built on the calling runtime (a static plane outlives any one
