@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The test suite, as CI runs it: installs what it needs (the wasm32-wasip2 target, the
-# pinned control-plane binaries and helm, built from Go modules into ~/.cache/capstan once),
-# then runs every test in the workspace.
+# real node's Debian packages, the pinned control-plane and node binaries and helm, built
+# from Go modules into ~/.cache/capstan once), then runs every test in the workspace.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 if command -v rustup >/dev/null; then
   rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 fi
-# The control plane, and helm for the chart tests (tests/helm_*.rs).
-scripts/k8s-build.sh all helm >/dev/null
+# The real node's runtime for tests/node*.rs (Debian's packages; as root, which the node
+# needs anyway), then the control plane, the node's kubelet, kube-proxy and pause, and helm
+# for the chart tests.
+scripts/node-packages.sh
+scripts/k8s-build.sh all node helm >/dev/null
 cargo build --profile plugin --target wasm32-wasip2 -p echo -p hostile -p scheduled-echo -p tenant -p broken-metadata -p greedy -p echo-canary -p namespace-defaults
 
 # cargo prints one result line per test binary; finish with the total on one line.
