@@ -329,6 +329,8 @@ fn sweep_stale(root: &Path) {
             && pid != std::process::id()
             && !process::alive(pid)
         {
+            // A real node that died with its plane still has mounts in there.
+            crate::dev::node::stop(&entry.path());
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
