@@ -37,7 +37,10 @@ async fn plane() -> Result<&'static Plane> {
     IMAGE
         .get_or_try_init(|| async {
             let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("node-image");
-            let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+            let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .unwrap()
+                .to_path_buf();
             // The Dockerfile's binary (no default features); the dev profile, because which
             // libraries it needs does not depend on optimisation and a release build costs
             // CI minutes. It is stripped, as the Dockerfile's is.
@@ -78,23 +81,27 @@ fn install_args<'a>(ns: &'a str, values: &'a str, echo: &'a str, extra: &[&'a st
 /// The release's `count` pods, once each is Ready.
 async fn ready_pods(admin: &kube::Client, ns: &str, count: usize) -> Result<Vec<Pod>> {
     let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
-    eventually(&format!("{count} Ready host pods"), Duration::from_secs(120), async || {
-        let list = pods
-            .list(&ListParams::default().labels("app.kubernetes.io/name=capstan"))
-            .await?
-            .items;
-        let ready: Vec<Pod> = list
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter(|p| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
-            .collect();
-        Ok((ready.len() == count).then_some(ready))
-    })
+    eventually(
+        &format!("{count} Ready host pods"),
+        Duration::from_secs(120),
+        async || {
+            let list = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/name=capstan"))
+                .await?
+                .items;
+            let ready: Vec<Pod> = list
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                })
+                .collect();
+            Ok((ready.len() == count).then_some(ready))
+        },
+    )
     .await
 }
 
@@ -140,15 +147,22 @@ async fn echo_runs(admin: &kube::Client, ns: &str, name: &str, message: &str) ->
         "metadata": {"name": name}, "spec": {"message": message},
     }))?;
     echoes.create(&PostParams::default(), &echo).await?;
-    let job_name = eventually(&format!("Echo {ns}/{name} Succeeded"), Duration::from_secs(120), async || {
-        let e = echoes.get(name).await?;
-        Ok((e.data["status"]["phase"] == "Succeeded")
-            .then(|| e.data["status"]["jobName"].as_str().map(str::to_string))
-            .flatten())
-    })
+    let job_name = eventually(
+        &format!("Echo {ns}/{name} Succeeded"),
+        Duration::from_secs(120),
+        async || {
+            let e = echoes.get(name).await?;
+            Ok((e.data["status"]["phase"] == "Succeeded")
+                .then(|| e.data["status"]["jobName"].as_str().map(str::to_string))
+                .flatten())
+        },
+    )
     .await?;
     let job = Api::<Job>::namespaced(admin.clone(), ns).get(&job_name).await?;
-    ensure!(job.status.and_then(|s| s.succeeded) == Some(1), "Job {job_name} did not succeed");
+    ensure!(
+        job.status.and_then(|s| s.succeeded) == Some(1),
+        "Job {job_name} did not succeed"
+    );
     let pods = Api::<Pod>::namespaced(admin.clone(), ns)
         .list(&ListParams::default().labels(&format!("job-name={job_name}")))
         .await?;
@@ -162,7 +176,11 @@ async fn echo_runs(admin: &kube::Client, ns: &str, name: &str, message: &str) ->
 }
 
 fn release_uninstalled(ns: &str, kubeconfig: &Path) -> Result<()> {
-    helm_ok(&["uninstall", "capstan", "-n", ns, "--wait", "--timeout", "60s"], Some(kubeconfig)).map(drop)
+    helm_ok(
+        &["uninstall", "capstan", "-n", ns, "--wait", "--timeout", "60s"],
+        Some(kubeconfig),
+    )
+    .map(drop)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,7 +195,12 @@ async fn the_chart_runs_the_host_from_its_own_image_and_echo_jobs_really_run() -
     let echo_file = plugin("echo");
     let echo = wasm_from("echo", &echo_file);
     let chart = chart();
-    let hot = ["--set", "hotReload.enabled=true", "--set", "hotReload.interval=1s"];
+    let hot = [
+        "--set",
+        "hotReload.enabled=true",
+        "--set",
+        "hotReload.interval=1s",
+    ];
     let mut install = vec!["install", "capstan", chart.to_str().unwrap()];
     install.extend(install_args(&ns, &values, &echo, &hot));
     helm_ok(&install, kubeconfig)?;
@@ -188,12 +211,23 @@ async fn the_chart_runs_the_host_from_its_own_image_and_echo_jobs_really_run() -
     let uid = pod.metadata.uid.clone().unwrap();
     let pid = container_process(&uid, "capstan").context("the host's container process on this machine")?;
     let (user, read_only) = identity(pid)?;
-    assert_eq!(user, 65532, "the runtime runs the host as the chart's non-root user");
-    assert!(read_only, "the runtime mounts the host's root file system read-only");
+    assert_eq!(
+        user, 65532,
+        "the runtime runs the host as the chart's non-root user"
+    );
+    assert!(
+        read_only,
+        "the runtime mounts the host's root file system read-only"
+    );
 
     // What a user sees first: `kubectl logs` of the host at the default level.
     let log = pod_log(&admin, &ns, &pod_name).await?;
-    for line in ["serving metrics", "serving health probes", "plugin loaded", "caches synced; ready"] {
+    for line in [
+        "serving metrics",
+        "serving health probes",
+        "plugin loaded",
+        "caches synced; ready",
+    ] {
         assert!(log.contains(line), "`{line}` in the pod's log:\n{log}");
     }
 
@@ -204,53 +238,96 @@ async fn the_chart_runs_the_host_from_its_own_image_and_echo_jobs_really_run() -
     assert_eq!(printed, format!("{message}\n"));
 
     // The metrics Service answers on its ClusterIP, through kube-proxy's rules.
-    let service = Api::<Service>::namespaced(admin.clone(), &ns).get("capstan-metrics").await?;
+    let service = Api::<Service>::namespaced(admin.clone(), &ns)
+        .get("capstan-metrics")
+        .await?;
     let spec = service.spec.context("a Service spec")?;
-    let address = format!("{}:{}", spec.cluster_ip.context("a ClusterIP")?, spec.ports.unwrap()[0].port);
+    let address = format!(
+        "{}:{}",
+        spec.cluster_ip.context("a ClusterIP")?,
+        spec.ports.unwrap()[0].port
+    );
     let metrics = eventually("the metrics Service", Duration::from_secs(30), async || {
-        Ok(capstan_tests::host::http_get(&address, "/metrics").ok().map(|(_, body)| body))
+        Ok(capstan_tests::host::http_get(&address, "/metrics")
+            .ok()
+            .map(|(_, body)| body))
     })
     .await?;
-    assert!(metrics.contains("controller_runtime_reconcile_total{controller=\"echo\""), "{metrics}");
+    assert!(
+        metrics.contains("controller_runtime_reconcile_total{controller=\"echo\""),
+        "{metrics}"
+    );
 
     // `helm upgrade` with a new plugin version: the ConfigMap changes, kubelet projects it
     // into the running pod, and the host swaps it in without a restart.
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("node-upgrade");
     std::fs::create_dir_all(&dir)?;
     let v2 = dir.join("echo-v2.wasm");
-    std::fs::write(&v2, with_custom_section(&std::fs::read(&echo_file)?, "capstan-test", b"v2"))?;
+    std::fs::write(
+        &v2,
+        with_custom_section(&std::fs::read(&echo_file)?, "capstan-test", b"v2"),
+    )?;
     let echo_v2 = wasm_from("echo", &v2);
     let mut upgrade = vec!["upgrade", "capstan", chart.to_str().unwrap()];
     upgrade.extend(install_args(&ns, &values, &echo_v2, &hot));
     helm_ok(&upgrade, kubeconfig)?;
-    eventually("the host in the pod to reload echo", Duration::from_secs(120), async || {
-        Ok(pod_log(&admin, &ns, &pod_name).await?.contains("plugin reloaded").then_some(()))
-    })
+    eventually(
+        "the host in the pod to reload echo",
+        Duration::from_secs(120),
+        async || {
+            Ok(pod_log(&admin, &ns, &pod_name)
+                .await?
+                .contains("plugin reloaded")
+                .then_some(()))
+        },
+    )
     .await?;
     let after = Api::<Pod>::namespaced(admin.clone(), &ns).get(&pod_name).await?;
     assert_eq!(after.metadata.uid.as_deref(), Some(uid.as_str()), "same pod");
-    let restarts = after.status.and_then(|s| s.container_statuses).unwrap_or_default();
-    assert!(restarts.iter().all(|c| c.restart_count == 0), "no restart: {restarts:?}");
-    assert_eq!(echo_runs(&admin, &apps, "after-reload", "reloaded").await?, "reloaded\n");
+    let restarts = after
+        .status
+        .and_then(|s| s.container_statuses)
+        .unwrap_or_default();
+    assert!(
+        restarts.iter().all(|c| c.restart_count == 0),
+        "no restart: {restarts:?}"
+    );
+    assert_eq!(
+        echo_runs(&admin, &apps, "after-reload", "reloaded").await?,
+        "reloaded\n"
+    );
 
     // Uninstall leaves nothing of the release; the CRDs stay, as helm keeps `crds/`.
     release_uninstalled(&ns, plane.kubeconfig())?;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     eventually("the host pod gone", Duration::from_secs(60), async || {
-        let left = pods.list(&ListParams::default().labels("app.kubernetes.io/name=capstan")).await?;
+        let left = pods
+            .list(&ListParams::default().labels("app.kubernetes.io/name=capstan"))
+            .await?;
         Ok(left.items.is_empty().then_some(()))
     })
     .await?;
     let instance = "app.kubernetes.io/instance=capstan";
-    let roles = Api::<ClusterRole>::all(admin.clone()).list(&ListParams::default().labels(instance)).await?;
+    let roles = Api::<ClusterRole>::all(admin.clone())
+        .list(&ListParams::default().labels(instance))
+        .await?;
     let bindings = Api::<ClusterRoleBinding>::all(admin.clone())
         .list(&ListParams::default().labels(instance))
         .await?;
     let ours = |name: &Option<String>| name.as_deref().is_some_and(|n| n.contains(&ns));
-    assert!(!roles.items.iter().any(|r| ours(&r.metadata.name)), "ClusterRoles left");
-    assert!(!bindings.items.iter().any(|r| ours(&r.metadata.name)), "ClusterRoleBindings left");
+    assert!(
+        !roles.items.iter().any(|r| ours(&r.metadata.name)),
+        "ClusterRoles left"
+    );
+    assert!(
+        !bindings.items.iter().any(|r| ours(&r.metadata.name)),
+        "ClusterRoleBindings left"
+    );
     let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-    assert!(crds.get_opt("echoes.capstan.dev").await?.is_some(), "helm keeps the CRDs");
+    assert!(
+        crds.get_opt("echoes.capstan.dev").await?.is_some(),
+        "helm keeps the CRDs"
+    );
     Ok(())
 }
 
@@ -284,7 +361,9 @@ async fn the_standby_pod_takes_over_when_the_leader_pod_is_deleted() -> Result<(
     let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns);
     let holder = async || -> Result<Option<String>> {
         let lease = leases.get_opt("capstan").await?;
-        Ok(lease.and_then(|l| l.spec?.holder_identity).filter(|h| !h.is_empty()))
+        Ok(lease
+            .and_then(|l| l.spec?.holder_identity)
+            .filter(|h| !h.is_empty()))
     };
     let leader = eventually("a leader", Duration::from_secs(60), async || holder().await).await?;
     assert_eq!(echo_runs(&admin, &apps, "before", "before").await?, "before\n");
@@ -298,7 +377,10 @@ async fn the_standby_pod_takes_over_when_the_leader_pod_is_deleted() -> Result<(
     })
     .await?;
     let takeover = deleted.elapsed();
-    assert_eq!(echo_runs(&admin, &apps, "after", "after failover").await?, "after failover\n");
+    assert_eq!(
+        echo_runs(&admin, &apps, "after", "after failover").await?,
+        "after failover\n"
+    );
     let converged = deleted.elapsed();
     println!(
         "takeover: {next} leads {:.1} s after leader pod {leader} was deleted; a new Echo's Job pod ran and Succeeded {:.1} s after",
@@ -317,12 +399,18 @@ async fn the_node_is_ready_and_kwoks_node_takes_no_pods() -> Result<()> {
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(admin.clone());
     let node = nodes.get(capstan::dev::node::REAL_NODE).await?;
     let addresses = node.status.and_then(|s| s.addresses).unwrap_or_default();
-    let internal = addresses.iter().find(|a| a.type_ == "InternalIP").context("an InternalIP")?;
+    let internal = addresses
+        .iter()
+        .find(|a| a.type_ == "InternalIP")
+        .context("an InternalIP")?;
     if internal.address.starts_with("127.") {
         bail!("the node's InternalIP is loopback: the API server could not reach its kubelet");
     }
     let fake = nodes.get(capstan::dev::FAKE_NODE).await?;
     let taints = fake.spec.and_then(|s| s.taints).unwrap_or_default();
-    assert!(taints.iter().any(|t| t.effect == "NoSchedule"), "kwok's node is tainted: {taints:?}");
+    assert!(
+        taints.iter().any(|t| t.effect == "NoSchedule"),
+        "kwok's node is tainted: {taints:?}"
+    );
     Ok(())
 }

@@ -36,7 +36,10 @@ fn chains() -> BTreeSet<String> {
 }
 
 fn links() -> String {
-    let out = Command::new("ip").args(["-br", "link"]).output().expect("ip runs");
+    let out = Command::new("ip")
+        .args(["-br", "link"])
+        .output()
+        .expect("ip runs");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -57,41 +60,68 @@ fn processes_under(dir: &Path) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_down_after_pods_ran_leaves_nothing_behind() -> Result<()> {
     let before = chains();
-    let system = ["/run/containerd", "/run/netns", "/var/lib/kubelet", "/var/log/containers", "/var/lib/cni"];
+    let system = [
+        "/run/containerd",
+        "/run/netns",
+        "/var/lib/kubelet",
+        "/var/log/containers",
+        "/var/lib/cni",
+    ];
     let existed: Vec<bool> = system.iter().map(|p| Path::new(p).exists()).collect();
     let dir = tempfile::Builder::new().prefix("capstan-node-down-").tempdir()?;
     let up = capstan(&["dev", "up", "--real-node", "--dir", arg(dir.path())]);
-    ensure!(up.status.success(), "dev up: {}", String::from_utf8_lossy(&up.stderr));
+    ensure!(
+        up.status.success(),
+        "dev up: {}",
+        String::from_utf8_lossy(&up.stderr)
+    );
     let status = capstan(&["dev", "status", "--dir", arg(dir.path())]);
     let status = String::from_utf8_lossy(&status.stdout).into_owned();
     for component in ["containerd", "kubelet", "kube-proxy"] {
-        assert!(status.contains(&format!("name: {component}")), "{component} in dev status:\n{status}");
+        assert!(
+            status.contains(&format!("name: {component}")),
+            "{component} in dev status:\n{status}"
+        );
     }
     assert!(links().contains("capstan-node"), "{}", links());
 
     // A pod that keeps running (mounts, a sandbox, a shim, a veth) when the plane stops.
     let kc = Kubeconfig::read_from(dir.path().join("kubeconfig"))?;
-    let client: kube::Client =
-        kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?.try_into()?;
+    let client: kube::Client = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await?
+        .try_into()?;
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sleeper"},
         "spec": {"containers": [{"name": "c", "image": "busybox:1.37.0", "command": ["sleep", "3600"]}]},
     }))?;
-    eventually("the ServiceAccount admission to allow pods", Duration::from_secs(60), async || {
-        Ok(pods.create(&PostParams::default(), &pod).await.ok().map(drop))
-    })
+    eventually(
+        "the ServiceAccount admission to allow pods",
+        Duration::from_secs(60),
+        async || Ok(pods.create(&PostParams::default(), &pod).await.ok().map(drop)),
+    )
     .await?;
     eventually("the pod Running", Duration::from_secs(90), async || {
         let p = pods.get("sleeper").await?;
         Ok((p.status.and_then(|s| s.phase).as_deref() == Some("Running")).then_some(()))
     })
     .await?;
-    ensure!(!leftover_mounts(dir.path()).is_empty(), "a running pod mounts its root file system");
+    ensure!(
+        !leftover_mounts(dir.path()).is_empty(),
+        "a running pod mounts its root file system"
+    );
 
     let down = capstan(&["dev", "down", "--dir", arg(dir.path())]);
-    ensure!(down.status.success(), "dev down: {}", String::from_utf8_lossy(&down.stderr));
-    assert_eq!(leftover_mounts(dir.path()), Vec::<std::path::PathBuf>::new(), "mounts left");
+    ensure!(
+        down.status.success(),
+        "dev down: {}",
+        String::from_utf8_lossy(&down.stderr)
+    );
+    assert_eq!(
+        leftover_mounts(dir.path()),
+        Vec::<std::path::PathBuf>::new(),
+        "mounts left"
+    );
     assert!(!links().contains("capstan-"), "links left:\n{}", links());
     let after = chains();
     let added: Vec<&String> = after.difference(&before).collect();

@@ -60,10 +60,17 @@ impl Plane {
     /// kubeconfig. Builds missing binaries first.
     pub async fn start_detached(dir: &Path, config: PlaneConfig) -> Result<PathBuf> {
         if let Some(state) = Self::detached_state(dir)? {
-            let has_node = state.components.iter().any(|p| p.name == crate::dev::components::KUBELET);
+            let has_node = state
+                .components
+                .iter()
+                .any(|p| p.name == crate::dev::components::KUBELET);
             if state.components.iter().all(DetachedProcess::running) {
                 if has_node != config.real_node {
-                    let (runs, asked) = if has_node { ("with", "without") } else { ("without", "with") };
+                    let (runs, asked) = if has_node {
+                        ("with", "without")
+                    } else {
+                        ("without", "with")
+                    };
                     anyhow::bail!(
                         "a plane {runs} a real node runs in {}; stop it (capstan dev down) to start one {asked}",
                         dir.display()
