@@ -50,7 +50,7 @@ $kubectl wait --for condition=Established crd/echoes.capstan.dev --timeout 60s
 echo "== capstan run --plugins $plugins (log: $plugins/host.log)"
 $capstan run --plugins "$plugins" --metrics-addr 127.0.0.1:0 --health-addr 127.0.0.1:0 2>"$plugins/host.log" &
 host=$!
-trap 'status=$?; kill $host 2>/dev/null; wait $host 2>/dev/null; exit $status' EXIT
+trap 'status=$?; kill $host 2>/dev/null || true; wait $host 2>/dev/null || true; exit $status' EXIT
 
 # Waits for Echo $1 to reach Succeeded and shows what its Job's pod printed.
 echo_succeeds() {
