@@ -22,7 +22,6 @@ use serde_json::json;
 use tokio::sync::{Mutex, OnceCell};
 
 #[path = "helm/common.rs"]
-#[allow(dead_code)]
 mod common;
 
 use common::{chart, ci_values, helm_ok, restricted_namespace, wasm_from, with_custom_section};

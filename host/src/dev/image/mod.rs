@@ -107,8 +107,26 @@ pub(crate) fn pause_image(pause: &Path, out: &Path) -> Result<ImageArchive> {
 
 /// Builds the host binary the Dockerfile builds (`-p capstan --no-default-features`,
 /// locked) with cargo `profile` in the workspace at `workspace`, and returns a stripped
-/// copy (the Dockerfile strips too) under `out_dir`.
+/// copy (the Dockerfile strips too) under `out_dir`. The workspace's own
+/// `target/<profile>/capstan` (with `capstan dev`) is put back afterwards: both builds
+/// share that path, and a user's next `capstan dev down` must still find its command.
 pub fn build_binary(workspace: &Path, profile: &str, out_dir: &Path) -> Result<PathBuf> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target"));
+    let dir = if profile == "dev" { "debug" } else { profile };
+    let built = target.join(dir).join("capstan");
+    let saved = target.join(dir).join(".capstan-before-image");
+    let _ = std::fs::remove_file(&saved);
+    let had = std::fs::hard_link(&built, &saved).is_ok();
+    let result = build_and_strip(workspace, profile, &built, out_dir);
+    if had {
+        std::fs::rename(&saved, &built).with_context(|| format!("putting {} back", built.display()))?;
+    }
+    result
+}
+
+fn build_and_strip(workspace: &Path, profile: &str, built: &Path, out_dir: &Path) -> Result<PathBuf> {
     let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
         .current_dir(workspace)
         .args([
@@ -127,22 +145,17 @@ pub fn build_binary(workspace: &Path, profile: &str, out_dir: &Path) -> Result<P
     if !status.success() {
         bail!("cargo build of the image's binary failed ({status})");
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace.join("target"));
-    let dir = if profile == "dev" { "debug" } else { profile };
-    let built = target.join(dir).join("capstan");
     std::fs::create_dir_all(out_dir)?;
     let stripped = out_dir.join("capstan");
     let strip = Command::new("strip")
         .arg("--strip-all")
-        .arg(&built)
+        .arg(built)
         .arg("-o")
         .arg(&stripped)
         .status();
     if !strip.is_ok_and(|s| s.success()) {
         // No binutils: the image is larger, nothing else changes.
-        std::fs::copy(&built, &stripped).with_context(|| format!("copying {}", built.display()))?;
+        std::fs::copy(built, &stripped).with_context(|| format!("copying {}", built.display()))?;
     }
     Ok(stripped)
 }
