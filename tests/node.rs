@@ -77,6 +77,20 @@ fn install_args<'a>(ns: &'a str, values: &'a str, echo: &'a str, extra: &[&'a st
     args
 }
 
+/// Installs the chart into a new restricted namespace `<prefix>-…` with `extra` values;
+/// returns it and a namespace of its own for Echos (their Jobs run as root busybox).
+async fn installed(plane: &Plane, prefix: &str, extra: &[&str]) -> Result<(String, String)> {
+    let ns = restricted_namespace(plane, prefix).await?;
+    let apps = plane.namespace(&format!("{prefix}-apps")).await?;
+    let values = ci_values("single-values.yaml");
+    let echo = wasm_from("echo", &plugin("echo"));
+    let chart = chart();
+    let mut args = vec!["install", "capstan", chart.to_str().unwrap()];
+    args.extend(install_args(&ns, &values, &echo, extra));
+    helm_ok(&args, Some(plane.kubeconfig()))?;
+    Ok((ns, apps))
+}
+
 /// The release's `count` pods, once each is Ready.
 async fn ready_pods(admin: &kube::Client, ns: &str, count: usize) -> Result<Vec<Pod>> {
     let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
@@ -188,21 +202,13 @@ async fn the_chart_runs_the_host_from_its_own_image_and_echo_jobs_really_run() -
     let plane = plane().await?;
     let admin = plane.client().await?;
     let kubeconfig = Some(plane.kubeconfig());
-    let ns = restricted_namespace(plane, "node").await?;
-    let apps = plane.namespace("node-apps").await?;
-    let values = ci_values("single-values.yaml");
-    let echo_file = plugin("echo");
-    let echo = wasm_from("echo", &echo_file);
-    let chart = chart();
     let hot = [
         "--set",
         "hotReload.enabled=true",
         "--set",
         "hotReload.interval=1s",
     ];
-    let mut install = vec!["install", "capstan", chart.to_str().unwrap()];
-    install.extend(install_args(&ns, &values, &echo, &hot));
-    helm_ok(&install, kubeconfig)?;
+    let (ns, apps) = installed(plane, "node", &hot).await?;
 
     // Ready: the kubelet ran the pod's /readyz probe against the host in the container.
     let pod = ready_pods(&admin, &ns, 1).await?.remove(0);
@@ -259,6 +265,7 @@ async fn the_chart_runs_the_host_from_its_own_image_and_echo_jobs_really_run() -
 
     // `helm upgrade` with a new plugin version: the ConfigMap changes, kubelet projects it
     // into the running pod, and the host swaps it in without a restart.
+    let (values, chart, echo_file) = (ci_values("single-values.yaml"), chart(), plugin("echo"));
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("node-upgrade");
     std::fs::create_dir_all(&dir)?;
     let v2 = dir.join("echo-v2.wasm");
@@ -335,12 +342,6 @@ async fn the_standby_pod_takes_over_when_the_leader_pod_is_deleted() -> Result<(
     let _turn = TURN.lock().await;
     let plane = plane().await?;
     let admin = plane.client().await?;
-    let ns = restricted_namespace(plane, "node-ha").await?;
-    let apps = plane.namespace("node-ha-apps").await?;
-    let values = ci_values("single-values.yaml");
-    let echo_file = plugin("echo");
-    let echo = wasm_from("echo", &echo_file);
-    let chart = chart();
     let ha = [
         "--set",
         "replicas=2",
@@ -353,9 +354,7 @@ async fn the_standby_pod_takes_over_when_the_leader_pod_is_deleted() -> Result<(
         "--set",
         "leaderElection.retryPeriod=1s",
     ];
-    let mut install = vec!["install", "capstan", chart.to_str().unwrap()];
-    install.extend(install_args(&ns, &values, &echo, &ha));
-    helm_ok(&install, Some(plane.kubeconfig()))?;
+    let (ns, apps) = installed(plane, "node-ha", &ha).await?;
     ready_pods(&admin, &ns, 2).await?;
     let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns);
     let holder = async || -> Result<Option<String>> {

@@ -52,10 +52,10 @@ pub(crate) async fn create_fake_node(client: &kube::Client) -> Result<()> {
     }
 }
 
-/// Whether the fake node reports `Ready=True` (kwok has picked it up).
-pub(crate) async fn fake_node_ready(client: &kube::Client) -> bool {
+/// Whether node `name` reports `Ready=True` (kwok or its kubelet has picked it up).
+pub(crate) async fn node_ready(client: &kube::Client, name: &str) -> bool {
     let api: Api<Node> = Api::all(client.clone());
-    let Ok(node) = api.get(FAKE_NODE).await else {
+    let Ok(node) = api.get(name).await else {
         return false;
     };
     node.status

@@ -252,7 +252,7 @@ async fn start_optional(
         let node_ready = format!("node {} to be Ready", api::FAKE_NODE);
         let kwok = starter.started.procs.last_mut().expect("kwok was just started");
         wait_until(kwok, starter.timeout, &node_ready, || {
-            api::fake_node_ready(client)
+            api::node_ready(client, api::FAKE_NODE)
         })
         .await?;
     }

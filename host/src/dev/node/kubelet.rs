@@ -4,8 +4,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use k8s_openapi::api::core::v1::Node;
-use kube::api::Api;
 use serde_json::json;
 
 use crate::dev::node::REAL_NODE;
@@ -107,17 +105,4 @@ impl Agents {
 fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
     std::fs::write(path, serde_json::to_vec_pretty(value)?)
         .with_context(|| format!("writing {}", path.display()))
-}
-
-/// Whether the real node reports `Ready=True`.
-pub(crate) async fn node_ready(client: &kube::Client) -> bool {
-    let api: Api<Node> = Api::all(client.clone());
-    let Ok(Some(node)) = api.get_opt(REAL_NODE).await else {
-        return false;
-    };
-    node.status
-        .and_then(|s| s.conditions)
-        .unwrap_or_default()
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
 }

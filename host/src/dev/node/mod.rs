@@ -17,7 +17,7 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 
-use crate::dev::api::FAKE_NODE;
+use crate::dev::api::{self, FAKE_NODE};
 use crate::dev::binaries::Binaries;
 use crate::dev::boot::Starter;
 use crate::dev::components::{CONTAINERD, KUBE_PROXY, KUBELET, http_get};
@@ -100,7 +100,7 @@ pub(crate) async fn start(
             &layout.bins.kubelet,
             args,
             &format!("node {REAL_NODE} to be Ready"),
-            || kubelet::node_ready(client),
+            || api::node_ready(client, REAL_NODE),
         )
         .await?;
     let port = agents.proxy_healthz;
