@@ -15,6 +15,7 @@ use crate::dev::components::{
 use crate::dev::kubeconfig;
 use crate::dev::node;
 use crate::dev::process::{self, Lifetime, Proc};
+use crate::dev::starter::{Started, Starter};
 use crate::dev::{Plane, PlaneConfig};
 
 /// A plane whose components all answered.
@@ -24,24 +25,6 @@ pub(crate) struct Booted {
     pub ports: PortMap,
     pub procs: Vec<Proc>,
     pub started_in: Duration,
-}
-
-/// Kills what was started so far if boot fails or its future is dropped half-way, and
-/// takes apart a real node begun in the plane's dir.
-pub(crate) struct Started {
-    procs: Vec<Proc>,
-    pub node: Option<PathBuf>,
-}
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        for p in self.procs.iter_mut().rev() {
-            p.kill(Duration::ZERO);
-        }
-        if let Some(dir) = self.node.take() {
-            node::stop(&dir);
-        }
-    }
 }
 
 /// Files a previous plane left in a reused dir; each start is a fresh cluster.
@@ -126,7 +109,7 @@ pub(crate) async fn boot(
     let t0 = Instant::now();
     prepare(dir)?;
     let ports = resolve_ports(config)?;
-    let pki = Pki::generate(&dir.join("pki"))?;
+    let pki = Pki::generate(&dir.join("pki"), node::REAL_NODE)?;
     let layout = Layout {
         dir,
         pki: &pki,
@@ -141,10 +124,7 @@ pub(crate) async fn boot(
         layout: &layout,
         lifetime,
         timeout: config.start_timeout,
-        started: Started {
-            procs: Vec::new(),
-            node: None,
-        },
+        started: Started::default(),
     };
     let etcd_port = ports.etcd_client;
     starter
@@ -169,13 +149,13 @@ pub(crate) async fn boot(
         };
         node::start(&mut starter, &client, kubeconfigs).await?;
         // Stopping the plane now takes the node apart; the guard must not.
-        starter.started.node = None;
+        starter.started.keep();
     }
     Ok(Booted {
         kubeconfig,
         server,
         ports,
-        procs: std::mem::take(&mut starter.started.procs),
+        procs: starter.started.take(),
         started_in: t0.elapsed(),
     })
 }
@@ -250,41 +230,11 @@ async fn start_optional(
             })
             .await?;
         let node_ready = format!("node {} to be Ready", api::FAKE_NODE);
-        let kwok = starter.started.procs.last_mut().expect("kwok was just started");
+        let kwok = starter.started.last_mut().expect("kwok was just started");
         wait_until(kwok, starter.timeout, &node_ready, || {
             api::node_ready(client, api::FAKE_NODE)
         })
         .await?;
     }
     Ok(())
-}
-
-/// Starts components one at a time, each waited for before the next.
-pub(crate) struct Starter<'a> {
-    pub layout: &'a Layout<'a>,
-    lifetime: Lifetime,
-    timeout: Duration,
-    pub started: Started,
-}
-
-impl Starter<'_> {
-    /// Spawn `name` and wait until `ready` (described by `what`) holds.
-    pub async fn start<F, Fut>(
-        &mut self,
-        name: &'static str,
-        program: &Path,
-        args: Vec<String>,
-        what: &str,
-        ready: F,
-    ) -> Result<()>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = bool>,
-    {
-        let log = self.layout.log(name);
-        let proc = process::spawn(name, program, args, self.layout.dir, log, self.lifetime)?;
-        self.started.procs.push(proc);
-        let proc = self.started.procs.last_mut().expect("just pushed");
-        wait_until(proc, self.timeout, what, ready).await
-    }
 }

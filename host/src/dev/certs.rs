@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::dev::node::REAL_NODE;
 use anyhow::{Context, Result};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
@@ -46,8 +45,9 @@ const KUBE_PROXY: &str = "system:kube-proxy";
 const APISERVER_KUBELET: (&str, &str) = ("kube-apiserver-kubelet-client", "system:masters");
 
 impl Pki {
-    /// Generates all keys and certs into `dir` (created if needed).
-    pub fn generate(dir: &Path) -> Result<Self> {
+    /// Generates all keys and certs into `dir` (created if needed); the kubelet's is for
+    /// node `node`.
+    pub fn generate(dir: &Path, node: &str) -> Result<Self> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let (ca, issuer) = authority(dir)?;
         let serving_names = [
@@ -81,7 +81,7 @@ impl Pki {
         let controller_manager = client("kube-controller-manager", KCM, None)?;
         let scheduler = client("kube-scheduler", SCHEDULER, None)?;
         let kwok = client("kwok", KWOK.0, Some(KWOK.1))?;
-        let node_user = format!("system:node:{REAL_NODE}");
+        let node_user = format!("system:node:{node}");
         let kubelet = client("kubelet", &node_user, Some("system:nodes"))?;
         let kube_proxy = client("kube-proxy", KUBE_PROXY, None)?;
         let apiserver_kubelet = client(

@@ -23,6 +23,7 @@ pub mod node;
 mod outage;
 mod plane;
 mod process;
+mod starter;
 
 pub use api::FAKE_NODE;
 pub use binaries::{Binaries, Versions, cache_root};

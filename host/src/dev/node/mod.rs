@@ -19,10 +19,10 @@ use kube::api::{Api, Patch, PatchParams};
 
 use crate::dev::api::{self, FAKE_NODE};
 use crate::dev::binaries::Binaries;
-use crate::dev::boot::Starter;
 use crate::dev::components::{CONTAINERD, KUBE_PROXY, KUBELET, http_get};
 use crate::dev::image;
 use crate::dev::process;
+use crate::dev::starter::Starter;
 
 pub(crate) use record::Record;
 
@@ -54,7 +54,8 @@ pub(crate) async fn start(
     network::check_free(&machine.tools)?;
     std::fs::create_dir_all(&dir)?;
     Record::take(&dir, &machine.tools)?;
-    starter.started.node = Some(layout.dir.to_path_buf());
+    let plane_dir = layout.dir.to_path_buf();
+    starter.started.on_failure(move || stop(&plane_dir));
     network::set_up(&machine.tools, layout.ports.apiserver)?;
 
     let runtime = runtime::Runtime {
