@@ -40,6 +40,7 @@ use wasmtime::Store;
 use wasmtime::component::Linker;
 
 pub use bindings::{OLDER_VERSIONS, WIT_PACKAGE};
+pub use deadline::thread_cpu_time;
 pub use fault::Fault;
 pub use instance::Instance;
 use instance::{fault_of, json};
@@ -269,6 +270,11 @@ pub trait Reconcile: Send + Sync + 'static {
     }
     /// One reconcile.
     fn reconcile(&self, request: &Request) -> Result<Response, DispatchError>;
+    /// Charge `bytes` of the plugin's own text that the host repeats in its log to the
+    /// plugin's log budget; `false` when the budget has no room (leave the text out).
+    fn charge_log(&self, _bytes: usize) -> bool {
+        true
+    }
 }
 
 impl Reconcile for Plugin {
@@ -282,6 +288,10 @@ impl Reconcile for Plugin {
 
     fn reconcile(&self, request: &Request) -> Result<Response, DispatchError> {
         Plugin::reconcile(self, request)
+    }
+
+    fn charge_log(&self, bytes: usize) -> bool {
+        self.logs.allow(bytes)
     }
 }
 
