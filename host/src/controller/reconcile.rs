@@ -11,8 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 use tracing::Instrument;
 
 use super::compact::Compact;
-pub use super::outcome::Error;
-use super::outcome::{Observed, Writes};
+use super::outcome::{Error, Observed, Writes};
 use super::quiet::Inputs;
 use super::related::Failure;
 use super::version::Current;
