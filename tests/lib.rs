@@ -40,6 +40,8 @@ pub fn plugin(name: &str) -> PathBuf {
             "greedy",
             "-p",
             "echo-canary",
+            "-p",
+            "hostile-twin",
         ])
     });
     // Cargo names the artifact after the crate, with '-' as '_'.

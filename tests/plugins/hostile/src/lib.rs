@@ -6,7 +6,8 @@
 //! a string `refuse` in them is the refusal `validate-settings` answers. `spec.related`
 //! picks what `related` answers: `labels:SELECTOR` (ConfigMaps by label, the honest
 //! case), or a query the host must refuse (`other-namespace`, `undeclared`, `many`), or a
-//! fault (`panic`, `loop`).
+//! fault (`panic`, `loop`). Built with the `twin` feature it is `hostile-twin`, a second
+//! plugin on the same kind.
 
 // Natively (a workspace-wide `cargo test`) nothing is exported, so nothing is used.
 #![cfg_attr(not(target_family = "wasm"), allow(dead_code))]
@@ -21,10 +22,17 @@ use serde_json::{Value, json};
 
 struct Hostile;
 
+/// The plugin's name: built as `hostile-twin`, it is a second plugin on the same kind.
+const NAME: &str = if cfg!(feature = "twin") {
+    "hostile-twin"
+} else {
+    "hostile"
+};
+
 impl Guest for Hostile {
     fn metadata() -> PluginMetadata {
         PluginMetadata {
-            name: "hostile".into(),
+            name: NAME.into(),
             version: "0.0.0".into(),
             parent: kind("capstan.dev", "v1alpha1", "Hostile", "hostiles"),
             children: vec![
@@ -34,7 +42,7 @@ impl Guest for Hostile {
             related: vec![kind("", "v1", "ConfigMap", "configmaps")],
             settings_schema: None,
             // Deletion waits for the plugin: mode "hold" never lets go, every other mode does.
-            finalizer: Some("capstan.dev/hostile".into()),
+            finalizer: Some(format!("capstan.dev/{NAME}")),
         }
     }
 
@@ -264,6 +272,9 @@ impl Guest for Hostile {
                     "related": request.related.len(),
                 }))
             }
+            // A status field of this plugin's own, steady: two plugins on one kind each
+            // own theirs.
+            "own-field" => status = Some(json!({ NAME: "steady" })),
             "not-json" => children.push("this is not JSON".into()),
             "not-object" => children.push("[1, 2, 3]".into()),
             other => return Err(ReconcileError::Fatal(format!("unknown mode {other}"))),
