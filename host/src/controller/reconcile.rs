@@ -252,7 +252,7 @@ async fn reconcile_inner(
         return Ok(None);
     };
     let asked_again = response.requeue_after.is_some() || !response.events.is_empty();
-    let mut desired = children::check(parent, metadata, shared, response.children).await?;
+    let mut desired = children::check(parent, metadata, shared, response.children, &response.events).await?;
     for child in &mut desired {
         apply::own(child, parent, &shared.parent, &metadata.name);
     }

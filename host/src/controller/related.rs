@@ -14,7 +14,7 @@ use kube::discovery::ApiResource;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use capstan_contract::related::{Resolved, resolve};
+use capstan_contract::related::{Parent, Resolved, resolve};
 
 use super::compact::Compact;
 use super::{Shared, Wiring, api, cached, discovery, queue, sharded};
@@ -208,8 +208,12 @@ async fn queries(
     let answer = answer.map_err(Failure::Dispatch)?;
     let metadata = plugin.metadata();
     let own = parent.namespace().filter(|_| metadata.parent.namespaced);
-    let home = super::children::home(metadata, own.as_deref(), &parent.metadata, &shared.options);
-    let resolved = Arc::new(resolve(metadata, home, &answer).map_err(Failure::Refused)?);
+    let name = parent.metadata.name.as_deref().unwrap_or_default();
+    let of = Parent {
+        namespace: own.as_deref(),
+        name,
+    };
+    let resolved = Arc::new(resolve(metadata, of, &answer, &shared.options.allow).map_err(Failure::Refused)?);
     index.lock().insert(
         key,
         Entry {
@@ -246,10 +250,14 @@ mod tests {
             settings_schema: None,
             finalizer: None,
         };
+        let in_a = Parent {
+            namespace: Some("a"),
+            name: parent,
+        };
         let entry = Entry {
             plugin: 1,
             resource_version: "1".into(),
-            queries: Arc::new(resolve(&metadata, Some("a"), queries).unwrap()),
+            queries: Arc::new(resolve(&metadata, in_a, queries, &Default::default()).unwrap()),
         };
         index.lock().insert(ObjectKey::new(Some("a"), parent), entry);
     }
