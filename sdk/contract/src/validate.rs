@@ -36,11 +36,12 @@ pub struct Refusal {
 pub struct Allowances {
     /// Cluster-scoped child kinds the plugin may create (`Kind` or `plural.group`).
     pub cluster_kinds: Vec<String>,
-    /// Namespaces where children of a cluster-scoped parent may be created (none by default).
+    /// Namespaces where children of a cluster-scoped parent may be created, and where any
+    /// parent may read related objects besides its own namespace (none by default).
     pub namespaces: Vec<String>,
-    /// A Namespace parent's children (and namespaced related objects) may live in the
-    /// Namespace it reconciles: what a namespace-defaults plugin needs, granted because
-    /// it lets the plugin write into every Namespace it is shown (kube-system too).
+    /// A Namespace parent's children may live in the Namespace it reconciles: what a
+    /// namespace-defaults plugin needs, granted because it lets the plugin write into
+    /// every Namespace it is shown (kube-system too). Reading there needs no grant.
     pub own_namespace: bool,
     /// The plugin may declare Secret as its parent, a child or a related kind (`allowSecrets`).
     pub secrets: bool,
