@@ -42,6 +42,10 @@ pub fn plugin(name: &str) -> PathBuf {
             "echo-canary",
             "-p",
             "hostile-twin",
+            "-p",
+            "misdeclared",
+            "-p",
+            "misdeclared-orphans",
         ])
     });
     // Cargo names the artifact after the crate, with '-' as '_'.

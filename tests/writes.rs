@@ -78,10 +78,8 @@ async fn two_plugins_sharing_a_status_write_only_their_own_changes() -> Result<(
         ensure!(status["external"] == tick, "{status}");
     }
     println!("shared status: {tick} outside changes over {SOAK:?}, 0 plugin writes");
-    case.stop(
-        case.measure("hostile", Duration::from_secs(1)).await?,
-        &Default::default(),
-    )?;
+    let report = case.measure("hostile", Duration::from_secs(1)).await?;
+    case.stop(report, &Default::default())?;
     Ok(())
 }
 
@@ -114,10 +112,8 @@ async fn a_child_deleted_at_once_is_made_again_within_a_resync() -> Result<()> {
         )
         .await?;
     }
-    case.stop(
-        case.measure("hostile", Duration::from_secs(1)).await?,
-        &Default::default(),
-    )?;
+    let report = case.measure("hostile", Duration::from_secs(1)).await?;
+    case.stop(report, &Default::default())?;
     Ok(())
 }
 

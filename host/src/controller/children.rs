@@ -214,15 +214,17 @@ pub(super) async fn refused_related(
     Error::RelatedRefused(message)
 }
 
-/// Validate the whole response before anything of it is written.
+/// Validate the whole response (children and events) before anything of it is written.
 pub(super) async fn check(
     parent: &DynamicObject,
     metadata: &crate::engine::Metadata,
     shared: &Shared,
     children: Vec<serde_json::Value>,
+    events: &[crate::engine::Event],
 ) -> Result<Vec<validate::Child>, Error> {
     let home = super::scope::home(metadata, &parent.metadata, &shared.options);
-    match validate::children(metadata, home, children, &shared.options.allow) {
+    let reasons = events.iter().map(|e| e.reason.as_str());
+    match validate::response(metadata, home, children, reasons, &shared.options.allow) {
         Ok(desired) => Ok(desired),
         Err(r) => {
             refused(parent, metadata, shared, &format!("nothing applied: {r}")).await;

@@ -54,10 +54,10 @@ use per_object::PerObject;
 pub struct Options {
     /// Watch only this namespace.
     pub namespace: Option<String>,
-    /// What the operator allows the plugin's responses beyond its parent's namespace.
+    /// What the operator grants the plugin: kinds it may declare (Secrets, its own parent
+    /// kind) and where its responses may write and its queries read beyond its parent's
+    /// namespace.
     pub allow: crate::validate::Allowances,
-    /// Kinds the operator lets the plugin declare (Secrets, its own parent kind).
-    pub grants: crate::grants::Grants,
     /// Reconciles of this plugin running at once.
     pub concurrency: u16,
     /// Reconcile every parent at least this often.
@@ -80,7 +80,6 @@ impl Default for Options {
         Options {
             namespace: None,
             allow: Default::default(),
-            grants: Default::default(),
             concurrency: 16,
             resync: Duration::from_secs(600),
             cpu_millicores: limits.cpu_millicores,

@@ -240,7 +240,7 @@ async fn write(
     (observed, request): (&[Observed], &Request),
 ) -> Result<Writes, Error> {
     let children = std::mem::take(&mut response.children);
-    let mut desired = children::check(parent, metadata, shared, children).await?;
+    let mut desired = children::check(parent, metadata, shared, children, &response.events).await?;
     for child in &mut desired {
         apply::own(child, parent, &shared.parent, &metadata.name);
     }

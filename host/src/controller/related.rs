@@ -19,7 +19,7 @@ use kube::discovery::ApiResource;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use capstan_contract::related::{Resolved, resolve};
+use capstan_contract::related::{Parent, Resolved, resolve};
 
 use super::compact::{self, Compact};
 use super::version::Current;
@@ -275,10 +275,15 @@ async fn ask(parent: &Compact, plugin: &Current, shared: &Shared) -> Result<Arc<
     .map_err(|e| Failure::Dispatch(DispatchError::Fatal(format!("related task failed: {e}"))))?;
     let answer = answer.map_err(Failure::Dispatch)?;
     let metadata = plugin.plugin.metadata();
-    let home = super::scope::home(metadata, &parent.metadata, &shared.options);
-    Ok(Arc::new(
-        resolve(metadata, home, &answer).map_err(Failure::Refused)?,
-    ))
+    let own = parent
+        .metadata
+        .namespace
+        .as_deref()
+        .filter(|_| metadata.parent.namespaced);
+    let name = parent.metadata.name.as_deref().unwrap_or_default();
+    let of = Parent { namespace: own, name };
+    let resolved = resolve(metadata, of, &answer, &shared.options.allow).map_err(Failure::Refused)?;
+    Ok(Arc::new(resolved))
 }
 
 #[cfg(test)]
@@ -307,10 +312,14 @@ mod tests {
             settings_schema: None,
             finalizer: None,
         };
+        let in_a = Parent {
+            namespace: Some("a"),
+            name: parent,
+        };
         let entry = Entry {
             plugin: 1,
             resource_version: "1".into(),
-            queries: Arc::new(resolve(&metadata, Some("a"), queries).unwrap()),
+            queries: Arc::new(resolve(&metadata, in_a, queries, &Default::default()).unwrap()),
             answer: Arc::new(answer.iter().map(|o| Arc::new(Compact::of(o))).collect()),
             changes: vec![],
         };

@@ -235,7 +235,9 @@ impl Supervisor {
             Ok(plugin) if self.named(&plugin.metadata().name) => {
                 refused(&plugin.metadata().name, &path, "another plugin has this name")
             }
-            Ok(plugin) if let Err(why) = crate::grants::check(plugin.metadata(), &options.grants) => {
+            Ok(plugin)
+                if let Err(why) = capstan_contract::declared::declared(plugin.metadata(), &options.allow) =>
+            {
                 self.health
                     .plugin(&file_key(&path), PluginState::Failed(why.clone()));
                 refused(&plugin.metadata().name, &path, &why)
@@ -298,7 +300,7 @@ impl Supervisor {
             Ok(new) => new,
             Err(e) => return refused(&name, &path, &e),
         };
-        if let Err(why) = crate::grants::check(new.metadata(), &self.units[i].options.grants) {
+        if let Err(why) = capstan_contract::declared::declared(new.metadata(), &self.units[i].options.allow) {
             return refused(&name, &path, &why);
         }
         if same_kinds(old.metadata(), new.metadata()) {

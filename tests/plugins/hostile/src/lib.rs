@@ -35,10 +35,9 @@ impl Guest for Hostile {
             name: NAME.into(),
             version: "0.0.0".into(),
             parent: kind("capstan.dev", "v1alpha1", "Hostile", "hostiles"),
-            children: vec![
-                kind("", "v1", "ConfigMap", "configmaps"),
-                cluster_kind("", "v1", "Namespace", "namespaces"),
-            ],
+            // No cluster-scoped child kind: a namespaced parent may not declare one (the host
+            // refuses the plugin), so mode "cluster" returns an undeclared kind.
+            children: vec![kind("", "v1", "ConfigMap", "configmaps")],
             related: vec![kind("", "v1", "ConfigMap", "configmaps")],
             settings_schema: None,
             // Deletion waits for the plugin: mode "hold" never lets go, every other mode does.
@@ -154,6 +153,7 @@ impl Guest for Hostile {
                 cm["metadata"]["namespace"] = "kube-system".into();
                 children.push(cm.to_string());
             }
+            // A cluster-scoped child of a namespaced parent, which Kubernetes never collects.
             "cluster" => children.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("hostile-{arg}")}}).to_string()),
             // A third-party "Mirror": one ConfigMap holding `spec.data`, labelled `spec.labels`.
             "mirror" => {
@@ -221,6 +221,12 @@ impl Guest for Hostile {
                 reason: format!("Spam{i}"),
                 message: format!("spam {i}\nINFO forged line"),
             })),
+            // One event whose reason is `spec.arg` verbatim (the host accepts CamelCase only).
+            "reason" => events.push(Event {
+                event_type: EventType::Normal,
+                reason: arg.clone(),
+                message: "a reason of the plugin's choosing".into(),
+            }),
             // `spec.arg` log lines (2000 by default) of 8 KiB, each trying to forge a host
             // log line after a newline, plus as much on stdout.
             "log" => {
@@ -300,13 +306,6 @@ fn kind(group: &str, version: &str, kind: &str, plural: &str) -> KindRef {
         kind: kind.into(),
         plural: plural.into(),
         namespaced: true,
-    }
-}
-
-fn cluster_kind(group: &str, version: &str, kind: &str, plural: &str) -> KindRef {
-    KindRef {
-        namespaced: false,
-        ..self::kind(group, version, kind, plural)
     }
 }
 
