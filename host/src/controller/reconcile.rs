@@ -295,3 +295,23 @@ fn count_unchanged(plugin: &str) {
         })
         .inc();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_answer_that_wrote_nothing_and_asked_nothing_is_quiet() {
+        let answer = Response::default();
+        assert!(quiet_answer(&answer, Writes::default()));
+        // A child created (and perhaps deleted at once by someone else): the inputs it was
+        // made from could come back, and must call the plugin again.
+        assert!(!quiet_answer(&answer, Writes::wrote("test")));
+        assert!(!quiet_answer(&answer, Writes::deferred(Duration::from_secs(1))));
+        let requeue = Response {
+            requeue_after: Some(Duration::from_secs(5)),
+            ..Response::default()
+        };
+        assert!(!quiet_answer(&requeue, Writes::default()));
+    }
+}

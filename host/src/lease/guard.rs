@@ -2,6 +2,13 @@
 //! update, patch, delete) once the term it runs in is over, at the moment the request
 //! is sent. A reconcile that was paused mid-way (SIGSTOP, a stalled thread) and resumes
 //! after its term ended cannot write what it had computed; reads go through.
+//!
+//! Writes are also bounded in time ([`WRITE_TIMEOUT`]): a half-open connection (a load
+//! balancer that dropped it, a stalled API server) would otherwise hold the reconcile's
+//! worker until TCP gives up, a quarter of an hour later. Reads are not: watches are
+//! reads that last minutes by design.
+
+use std::time::Duration;
 
 use http::{Method, Request};
 use tower::{Layer, Service};
@@ -13,10 +20,19 @@ pub fn guard(client: &kube::Client, tenure: &Tenure) -> kube::Client {
     crate::layered::layered(client, GuardLayer(tenure.clone()))
 }
 
+/// How long a controller's write may take: the API server answers one in milliseconds,
+/// seconds when loaded.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Why a write was not sent.
 #[derive(Debug, thiserror::Error)]
 #[error("write refused: this replica no longer holds the lease it reconciles under")]
 pub struct Fenced;
+
+/// Why a write failed: no answer in time.
+#[derive(Debug, thiserror::Error)]
+#[error("write timed out: no answer from the API server within {WRITE_TIMEOUT:?}")]
+pub struct TimedOut;
 
 #[derive(Clone)]
 struct GuardLayer(Tenure);
@@ -43,10 +59,11 @@ impl<S, B> Service<Request<B>> for Guard<S>
 where
     S: Service<Request<B>, Error = kube::Error>,
     S::Future: Send + 'static,
+    S::Response: Send + 'static,
 {
     type Response = S::Response;
     type Error = kube::Error;
-    type Future = futures::future::Either<S::Future, std::future::Ready<Result<S::Response, kube::Error>>>;
+    type Future = futures::future::BoxFuture<'static, Result<S::Response, kube::Error>>;
 
     fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), kube::Error>> {
         self.inner.poll_ready(cx)
@@ -54,11 +71,19 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let reads = matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-        if reads || self.tenure.is_held() {
-            futures::future::Either::Left(self.inner.call(request))
-        } else {
-            futures::future::Either::Right(std::future::ready(Err(kube::Error::Service(Box::new(Fenced)))))
+        if reads {
+            return Box::pin(self.inner.call(request));
         }
+        if !self.tenure.is_held() {
+            return Box::pin(std::future::ready(Err(kube::Error::Service(Box::new(Fenced)))));
+        }
+        let write = self.inner.call(request);
+        Box::pin(async move {
+            match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+                Ok(answer) => answer,
+                Err(_) => Err(kube::Error::Service(Box::new(TimedOut))),
+            }
+        })
     }
 }
 
@@ -102,5 +127,24 @@ mod tests {
             .expect("held: written");
         fence.end();
         assert!(maps.create(&PostParams::default(), &map).await.is_err(), "fenced");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_the_server_never_answers_times_out() {
+        let stalled = axum::Router::new().fallback(async || {
+            std::future::pending::<()>().await;
+            ""
+        });
+        let (fence, tenure) = Fence::new(Duration::from_secs(3600));
+        fence.renewed(tokio::time::Instant::now());
+        let client = guard(&kube::Client::new(stalled, "ns"), &tenure.pin());
+        let maps: Api<ConfigMap> = Api::namespaced(client, "ns");
+        let started = tokio::time::Instant::now();
+        let error = maps
+            .create(&PostParams::default(), &ConfigMap::default())
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("timed out"), "{error}");
+        assert_eq!(started.elapsed(), WRITE_TIMEOUT);
     }
 }
