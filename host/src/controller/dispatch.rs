@@ -26,7 +26,7 @@ pub(super) async fn run(
     shared: &Shared,
     (observed, related): (&[Observed], &[Arc<Compact>]),
 ) -> Result<Option<(Request, Response)>, Error> {
-    let permit = shared.cpu.start().map_err(|wait| {
+    let permit = shared.cpu.acquire().await.map_err(|wait| {
         tracing::debug!(wait = ?wait, "plugin over its CPU share; later");
         Error::Deferred(wait)
     })?;

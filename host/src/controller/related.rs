@@ -262,7 +262,7 @@ fn answer(queries: &[Resolved], shared: &Shared) -> Vec<Arc<Compact>> {
 /// Ask the plugin what it reads for `parent` (within its CPU share), and check the
 /// answer against the contract.
 async fn ask(parent: &Compact, plugin: &Current, shared: &Shared) -> Result<Arc<Vec<Resolved>>, Failure> {
-    let permit = shared.cpu.start().map_err(Failure::Deferred)?;
+    let permit = shared.cpu.acquire().await.map_err(Failure::Deferred)?;
     let asking = plugin.plugin.clone();
     let parent_value = parent.value();
     let answer = tokio::task::spawn_blocking(move || {

@@ -20,6 +20,8 @@ use crate::bucket::Bucket;
 const WEIGHT: f64 = 0.25;
 /// The least a plugin over its bound waits before it is tried again.
 const MIN_WAIT: Duration = Duration::from_millis(10);
+/// How long a call waits for the plugin's first call to end and tell its cost.
+const SETTLE: Duration = Duration::from_millis(20);
 
 struct Inner {
     bucket: Bucket,
@@ -48,9 +50,18 @@ impl CpuBudget {
     }
 
     /// A permit for one call, or how long to wait before asking again: while the plugin
-    /// is in debt, or while its calls in flight would use up the credit left.
-    pub fn start(&self) -> Result<Permit, Duration> {
-        self.start_at(Instant::now())
+    /// is in debt, or while its calls in flight would use up the credit left. Before the
+    /// plugin's first call has ended its cost is unknown and one call runs at a time; a
+    /// call refused only for that waits a moment for the first to end (an honest one
+    /// takes microseconds) rather than put its object off.
+    pub async fn acquire(&self) -> Result<Permit, Duration> {
+        match self.start_at(Instant::now()) {
+            Err(_) if self.inner().per_call.is_none() => {
+                tokio::time::sleep(SETTLE).await;
+                self.start_at(Instant::now())
+            }
+            started => started,
+        }
     }
 
     fn start_at(&self, now: Instant) -> Result<Permit, Duration> {
@@ -136,6 +147,27 @@ mod tests {
         cpu.start_at(t0).unwrap().charge_at(Duration::from_micros(40), t0);
         let permits: Vec<Permit> = (0..16).map(|_| cpu.start_at(t0).expect("credit")).collect();
         assert_eq!(permits.len(), 16);
+    }
+
+    #[tokio::test]
+    async fn calls_before_the_first_one_ends_wait_for_its_cost_then_start() {
+        let cpu = CpuBudget::new(1000);
+        let first = cpu.acquire().await.expect("full credit");
+        let ended = {
+            let cpu = cpu.clone();
+            tokio::spawn(async move {
+                let second = cpu.acquire().await;
+                second.is_ok()
+            })
+        };
+        first.charge(Duration::from_micros(40));
+        assert!(ended.await.unwrap(), "started once the cost was known");
+        let spinner = CpuBudget::new(1000);
+        let _running = spinner.acquire().await.unwrap();
+        assert!(
+            spinner.acquire().await.is_err(),
+            "a first call that runs on is no reason to start another"
+        );
     }
 
     #[test]
