@@ -198,60 +198,35 @@ pub async fn update(
 pub enum Created {
     /// The child was made.
     Made,
-    /// An object someone else made holds the name; it was left as it was (`wrote`: after
-    /// this plugin's fields were put on it and taken off again).
-    Held {
-        /// The object as its owner left it.
-        object: Box<DynamicObject>,
-        /// Whether two writes were made to find out.
-        wrote: bool,
-    },
+    /// An object someone else made holds the name; nothing was written to it.
+    Held(Box<DynamicObject>),
 }
 
-/// Create a child, as made by [`own`], in one call and without adopting anything:
-/// server-side apply without force. An object that appeared under the name since the
-/// caches were read is refused by the server when any field the child sets is another
-/// manager's (409), and otherwise shows other managers in the answer — then this
-/// plugin's fields are given back at once (an apply of nothing by the same manager
-/// removes what only it set: the owner reference, labels and annotation), so the
-/// object is left as its owner made it.
+/// A resourceVersion no stored object has: etcd's revisions count up from 1 and never
+/// reach it.
+const NEVER_STORED: &str = "9223372036854775807";
+
+/// Create a child, as made by [`own`], in one call and without touching anything that
+/// holds its name: a server-side apply carrying a resourceVersion no object has. Where
+/// nothing exists the server creates the child (the version is not checked on create),
+/// owned by this plugin's field manager as an apply — so a field a later version stops
+/// returning is removed, which a POST's "Update" ownership would keep. Where an object
+/// appeared since the caches were read, the precondition fails (409, even forced) and
+/// the object is left exactly as it was; it is then read once, to name its owner.
 pub async fn create(client: &Client, ar: &ApiResource, child: &Child, plugin: &str) -> kube::Result<Created> {
-    let manager = field_manager(plugin);
+    let mut body = child.object.clone();
+    body["metadata"]["resourceVersion"] = NEVER_STORED.into();
     let api = api(client, ar, child.namespace.as_deref());
-    let params = PatchParams::apply(&manager);
-    let made = match api
-        .patch(&child.name, &params, &Patch::Apply(&child.object))
-        .await
-    {
-        Ok(made) => made,
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            return match api.get_opt(&child.name).await? {
-                Some(held) => Ok(Created::Held {
-                    object: Box::new(held),
-                    wrote: false,
-                }),
-                None => Err(kube::Error::Api(e)),
-            };
-        }
-        Err(e) => return Err(e),
-    };
-    let others = made
-        .managed_fields()
-        .iter()
-        .any(|e| e.manager.as_deref() != Some(manager.as_str()));
-    if !others {
-        return Ok(Created::Made);
+    let params = PatchParams::apply(&field_manager(plugin));
+    match api.patch(&child.name, &params, &Patch::Apply(&body)).await {
+        Ok(_) => Ok(Created::Made),
+        Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&child.name).await? {
+            Some(held) => Ok(Created::Held(Box::new(held))),
+            // Gone again meanwhile: the next reconcile creates it.
+            None => Err(kube::Error::Api(e)),
+        },
+        Err(e) => Err(e),
     }
-    let nothing = json!({
-        "apiVersion": child.object["apiVersion"],
-        "kind": child.object["kind"],
-        "metadata": { "name": child.name, "uid": made.uid() },
-    });
-    let held = api.patch(&child.name, &params, &Patch::Apply(&nothing)).await?;
-    Ok(Created::Held {
-        object: Box::new(held),
-        wrote: true,
-    })
 }
 
 /// Delete an observed child that is no longer desired, only if it is still the same object.

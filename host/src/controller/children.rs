@@ -9,7 +9,7 @@ use kube::api::DynamicObject;
 use super::Shared;
 use super::compact::Compact;
 use super::events::warn;
-use super::outcome::{Error, Observed, Writes, count_write};
+use super::outcome::{Error, Observed, Writes};
 use crate::apply;
 use crate::key::ObjectKey;
 use crate::ops::metrics::PluginLabel;
@@ -160,13 +160,7 @@ async fn apply_one(
     }
     match apply::create(client, resource, &step.child, plugin).await? {
         apply::Created::Made => Ok(Writes::wrote(plugin)),
-        apply::Created::Held { object, wrote } => {
-            if wrote {
-                count_write(plugin);
-                count_write(plugin);
-            }
-            Err(conflict(shared, parent, plugin, &step.child, &*object).await)
-        }
+        apply::Created::Held(object) => Err(conflict(shared, parent, plugin, &step.child, &*object).await),
     }
 }
 
