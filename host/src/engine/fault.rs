@@ -1,6 +1,9 @@
-//! Everything that can go wrong inside a plugin, as typed causes the host can count.
+//! Everything that can go wrong inside a plugin, as typed causes the host can count,
+//! and why a reconcile produced no response.
 
 use std::time::Duration;
+
+use super::text::one_line;
 
 /// A plugin misbehaved; the engine keeps serving and the object is retried with backoff.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -64,6 +67,25 @@ impl Fault {
     }
 }
 
+/// Why a reconcile produced no response.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DispatchError {
+    /// The plugin asked to be retried: after its delay (capped), or with backoff.
+    #[error("plugin asked to retry: {message}")]
+    Retry {
+        /// Why.
+        message: String,
+        /// How long to wait, if the plugin said.
+        after: Option<Duration>,
+    },
+    /// The plugin reported a permanent problem with this object.
+    #[error("plugin reported a fatal error: {0}")]
+    Fatal(String),
+    /// The plugin faulted.
+    #[error("plugin {0}")]
+    Fault(#[from] Fault),
+}
+
 /// What the guest left behind when a call failed, to tell the causes apart.
 pub(crate) struct Evidence<'a> {
     pub deadline: Duration,
@@ -98,10 +120,6 @@ fn panic_message(stderr: &str) -> Option<String> {
     let location = lines.next()?.trim_end_matches(':');
     let message: Vec<&str> = lines.take_while(|l| !l.starts_with("note:")).collect();
     Some(one_line(&format!("{} (at {location})", message.join(" "))))
-}
-
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

@@ -30,17 +30,18 @@ mod logs;
 mod memory;
 mod sandbox;
 mod slots;
+mod text;
 mod types;
 mod versions;
+mod waits;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use wasmtime::Store;
 use wasmtime::component::Linker;
 
 pub use bindings::{OLDER_VERSIONS, WIT_PACKAGE};
-pub use fault::Fault;
+pub use fault::{DispatchError, Fault};
 pub use instance::Instance;
 use instance::{fault_of, json};
 pub use limits::Limits;
@@ -84,25 +85,6 @@ impl Default for EngineConfig {
             cache_dir: None,
         }
     }
-}
-
-/// Why a reconcile produced no response.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DispatchError {
-    /// The plugin asked to be retried: after its delay (capped), or with backoff.
-    #[error("plugin asked to retry: {message}")]
-    Retry {
-        /// Why.
-        message: String,
-        /// How long to wait, if the plugin said.
-        after: Option<Duration>,
-    },
-    /// The plugin reported a permanent problem with this object.
-    #[error("plugin reported a fatal error: {0}")]
-    Fatal(String),
-    /// The plugin faulted.
-    #[error("plugin {0}")]
-    Fault(#[from] Fault),
 }
 
 /// Compiles plugins and runs their calls; cheap to clone.
@@ -154,7 +136,7 @@ impl Engine {
 
         let mut linker = Linker::new(&inner);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        clocks::add_to_linker(&mut linker)?;
+        waits::add_to_linker(&mut linker)?;
         versions::add_to_linker(&mut linker)?;
 
         let clock = deadline::Clock::start(&inner, EPOCH_TICK)?;
@@ -269,6 +251,12 @@ pub trait Reconcile: Send + Sync + 'static {
     }
     /// One reconcile.
     fn reconcile(&self, request: &Request) -> Result<Response, DispatchError>;
+    /// Charge `bytes` of the reconciler's own text that the host repeats in a line of its
+    /// own (a fault or retry message in a WARN) to the reconciler's log budget; false when
+    /// the budget is spent and the text should be left out. Native code has no budget.
+    fn charge_log(&self, _bytes: usize) -> bool {
+        true
+    }
 }
 
 impl Reconcile for Plugin {
@@ -282,6 +270,10 @@ impl Reconcile for Plugin {
 
     fn reconcile(&self, request: &Request) -> Result<Response, DispatchError> {
         Plugin::reconcile(self, request)
+    }
+
+    fn charge_log(&self, bytes: usize) -> bool {
+        self.logs.allow(bytes)
     }
 }
 
@@ -368,8 +360,8 @@ impl Plugin {
             self.memory.clone(),
             self.logs.clone(),
         );
-        let mut store = Store::new(&self.engine.inner, state);
-        store.limiter(|s| &mut s.limiter);
+        let lift = limits::lift_allowance(&self.limits);
+        let mut store = sandbox::store(&self.engine.inner, state, lift);
         deadline::arm(&mut store, self.limits.deadline);
         let bindings = self.pre.instantiate(&mut store).map_err(|e| {
             match fault_of(&store, &e, self.limits.deadline) {
