@@ -94,6 +94,7 @@ pub(super) fn fault_of(store: &Store<State>, err: &wasmtime::Error, deadline: Du
             deadline,
             memory_denied: store.data().limiter.denied.clone(),
             stderr: &stderr,
+            lift: store.hostcall_fuel(),
         },
     )
 }
