@@ -13,7 +13,7 @@ fi
 # for the chart tests.
 scripts/node-packages.sh
 scripts/k8s-build.sh all node helm >/dev/null
-cargo build --profile plugin --target wasm32-wasip2 -p echo -p hostile -p scheduled-echo -p tenant -p broken-metadata -p greedy -p echo-canary -p namespace-defaults
+cargo build --profile plugin --target wasm32-wasip2 -p echo -p hostile -p scheduled-echo -p tenant -p broken-metadata -p greedy -p echo-canary -p hostile-twin -p namespace-defaults -p misdeclared -p misdeclared-orphans
 
 # cargo prints one result line per test binary; finish with the total on one line.
 log=$(mktemp)

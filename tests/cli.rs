@@ -152,17 +152,31 @@ fn what_capstan_run_refuses_capstan_test_refuses() {
 
 #[test]
 fn operator_grants_are_flags_as_in_capstan_run() {
-    let grant = ["--allow-cluster-kind", "Namespace"];
-    let out = test_plugin("hostile", "hostile-cluster", &grant);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(output(&out)["children"][0]["kind"], "Namespace");
-    plugin_golden("hostile", "hostile-cluster", "cluster-allowed", &grant);
-    // `plural.group` names the kind too, as in `capstan run`.
-    let out = test_plugin(
-        "hostile",
-        "hostile-cluster",
-        &["--allow-cluster-kind", "namespaces."],
+    // A cluster-scoped parent (a Namespace) makes a cluster-scoped ClusterRole only where
+    // the operator allows the kind.
+    let into = ["--allow-namespace", "team-a"];
+    let out = test_plugin("tenant", "tenant-role", &into);
+    assert_eq!(out.status.code(), Some(1));
+    let refused = output(&out)["error"]["refused"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        refused.contains("ClusterRole is cluster-scoped and not allowed"),
+        "{refused}"
     );
+    let grant = [&into[..], &["--allow-cluster-kind", "ClusterRole"]].concat();
+    let out = test_plugin("tenant", "tenant-role", &grant);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(output(&out)["children"][1]["kind"], "ClusterRole");
+    plugin_golden("tenant", "tenant-role", "role-allowed", &grant);
+    // `plural.group` names the kind too, as in `capstan run`.
+    let qualified = [
+        &into[..],
+        &["--allow-cluster-kind", "clusterroles.rbac.authorization.k8s.io"],
+    ]
+    .concat();
+    let out = test_plugin("tenant", "tenant-role", &qualified);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     // A cluster-scoped parent (a Namespace) writes only where the operator allows.

@@ -40,6 +40,12 @@ pub fn plugin(name: &str) -> PathBuf {
             "greedy",
             "-p",
             "echo-canary",
+            "-p",
+            "hostile-twin",
+            "-p",
+            "misdeclared",
+            "-p",
+            "misdeclared-orphans",
         ])
     });
     // Cargo names the artifact after the crate, with '-' as '_'.

@@ -22,9 +22,12 @@ pub fn selector(plugin: &str) -> String {
     format!("{}={},{PLUGIN_LABEL}={plugin}", MANAGED_BY.0, MANAGED_BY.1)
 }
 
+/// What every plugin's field manager starts with.
+pub const MANAGER_PREFIX: &str = "capstan/";
+
 /// Field manager of one plugin's writes.
 pub fn field_manager(plugin: &str) -> String {
-    format!("capstan/{plugin}")
+    format!("{MANAGER_PREFIX}{plugin}")
 }
 
 /// Make the child what will be applied: the plugin's object plus the owner reference,
@@ -85,6 +88,45 @@ pub fn unchanged(desired: &Value, observed: &Value) -> bool {
     applied(desired).is_some() && applied(desired) == applied(observed) && is_subset(desired, observed)
 }
 
+/// True when applying `status` as `plugin`'s status would change nothing: the children's
+/// rule, for a status. Every value it sets is observed, and every field `plugin` applied
+/// before is one it still sets — read from the parent's `managedFields`, as a status
+/// cannot carry the digest annotation a child does — so the apply would neither set nor
+/// remove anything. Fields other writers own (another plugin on the same kind, a user)
+/// are not this plugin's to compare: a status shared by two plugins is written by each
+/// only when its own fields change.
+pub fn status_unchanged(status: &Value, parent: &DynamicObject, plugin: &str) -> bool {
+    let observed = parent.data.get("status").unwrap_or(&Value::Null);
+    if !is_subset(status, observed) {
+        return false;
+    }
+    let manager = field_manager(plugin);
+    parent
+        .managed_fields()
+        .iter()
+        .filter(|e| {
+            e.manager.as_deref() == Some(manager.as_str()) && e.subresource.as_deref() == Some("status")
+        })
+        .filter_map(|e| e.fields_v1.as_ref())
+        .all(|fields| covers(status, &fields.0["f:status"]))
+}
+
+/// Whether `desired` sets every field of a `managedFields` field set. A list's own
+/// entries (`k:`, `v:`, `i:`) are not followed: a list is compared whole by the subset
+/// check.
+fn covers(desired: &Value, fields: &Value) -> bool {
+    let Value::Object(fields) = fields else {
+        return true;
+    };
+    fields.iter().all(|(key, sub)| match key.strip_prefix("f:") {
+        Some(name) => match desired {
+            Value::Object(d) => d.get(name).is_some_and(|v| covers(v, sub)),
+            _ => false,
+        },
+        None => true,
+    })
+}
+
 /// Whether an existing object is a child of `parent_uid` made by `plugin`: its controller
 /// owner reference names the parent and its label names the plugin. Anything else belongs
 /// to someone else and is never adopted.
@@ -112,16 +154,6 @@ pub fn controller_of(object: &impl kube::Resource) -> String {
     }
 }
 
-/// Read one object by name; `None` when it does not exist.
-pub async fn get(
-    client: &Client,
-    ar: &ApiResource,
-    namespace: Option<&str>,
-    name: &str,
-) -> kube::Result<Option<DynamicObject>> {
-    api(client, ar, namespace).get_opt(name).await
-}
-
 /// True when every field of `desired` is present with the same value in `observed`.
 fn is_subset(desired: &Value, observed: &Value) -> bool {
     match (desired, observed) {
@@ -142,13 +174,84 @@ fn api(client: &Client, ar: &ApiResource, namespace: Option<&str>) -> Api<Dynami
     }
 }
 
-/// Server-side apply one child, as made by [`own`].
-pub async fn apply(client: &Client, ar: &ApiResource, child: &Child, plugin: &str) -> kube::Result<()> {
+/// Server-side apply a child this plugin controls, as made by [`own`], over the object
+/// observed with `uid`: if that object was deleted or replaced since, the server refuses
+/// the apply instead of taking over whatever now holds the name.
+pub async fn update(
+    client: &Client,
+    ar: &ApiResource,
+    child: &Child,
+    uid: &str,
+    plugin: &str,
+) -> kube::Result<()> {
+    let mut body = child.object.clone();
+    body["metadata"]["uid"] = uid.into();
     let params = PatchParams::apply(&field_manager(plugin)).force();
     api(client, ar, child.namespace.as_deref())
-        .patch(&child.name, &params, &Patch::Apply(&child.object))
+        .patch(&child.name, &params, &Patch::Apply(&body))
         .await?;
     Ok(())
+}
+
+/// What became of a child's creation.
+#[derive(Debug)]
+pub enum Created {
+    /// The child was made.
+    Made,
+    /// An object someone else made holds the name; it was left as it was (`wrote`: after
+    /// this plugin's fields were put on it and taken off again).
+    Held {
+        /// The object as its owner left it.
+        object: Box<DynamicObject>,
+        /// Whether two writes were made to find out.
+        wrote: bool,
+    },
+}
+
+/// Create a child, as made by [`own`], in one call and without adopting anything:
+/// server-side apply without force. An object that appeared under the name since the
+/// caches were read is refused by the server when any field the child sets is another
+/// manager's (409), and otherwise shows other managers in the answer — then this
+/// plugin's fields are given back at once (an apply of nothing by the same manager
+/// removes what only it set: the owner reference, labels and annotation), so the
+/// object is left as its owner made it.
+pub async fn create(client: &Client, ar: &ApiResource, child: &Child, plugin: &str) -> kube::Result<Created> {
+    let manager = field_manager(plugin);
+    let api = api(client, ar, child.namespace.as_deref());
+    let params = PatchParams::apply(&manager);
+    let made = match api
+        .patch(&child.name, &params, &Patch::Apply(&child.object))
+        .await
+    {
+        Ok(made) => made,
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            return match api.get_opt(&child.name).await? {
+                Some(held) => Ok(Created::Held {
+                    object: Box::new(held),
+                    wrote: false,
+                }),
+                None => Err(kube::Error::Api(e)),
+            };
+        }
+        Err(e) => return Err(e),
+    };
+    let others = made
+        .managed_fields()
+        .iter()
+        .any(|e| e.manager.as_deref() != Some(manager.as_str()));
+    if !others {
+        return Ok(Created::Made);
+    }
+    let nothing = json!({
+        "apiVersion": child.object["apiVersion"],
+        "kind": child.object["kind"],
+        "metadata": { "name": child.name, "uid": made.uid() },
+    });
+    let held = api.patch(&child.name, &params, &Patch::Apply(&nothing)).await?;
+    Ok(Created::Held {
+        object: Box::new(held),
+        wrote: true,
+    })
 }
 
 /// Delete an observed child that is no longer desired, only if it is still the same object.
@@ -313,6 +416,49 @@ mod tests {
         let mut bare = observed.clone();
         bare["metadata"]["annotations"] = json!({});
         assert!(!unchanged(&v1, &bare));
+    }
+
+    fn parent_with_status(status: Value, managed: Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "example.com/v1", "kind": "Mirror",
+            "metadata": {"name": "m", "namespace": "ns", "managedFields": managed},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_status_write_is_skipped_only_when_it_would_change_nothing() {
+        let owned = |plugin: &str, fields: Value| {
+            json!({"manager": format!("capstan/{plugin}"), "operation": "Apply",
+                "subresource": "status", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:status": fields}})
+        };
+        // Two plugins on one kind, each with its own field.
+        let parent = parent_with_status(
+            json!({"a": "1", "b": {"x": 2}, "conditions": [{"type": "Ready", "status": "True"}]}),
+            json!([
+                owned(
+                    "pa",
+                    json!({"f:a": {}, "f:conditions": {".": {}, "k:{\"type\":\"Ready\"}": {"f:status": {}}}})
+                ),
+                owned("pb", json!({"f:b": {"f:x": {}}})),
+            ]),
+        );
+        let a = json!({"a": "1", "conditions": [{"type": "Ready", "status": "True"}]});
+        assert!(status_unchanged(&a, &parent, "pa"), "b's field is b's");
+        assert!(status_unchanged(&json!({"b": {"x": 2}}), &parent, "pb"));
+        assert!(!status_unchanged(
+            &json!({"a": "2", "conditions": a["conditions"]}),
+            &parent,
+            "pa"
+        ));
+        // A field the plugin set before and no longer sets would be removed by the apply.
+        assert!(!status_unchanged(&json!({"a": "1"}), &parent, "pa"));
+        assert!(!status_unchanged(&json!({}), &parent, "pb"));
+        // A plugin that never wrote the status: only its values count.
+        assert!(status_unchanged(&json!({"a": "1"}), &parent, "pc"));
+        assert!(!status_unchanged(&json!({"c": true}), &parent, "pc"));
     }
 
     #[test]

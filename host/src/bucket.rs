@@ -34,6 +34,18 @@ impl Bucket {
         self.last = now.max(self.last);
     }
 
+    /// Tokens there now (negative in debt).
+    pub fn level(&mut self, now: Instant) -> f64 {
+        self.refill(now);
+        self.tokens
+    }
+
+    /// Whether the bucket is full again: as good as a new one, so nothing is lost by
+    /// dropping it.
+    pub fn full(&mut self, now: Instant) -> bool {
+        self.level(now) >= self.burst
+    }
+
     /// Take `n` tokens if there are that many.
     pub fn try_take(&mut self, n: f64, now: Instant) -> bool {
         self.refill(now);

@@ -11,7 +11,6 @@ pub mod controller;
 #[cfg(feature = "dev")]
 pub mod dev;
 pub mod engine;
-pub mod grants;
 pub mod host;
 pub mod key;
 pub mod layered;

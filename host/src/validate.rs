@@ -5,5 +5,5 @@
 
 pub use capstan_contract::{
     Allowances, Child, Refusal, children, dns1123_label, dns1123_subdomain, home_namespace, object_name,
-    parent_namespace,
+    parent_namespace, response,
 };

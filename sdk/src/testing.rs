@@ -91,24 +91,24 @@
 //! ```
 //! use capstan_sdk::testing::{Failure, Fixture};
 //! use capstan_sdk::{Context, Metadata, ReconcileError, Reconciler, Response};
-//! use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+//! use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 //!
 //! /// Declares ConfigMaps but also returns a Secret.
 //! struct Leaky;
 //!
 //! impl Reconciler for Leaky {
-//!     type Parent = ConfigMap;
+//!     type Parent = Service;
 //!     fn metadata() -> Metadata {
 //!         Metadata::new("leaky", "0.1.0").child::<ConfigMap>()
 //!     }
-//!     fn reconcile(_: ConfigMap, _: &Context) -> Result<Response, ReconcileError> {
+//!     fn reconcile(_: Service, _: &Context) -> Result<Response, ReconcileError> {
 //!         let mut secret = Secret::default();
 //!         secret.metadata.name = Some("stolen".into());
 //!         Response::new().child(&secret)
 //!     }
 //! }
 //!
-//! let fixture = Fixture::parse("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: demo}").unwrap();
+//! let fixture = Fixture::parse("apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: demo}").unwrap();
 //! match fixture.check::<Leaky>() {
 //!     Err(Failure::Refused(refusal)) => assert_eq!(
 //!         refusal.to_string(),
@@ -190,6 +190,9 @@ pub enum Failure {
     Plugin(ReconcileError),
     /// The plugin answered, but the host would refuse the response and write nothing of it.
     Refused(Refusal),
+    /// The host would not load the plugin: what it declares needs a grant the fixture
+    /// does not give, or could never work (see `capstan_contract::declared`).
+    Declared(String),
 }
 
 impl fmt::Display for Failure {
@@ -199,6 +202,7 @@ impl fmt::Display for Failure {
             Failure::Related(m) => write!(f, "refused related queries: {m}"),
             Failure::Plugin(e) => e.fmt(f),
             Failure::Refused(r) => write!(f, "refused: {r}"),
+            Failure::Declared(m) => write!(f, "refused plugin: {m}"),
         }
     }
 }
@@ -331,6 +335,20 @@ impl Fixture {
         self
     }
 
+    /// The operator's grant to declare Secret as parent, child or related kind
+    /// (`allowSecrets`; `capstan test --allow-secrets`).
+    pub fn allow_secrets(mut self) -> Self {
+        self.allow.secrets = true;
+        self
+    }
+
+    /// The operator's grant to declare the parent kind as a child kind (`allowOwnKind`;
+    /// `capstan test --allow-own-kind`).
+    pub fn allow_own_kind(mut self) -> Self {
+        self.allow.own_kind = true;
+        self
+    }
+
     /// Run `R` on this fixture, exactly as the Wasm export would, and check the response
     /// as the host would before writing it (see the [module docs](self)).
     ///
@@ -341,12 +359,12 @@ impl Fixture {
     ///
     /// ```should_panic
     /// # use capstan_sdk::{Context, Metadata, ReconcileError, Reconciler, Response};
-    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// # use k8s_openapi::api::core::v1::{ConfigMap, Service};
     /// # struct Elsewhere;
     /// # impl Reconciler for Elsewhere {
-    /// #     type Parent = ConfigMap;
+    /// #     type Parent = Service;
     /// #     fn metadata() -> Metadata { Metadata::new("elsewhere", "0.1.0").child::<ConfigMap>() }
-    /// #     fn reconcile(_: ConfigMap, _: &Context) -> Result<Response, ReconcileError> {
+    /// #     fn reconcile(_: Service, _: &Context) -> Result<Response, ReconcileError> {
     /// #         let mut cm = ConfigMap::default();
     /// #         cm.metadata.name = Some("a".into());
     /// #         cm.metadata.namespace = Some("kube-system".into());
@@ -356,7 +374,7 @@ impl Fixture {
     /// use capstan_sdk::testing::Fixture;
     ///
     /// // A ConfigMap in kube-system for a parent in demo: the host writes nothing of it.
-    /// let fixture = Fixture::parse("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: p, namespace: demo}");
+    /// let fixture = Fixture::parse("apiVersion: v1\nkind: Service\nmetadata: {name: p, namespace: demo}");
     /// let _ = fixture.unwrap().reconcile::<Elsewhere>();
     /// ```
     #[track_caller]
@@ -376,11 +394,15 @@ impl Fixture {
                 "the host would refuse the plugin's related queries: {m} \
                  (Fixture::check returns it as a value)"
             ),
+            Err(Failure::Declared(m)) => {
+                panic!("the host would not load the plugin: {m} (Fixture::check returns it as a value)")
+            }
         }
     }
 
     /// Run `R` on this fixture, exactly as the Wasm export would, and check it with the
-    /// host's own rules: [`Failure::Settings`] when the host would not load the plugin
+    /// host's own rules: [`Failure::Declared`] when the host would not load the plugin
+    /// with the fixture's grants, [`Failure::Settings`] when it would not load it
     /// with these settings, [`Failure::Related`] when it would refuse the plugin's related
     /// queries, [`Failure::Plugin`] when the plugin returns an error, [`Failure::Refused`]
     /// when the host would refuse what it returned.
@@ -393,6 +415,7 @@ impl Fixture {
         let settings = json(&self.settings);
         metadata.validate_settings(&settings).map_err(Failure::Settings)?;
         let declared = declared(parent_kind, metadata);
+        capstan_contract::declared::offline(&declared, &self.allow).map_err(Failure::Declared)?;
         let namespace =
             capstan_contract::parent_namespace(&declared, &self.parent, &self.allow).map(str::to_owned);
         let parent = json(&self.parent);
@@ -401,7 +424,8 @@ impl Fixture {
             Vec::new()
         } else {
             let queries = crate::guest::queries::<R>(&parent, settings.clone());
-            let resolved = capstan_contract::related::resolve(&declared, namespace.as_deref(), &queries)
+            let of = capstan_contract::related::Parent::of(&declared, &self.parent);
+            let resolved = capstan_contract::related::resolve(&declared, of, &queries, &self.allow)
                 .map_err(Failure::Related)?;
             let existing: Vec<_> = self
                 .related
@@ -420,7 +444,8 @@ impl Fixture {
         };
         let response = crate::guest::run::<R>(request).map_err(Failure::Plugin)?;
         let children = response.children_json().map_err(Failure::Plugin)?;
-        capstan_contract::children(&declared, namespace.as_deref(), children, &self.allow)
+        let reasons = response.events.iter().map(|e| e.reason.as_str());
+        capstan_contract::response(&declared, namespace.as_deref(), children, reasons, &self.allow)
             .map_err(Failure::Refused)?;
         Ok(response)
     }
@@ -499,7 +524,7 @@ pub fn assert_generated(path: impl AsRef<Path>, generated: &str) {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
     use k8s_openapi::api::rbac::v1::ClusterRole;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use serde_json::{Value, json};
@@ -521,7 +546,11 @@ mod tests {
             return Err(ReconcileError::fatal(m.clone()));
         }
         let children: Vec<Value> = serde_json::from_str(annotations.get("children").map_or("[]", |c| c))?;
-        children.iter().try_fold(Response::new(), |r, c| r.child(c))
+        let response = children.iter().try_fold(Response::new(), |r, c| r.child(c))?;
+        Ok(match annotations.get("event") {
+            Some(reason) => response.event(crate::Event::normal(reason.clone(), "scripted")),
+            None => response,
+        })
     }
 
     fn declared_kinds() -> Metadata {
@@ -531,11 +560,11 @@ mod tests {
     }
 
     impl Reconciler for Scripted {
-        type Parent = ConfigMap;
+        type Parent = Service;
         fn metadata() -> Metadata {
-            declared_kinds()
+            Metadata::new("scripted", "0.1.0").child::<ConfigMap>()
         }
-        fn reconcile(parent: ConfigMap, _: &Context) -> Result<Response, ReconcileError> {
+        fn reconcile(parent: Service, _: &Context) -> Result<Response, ReconcileError> {
             script(&parent.metadata)
         }
     }
@@ -553,20 +582,21 @@ mod tests {
     impl Reconciler for NamespaceScripted {
         type Parent = Namespace;
         fn metadata() -> Metadata {
-            declared_kinds()
+            // Not Namespace itself: that would be its own parent kind.
+            Metadata::new("scripted", "0.1.0").child::<ConfigMap>()
         }
         fn reconcile(parent: Namespace, _: &Context) -> Result<Response, ReconcileError> {
             script(&parent.metadata)
         }
     }
 
-    /// A fixture whose parent (a ConfigMap, or a ClusterRole when `namespace` is None)
+    /// A fixture whose parent (a Service, or a ClusterRole when `namespace` is None)
     /// returns `children`.
     fn returning(namespace: Option<&str>, children: Value) -> Fixture {
         let annotations = json!({ "children": children.to_string() });
         Fixture::new(match namespace {
             Some(ns) => json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
+                "apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": "p", "namespace": ns, "annotations": annotations},
             }),
             None => json!({
@@ -640,20 +670,20 @@ mod tests {
     #[test]
     fn the_operator_grants_are_the_fixture_s_to_give() {
         let namespace = json!([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}}]);
-        let fixture = returning(Some("demo"), namespace);
-        let r = refusal(fixture.clone().check::<Scripted>());
+        let fixture = returning(None, namespace);
+        let r = refusal(fixture.clone().check::<ClusterScripted>());
         assert!(r.contains("cluster-scoped and not allowed"), "{r}");
         assert!(
             fixture
                 .clone()
                 .allow_cluster_kind("Namespace")
-                .check::<Scripted>()
+                .check::<ClusterScripted>()
                 .is_ok()
         );
         assert!(
             fixture
                 .allow_cluster_kind("namespaces.")
-                .check::<Scripted>()
+                .check::<ClusterScripted>()
                 .is_ok()
         );
 

@@ -75,9 +75,9 @@ pub fn request(
 ) -> Result<Request, Unrequestable> {
     let metadata = plugin.metadata();
     let queries = plugin.related(&parent).map_err(Unrequestable::Dispatch)?;
-    let home = capstan_contract::parent_namespace(metadata, &parent, allow);
+    let of = capstan_contract::related::Parent::of(metadata, &parent);
     let resolved =
-        capstan_contract::related::resolve(metadata, home, &queries).map_err(Unrequestable::Refused)?;
+        capstan_contract::related::resolve(metadata, of, &queries, allow).map_err(Unrequestable::Refused)?;
     Ok(Request {
         related: capstan_contract::related::select(metadata, &resolved, candidates),
         parent,

@@ -153,9 +153,8 @@ impl RunArgs {
                 // Children of a cluster-scoped parent may go into the one namespace the
                 // host watches; without --namespace, only where a plugin's config allows.
                 namespaces: self.namespace.iter().cloned().collect(),
-                own_namespace: false,
+                ..Default::default()
             },
-            grants: Default::default(),
             concurrency: self.concurrency,
             resync: self.resync,
             ..Options::default()

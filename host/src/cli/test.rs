@@ -37,6 +37,14 @@ pub struct TestArgs {
     /// `allowOwnNamespace` gives.
     #[arg(long)]
     allow_own_namespace: bool,
+    /// The plugin may declare Secret as parent, child or related kind: the grant a
+    /// plugin's `allowSecrets` gives.
+    #[arg(long)]
+    allow_secrets: bool,
+    /// The plugin may declare its own parent kind as a child: the grant a plugin's
+    /// `allowOwnKind` gives.
+    #[arg(long)]
+    allow_own_kind: bool,
 }
 
 pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
@@ -44,14 +52,19 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         validate::dns1123_label(ns).map_err(|e| anyhow::anyhow!("--allow-namespace {e}"))?;
     }
     let plugin = args.plugin.load()?;
-    let parents = args.fixtures.parents()?;
-    let children = args.fixtures.children()?;
-    let related = args.fixtures.related()?;
     let allow = Allowances {
         cluster_kinds: args.allow_cluster_kinds,
         namespaces: args.allow_namespaces,
         own_namespace: args.allow_own_namespace,
+        secrets: args.allow_secrets,
+        own_kind: args.allow_own_kind,
     };
+    // What `capstan run` refuses at load and at discovery, in its words.
+    capstan_contract::declared::offline(plugin.metadata(), &allow)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.plugin.plugin.display()))?;
+    let parents = args.fixtures.parents()?;
+    let children = args.fixtures.children()?;
+    let related = args.fixtures.related()?;
     let outcomes: Vec<Value> = parents
         .into_iter()
         .map(|parent| {
@@ -103,7 +116,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
 
 /// A response the host would accept, or the error as data so fixtures can expect
 /// failures too: the plugin's own, a fault, or `refused` — the response breaks the rules
-/// `capstan run` checks before writing anything (the same [`validate::children`]).
+/// `capstan run` checks before writing anything (the same [`validate::response`]).
 fn outcome(
     metadata: &Metadata,
     parent: &Value,
@@ -113,7 +126,8 @@ fn outcome(
     Ok(match result {
         Ok(response) => {
             let namespace = validate::parent_namespace(metadata, parent, allow);
-            match validate::children(metadata, namespace, response.children.clone(), allow) {
+            let reasons = response.events.iter().map(|e| e.reason.as_str());
+            match validate::response(metadata, namespace, response.children.clone(), reasons, allow) {
                 Ok(_) => serde_json::to_value(response).context("serializing the response")?,
                 Err(refusal) => json!({ "error": { "refused": refusal.to_string() } }),
             }
@@ -198,15 +212,34 @@ mod tests {
             out,
             json!({"error": {"refused": "child 0 (Secret/s): v1 Secret is not a declared child kind"}})
         );
+        // Under a namespaced parent, no grant makes a cluster-scoped child collectable.
         let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}});
-        assert!(answer(vec![namespace.clone()], &Allowances::default())["error"]["refused"].is_string());
         let allow = Allowances {
             cluster_kinds: vec!["Namespace".into()],
             ..Allowances::default()
         };
-        assert_eq!(
-            answer(vec![namespace], &allow)["children"][0]["kind"],
-            "Namespace"
+        let refused = answer(vec![namespace], &allow);
+        let refused = refused["error"]["refused"].as_str().unwrap_or_default();
+        assert!(refused.contains("OwnerRefInvalidNamespace"), "{refused}");
+    }
+
+    #[test]
+    fn an_event_reason_capstan_run_would_not_record_refuses_the_response() {
+        let parent = json!({"metadata": {"name": "a", "namespace": "demo"}});
+        let event = |reason: &str| crate::engine::Event {
+            event_type: crate::engine::EventType::Normal,
+            reason: reason.into(),
+            message: "m".into(),
+        };
+        let response = Response {
+            events: vec![event("Fine"), event("not fine")],
+            ..Response::default()
+        };
+        let out = outcome(&metadata(), &parent, Ok(response), &Allowances::default()).unwrap();
+        let refused = out["error"]["refused"].as_str().unwrap_or_default();
+        assert!(
+            refused.starts_with("event 1: reason \"not fine\" is not CamelCase"),
+            "{out}"
         );
     }
 

@@ -3,18 +3,15 @@
 //! update or leave alone, which name is held by someone else (never adopted), and which
 //! observed child to delete.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use crate::key::ObjectKey;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 
 use super::Shared;
 use super::compact::Compact;
 use super::events::warn;
-use super::reconcile::{Error, Observed, count_write};
+use super::outcome::{Error, Observed, Writes, count_write};
 use crate::apply;
+use crate::key::ObjectKey;
 use crate::ops::metrics::PluginLabel;
 use crate::validate;
 
@@ -24,16 +21,16 @@ pub(super) struct Step {
     kind: usize,
     /// The last apply was of this very object and it still holds.
     unchanged: bool,
-    /// No object of this name exists yet (as far as the caches and the API know).
-    create: bool,
-    /// The resourceVersion of the object as observed ("" when none exists).
-    seen: String,
+    /// The object observed under the child's name: (UID, resourceVersion); `None` when
+    /// none is, and the child is to be created.
+    observed: Option<(String, String)>,
 }
 
 /// Match every desired child to what exists: the parent's own children are updated (or
-/// left alone when unchanged); a name that is free is created; a name held by an object
-/// this parent and plugin do not control refuses the whole response — the host never
-/// adopts (client-go's sample-controller: "already exists and is not managed by").
+/// left alone when unchanged); a name not in the caches is created; a name held by an
+/// object this parent and plugin do not control refuses the whole response — the host
+/// never adopts (client-go's sample-controller: "already exists and is not managed by").
+/// Names held outside the caches are found by the creation itself ([`apply::create`]).
 pub(super) async fn claim(
     parent: &DynamicObject,
     metadata: &crate::engine::Metadata,
@@ -42,7 +39,6 @@ pub(super) async fn claim(
     observed: &[Observed],
     observed_json: &[serde_json::Value],
 ) -> Result<Vec<Step>, Error> {
-    let uid = parent.uid().unwrap_or_default();
     let mut plan = Vec::with_capacity(desired.len());
     for child in desired {
         let Some(kind) = shared.children.iter().position(|c| c.kind == child.kind) else {
@@ -54,54 +50,29 @@ pub(super) async fn claim(
             .find(|(o, _)| o.kind == kind && same(&o.object, &child));
         if let Some((o, json)) = current {
             let unchanged = apply::unchanged(&child.object, json);
+            let (uid, seen) = (o.object.uid(), o.object.resource_version());
             plan.push(Step {
                 child,
                 kind,
                 unchanged,
-                create: false,
-                seen: o.object.resource_version().unwrap_or_default(),
+                observed: Some((uid.unwrap_or_default(), seen.unwrap_or_default())),
             });
             continue;
         }
-        let existing = existing(shared, kind, &child).await?;
-        if let Some(existing) = &existing
-            && !apply::controlled_by(&**existing, &uid, &metadata.name)
-        {
-            return Err(conflict(shared, parent, &metadata.name, &child, existing).await);
+        // The caches hold this plugin's children of every parent: one found here and
+        // not observed is another parent's.
+        let key = ObjectKey::new(child.namespace.as_deref(), &child.name);
+        if let Some(other) = shared.children[kind].cache.get(&key) {
+            return Err(conflict(shared, parent, &metadata.name, &child, &*other).await);
         }
         plan.push(Step {
             child,
             kind,
             unchanged: false,
-            create: existing.is_none(),
-            seen: existing.and_then(|e| e.resource_version()).unwrap_or_default(),
+            observed: None,
         });
     }
     Ok(plan)
-}
-
-/// The object that holds a desired child's name, from the cache (which holds only
-/// this plugin's children) or else from the API.
-async fn existing(
-    shared: &Shared,
-    kind: usize,
-    child: &validate::Child,
-) -> Result<Option<Arc<Compact>>, Error> {
-    let c = &shared.children[kind];
-    if let Some(cached) = c
-        .cache
-        .get(&ObjectKey::new(child.namespace.as_deref(), &child.name))
-    {
-        return Ok(Some(cached));
-    }
-    let fetched = apply::get(
-        &shared.client,
-        &c.resource,
-        child.namespace.as_deref(),
-        &child.name,
-    )
-    .await?;
-    Ok(fetched.map(|o| Arc::new(Compact::of(&o))))
 }
 
 /// Refuse a response that names an object someone else controls: a `ChildConflict`
@@ -111,7 +82,7 @@ async fn conflict(
     parent: &DynamicObject,
     plugin: &str,
     child: &validate::Child,
-    existing: &Compact,
+    existing: &impl kube::Resource,
 ) -> Error {
     let message = format!(
         "{} already exists and is not controlled by this {} (its controller: {}); nothing applied",
@@ -146,41 +117,57 @@ fn same(object: &Compact, child: &validate::Child) -> bool {
     object.name_any() == child.name && object.namespace() == child.namespace
 }
 
-/// Server-side apply every child that would change (unless that is ping-pong). Creations
-/// are rate-limited per plugin: one that multiplies its children (or, granted its own
-/// kind, itself) is slowed, not stopped — a creation over the rate is left for later, and
-/// the answer says when to come back for it. Nothing waits in line, so shutdown never
-/// waits for a plugin's budget.
+/// Write every child that would change (unless that is ping-pong). Creations are
+/// rate-limited per plugin: one that multiplies its children (or, granted its own kind,
+/// itself) is slowed, not stopped — a creation over the rate is left for later, and the
+/// answer says when to come back for it. Nothing waits in line, so shutdown never waits
+/// for a plugin's budget.
 pub(super) async fn apply(
     shared: &Shared,
     parent: &DynamicObject,
     plugin: &str,
     plan: &[Step],
-) -> Result<Option<Duration>, Error> {
-    let mut deferred = None;
+) -> Result<Writes, Error> {
+    let mut writes = Writes::default();
     for step in plan.iter().filter(|s| !s.unchanged) {
-        if step.create
-            && let Err(wait) = shared.creation()
-        {
-            tracing::debug!(wait = ?wait, child = %describe(&step.child), "plugin over its creation rate; later");
-            deferred = Some(wait);
-            continue;
-        }
-        let digest = step.child.object["metadata"]["annotations"][apply::APPLIED_ANNOTATION]
-            .as_str()
-            .unwrap_or_default();
-        let content = (digest, step.seen.as_str());
-        super::churn::guard(shared, parent, plugin, &describe(&step.child), content).await?;
-        apply::apply(
-            &shared.client,
-            &shared.children[step.kind].resource,
-            &step.child,
-            plugin,
-        )
-        .await?;
-        count_write(plugin);
+        writes = writes.and(apply_one(shared, parent, plugin, step).await?);
     }
-    Ok(deferred)
+    Ok(writes)
+}
+
+/// Create or update one child.
+async fn apply_one(
+    shared: &Shared,
+    parent: &DynamicObject,
+    plugin: &str,
+    step: &Step,
+) -> Result<Writes, Error> {
+    if step.observed.is_none()
+        && let Err(wait) = shared.creation()
+    {
+        tracing::debug!(wait = ?wait, child = %describe(&step.child), "plugin over its creation rate; later");
+        return Ok(Writes::deferred(wait));
+    }
+    let digest = step.child.object["metadata"]["annotations"][apply::APPLIED_ANNOTATION]
+        .as_str()
+        .unwrap_or_default();
+    let (uid, seen) = step.observed.clone().unwrap_or_default();
+    super::churn::guard(shared, parent, plugin, &describe(&step.child), (digest, &seen)).await?;
+    let (client, resource) = (&shared.client, &shared.children[step.kind].resource);
+    if step.observed.is_some() {
+        apply::update(client, resource, &step.child, &uid, plugin).await?;
+        return Ok(Writes::wrote(plugin));
+    }
+    match apply::create(client, resource, &step.child, plugin).await? {
+        apply::Created::Made => Ok(Writes::wrote(plugin)),
+        apply::Created::Held { object, wrote } => {
+            if wrote {
+                count_write(plugin);
+                count_write(plugin);
+            }
+            Err(conflict(shared, parent, plugin, &step.child, &*object).await)
+        }
+    }
 }
 
 /// Delete every observed child the response no longer holds.
@@ -189,14 +176,15 @@ pub(super) async fn prune(
     plugin: &str,
     plan: &[Step],
     observed: &[Observed],
-) -> Result<(), Error> {
+) -> Result<Writes, Error> {
+    let mut writes = Writes::default();
     for o in observed {
         if !plan.iter().any(|s| s.kind == o.kind && same(&o.object, &s.child)) {
             apply::prune(&shared.client, &shared.children[o.kind].resource, &*o.object).await?;
-            count_write(plugin);
+            writes = writes.and(Writes::wrote(plugin));
         }
     }
-    Ok(())
+    Ok(writes)
 }
 
 /// Count and report a response (or related queries) that broke the rules; `what`
@@ -226,37 +214,21 @@ pub(super) async fn refused_related(
     Error::RelatedRefused(message)
 }
 
-/// Validate the whole response before anything of it is written.
+/// Validate the whole response (children and events) before anything of it is written.
 pub(super) async fn check(
     parent: &DynamicObject,
     metadata: &crate::engine::Metadata,
     shared: &Shared,
     children: Vec<serde_json::Value>,
+    events: &[crate::engine::Event],
 ) -> Result<Vec<validate::Child>, Error> {
-    let own = parent.namespace();
-    let home = home(metadata, own.as_deref(), &parent.metadata, &shared.options);
-    match validate::children(metadata, home, children, &shared.options.allow) {
+    let home = super::scope::home(metadata, &parent.metadata, &shared.options);
+    let reasons = events.iter().map(|e| e.reason.as_str());
+    match validate::response(metadata, home, children, reasons, &shared.options.allow) {
         Ok(desired) => Ok(desired),
         Err(r) => {
             refused(parent, metadata, shared, &format!("nothing applied: {r}")).await;
             Err(Error::Refused(r))
         }
-    }
-}
-
-/// Where a parent's children and related objects live: its namespace, or a Namespace
-/// parent itself — unless the host watches one namespace and this is another, whose
-/// children it could never observe (then the plain cluster-scoped rules apply).
-pub(super) fn home<'a>(
-    metadata: &crate::engine::Metadata,
-    own: Option<&'a str>,
-    parent: &'a kube::api::ObjectMeta,
-    options: &super::Options,
-) -> Option<&'a str> {
-    let name = parent.name.as_deref().unwrap_or_default();
-    let home = capstan_contract::home_namespace(metadata, own, name, &options.allow);
-    match (&options.namespace, metadata.parent.namespaced) {
-        (Some(watched), false) if home != Some(watched.as_str()) => None,
-        _ => home,
     }
 }

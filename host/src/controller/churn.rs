@@ -21,7 +21,7 @@ use kube::api::DynamicObject;
 
 use super::Shared;
 use super::events::warn;
-use super::reconcile::Error;
+use super::outcome::Error;
 use crate::bucket::Bucket;
 use crate::key::ObjectKey;
 use crate::ops::metrics::PluginLabel;

@@ -7,11 +7,14 @@
 //! [`DynamicObject`] once, and a child into JSON for the plugin's request, which it needed
 //! anyway. `metadata.managedFields` is dropped: no plugin is shown it and the host never
 //! reads it (server-side apply tracks ownership on the server; a conflict comes back as
-//! an error), and it is often the larger half of an object.
+//! an error), and it is often the larger half of an object — all but what Capstan's
+//! own plugins applied to a parent's status, which tells whether a status write would
+//! remove anything (see [`crate::apply::status_unchanged`]).
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::api::{ApiResource, DynamicObject, ObjectMeta, TypeMeta};
 use kube::core::DynamicResourceScope;
 use kube::runtime::watcher::Event;
@@ -33,7 +36,7 @@ impl Compact {
     /// The compact form of `object`.
     pub fn of(object: &DynamicObject) -> Compact {
         let mut metadata = object.metadata.clone();
-        metadata.managed_fields = None;
+        keep_status_managers(&mut metadata);
         Compact {
             types: object.types.clone(),
             metadata,
@@ -62,10 +65,11 @@ impl Compact {
             object.insert("apiVersion".into(), types.api_version.clone().into());
             object.insert("kind".into(), types.kind.clone().into());
         }
-        object.insert(
-            "metadata".into(),
-            serde_json::to_value(&self.metadata).unwrap_or_default(),
-        );
+        let mut metadata = serde_json::to_value(&self.metadata).unwrap_or_default();
+        if let Some(metadata) = metadata.as_object_mut() {
+            metadata.remove("managedFields");
+        }
+        object.insert("metadata".into(), metadata);
         serde_json::Value::Object(object)
     }
 }
@@ -82,11 +86,37 @@ pub fn cached(resource: &ApiResource) -> impl FnMut(&mut DynamicObject) + Send +
         kind: resource.kind.clone(),
     };
     move |o| {
-        o.metadata.managed_fields = None;
+        keep_status_managers(&mut o.metadata);
         if o.types.is_none() {
             o.types = Some(types.clone());
         }
     }
+}
+
+/// Drop every `managedFields` entry but those of Capstan plugins' status applies, and of
+/// those all but the manager and its fields.
+fn keep_status_managers(metadata: &mut ObjectMeta) {
+    let Some(entries) = metadata.managed_fields.take() else {
+        return;
+    };
+    let kept: Vec<_> = entries
+        .into_iter()
+        .filter(|e| {
+            e.subresource.as_deref() == Some("status")
+                && e.operation.as_deref() == Some("Apply")
+                && e.manager
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with(crate::apply::MANAGER_PREFIX))
+        })
+        .map(|e| ManagedFieldsEntry {
+            manager: e.manager,
+            operation: e.operation,
+            subresource: e.subresource,
+            fields_v1: e.fields_v1,
+            ..ManagedFieldsEntry::default()
+        })
+        .collect();
+    metadata.managed_fields = (!kept.is_empty()).then_some(kept);
 }
 
 /// A watcher event of whole objects as one of compact ones.

@@ -37,6 +37,10 @@ const REFILL: Duration = Duration::from_secs(60);
 const OBJECT_BURST: f64 = 10.0;
 /// The key of an object's all-reasons budget (not a valid reason).
 const ANY_REASON: &str = "\0plugin";
+/// Reasons with a budget kept per object. A bucket that has refilled is as good as a new
+/// one and is dropped to make room; a new reason finding no room is not recorded, so
+/// invented reasons cannot grow the host's memory for as long as the parent lives.
+const REASONS_KEPT: usize = 32;
 
 /// Token buckets per object key, then reason (so forgetting an object is one removal).
 #[derive(Default)]
@@ -54,6 +58,9 @@ impl EventBudget {
     fn allow_at(&self, object: &ObjectKey, reason: &str, from_plugin: bool, now: Instant) -> bool {
         let mut all = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         let buckets = all.entry(object.clone()).or_default();
+        if !room(buckets, reason, now) {
+            return false;
+        }
         let mut has = |reason: &str, burst| {
             buckets
                 .entry(reason.to_string())
@@ -74,6 +81,13 @@ impl EventBudget {
         true
     }
 
+    /// How many reasons `object` has a budget kept for.
+    #[cfg(test)]
+    fn kept(&self, object: &ObjectKey) -> usize {
+        let all = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        all.get(object).map_or(0, HashMap::len)
+    }
+
     /// Drop the buckets of an object that is gone.
     pub fn forget(&self, object: &ObjectKey) {
         self.buckets
@@ -89,6 +103,16 @@ impl EventBudget {
             .unwrap_or_else(|e| e.into_inner())
             .retain(|k, _| keep(k));
     }
+}
+
+/// Whether `reason` has a bucket among an object's `buckets` or room for one (after the
+/// refilled ones are dropped).
+fn room(buckets: &mut HashMap<String, Bucket>, reason: &str, now: Instant) -> bool {
+    if buckets.contains_key(reason) || buckets.len() < REASONS_KEPT {
+        return true;
+    }
+    buckets.retain(|_, bucket| !bucket.full(now));
+    buckets.len() < REASONS_KEPT
 }
 
 /// Record one of the host's own Warnings about the parent.
@@ -127,7 +151,7 @@ async fn publish(
         .namespace
         .clone()
         .unwrap_or_else(|| "default".into());
-    super::reconcile::count_write(&plugin);
+    super::outcome::count_write(&plugin);
     let events: Api<KubeEvent> = Api::namespaced(shared.client.clone(), &namespace);
     if let Err(e) = events.create(&PostParams::default(), &event).await {
         tracing::warn!(error = %e, reason, "could not record event");
@@ -228,5 +252,29 @@ mod tests {
             "the host's own warning is not charged to the plugin"
         );
         assert!(budget.allow_at(&"ns/a".into(), "Spam0", true, t0 + Duration::from_secs(61)));
+    }
+
+    #[test]
+    fn the_reasons_kept_per_object_are_bounded_however_many_are_invented() {
+        let budget = EventBudget::default();
+        let t0 = Instant::now();
+        let object: ObjectKey = "ns/a".into();
+        // A new reason every minute for a day, the pace the object's budget lets through.
+        for minute in 0..24 * 60 {
+            let at = t0 + Duration::from_secs(60 * minute);
+            budget.allow_at(&object, &format!("Reason{minute}"), true, at);
+            assert!(budget.kept(&object) <= REASONS_KEPT);
+        }
+        // Host warnings of a few fixed reasons keep going out among them.
+        let late = t0 + Duration::from_secs(60 * 24 * 60);
+        assert!(budget.allow_at(&object, "PluginFault", false, late));
+        // Thirty-two reasons used at once hold all the room: a thirty-third is dropped,
+        // and goes out once the others' buckets have refilled.
+        let other: ObjectKey = "ns/b".into();
+        for i in 0..REASONS_KEPT {
+            assert!(budget.allow_at(&other, &format!("Host{i}"), false, t0));
+        }
+        assert!(!budget.allow_at(&other, "OneMore", false, t0));
+        assert!(budget.allow_at(&other, "OneMore", false, t0 + REFILL));
     }
 }

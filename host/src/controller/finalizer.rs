@@ -11,47 +11,60 @@ use kube::{Resource, ResourceExt};
 
 use super::Shared;
 use super::events::warn;
-use super::reconcile::{Error, count_write};
+use super::outcome::{Error, count_write};
 use crate::apply;
 
 /// Annotation an admin sets on a stuck parent to remove the plugin's finalizer.
 pub const RELEASE_ANNOTATION: &str = "capstan.dev/release-finalizer";
 
-/// Add the plugin's finalizer to a live parent that lacks it; `Some` ends the reconcile
-/// (a deleted parent without it needs nothing, and the update wakes the parent again).
-pub(super) async fn ensure(
+/// Whether the parent carries the plugin's finalizer: a deleted parent without it needs
+/// nothing from the plugin.
+pub(super) fn held(parent: &DynamicObject, metadata: &crate::engine::Metadata) -> bool {
+    let finalizer = metadata.finalizer.as_deref();
+    finalizer.is_some_and(|f| parent.finalizers().iter().any(|x| x == f))
+}
+
+/// Let a deleted parent go without the plugin's cleanup when an admin annotated it so;
+/// `true` when it was let go.
+pub(super) async fn release_if_annotated(
     parent: &DynamicObject,
     metadata: &crate::engine::Metadata,
     shared: &Shared,
-    deleting: bool,
-) -> Result<Option<Option<Duration>>, Error> {
-    let finalizer = metadata.finalizer.as_deref();
-    let has_finalizer = finalizer.is_some_and(|f| parent.finalizers().iter().any(|x| x == f));
-    if deleting && !has_finalizer {
-        return Ok(Some(None));
+) -> Result<bool, Error> {
+    let annotated = parent
+        .annotations()
+        .get(RELEASE_ANNOTATION)
+        .is_some_and(|v| v == "true");
+    if !annotated {
+        return Ok(false);
     }
-    if deleting
-        && parent
-            .annotations()
-            .get(RELEASE_ANNOTATION)
-            .is_some_and(|v| v == "true")
-    {
-        release(parent, metadata, shared).await?;
-        let message = format!(
-            "finalizer released by the {RELEASE_ANNOTATION} annotation, without plugin {}'s cleanup",
-            metadata.name
-        );
-        warn(shared, parent, "FinalizerReleased", &message).await;
-        return Ok(Some(None));
+    release(parent, metadata, shared).await?;
+    let message = format!(
+        "finalizer released by the {RELEASE_ANNOTATION} annotation, without plugin {}'s cleanup",
+        metadata.name
+    );
+    warn(shared, parent, "FinalizerReleased", &message).await;
+    Ok(true)
+}
+
+/// Add the plugin's finalizer to a live parent that lacks it; `true` when it was added
+/// (the update wakes the parent again, which then reconciles as usual).
+pub(super) async fn add_if_missing(
+    parent: &DynamicObject,
+    metadata: &crate::engine::Metadata,
+    shared: &Shared,
+) -> Result<bool, Error> {
+    let Some(finalizer) = metadata.finalizer.as_deref() else {
+        return Ok(false);
+    };
+    if held(parent, metadata) {
+        return Ok(false);
     }
-    if let (Some(f), false, false) = (finalizer, has_finalizer, deleting) {
-        let mut finalizers = parent.finalizers().to_vec();
-        finalizers.push(f.to_string());
-        apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
-        count_write(&metadata.name);
-        return Ok(Some(None));
-    }
-    Ok(None)
+    let mut finalizers = parent.finalizers().to_vec();
+    finalizers.push(finalizer.to_string());
+    apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
+    count_write(&metadata.name);
+    Ok(true)
 }
 
 /// Remove the plugin's finalizer once it answered `finalized`.

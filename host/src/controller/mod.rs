@@ -9,17 +9,22 @@ mod churn;
 mod compact;
 use compact::cached;
 mod discovery;
+mod dispatch;
 mod events;
 mod finalizer;
+mod outcome;
 mod owned;
 mod per_object;
 mod queue;
 mod quiet;
 mod reconcile;
 mod related;
+mod scope;
 mod sharded;
+mod status;
 mod synced;
 mod throttle;
+mod version;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,10 +54,10 @@ use per_object::PerObject;
 pub struct Options {
     /// Watch only this namespace.
     pub namespace: Option<String>,
-    /// What the operator allows the plugin's responses beyond its parent's namespace.
+    /// What the operator grants the plugin: kinds it may declare (Secrets, its own parent
+    /// kind) and where its responses may write and its queries read beyond its parent's
+    /// namespace.
     pub allow: crate::validate::Allowances,
-    /// Kinds the operator lets the plugin declare (Secrets, its own parent kind).
-    pub grants: crate::grants::Grants,
     /// Reconciles of this plugin running at once.
     pub concurrency: u16,
     /// Reconcile every parent at least this often.
@@ -75,7 +80,6 @@ impl Default for Options {
         Options {
             namespace: None,
             allow: Default::default(),
-            grants: Default::default(),
             concurrency: 16,
             resync: Duration::from_secs(600),
             cpu_millicores: limits.cpu_millicores,
@@ -97,8 +101,8 @@ struct ChildKind {
 /// Everything one plugin's reconciles share.
 struct Shared {
     client: Client,
-    /// The plugin version new reconciles use; hot reload replaces it.
-    plugin: watch::Receiver<Arc<dyn Reconcile>>,
+    /// The plugin version new reconciles use, numbered; hot reload replaces it.
+    versions: version::Versions,
     parent: ApiResource,
     /// The parent cache: reconciles that waited for leadership re-read their object here.
     cache: Store<compact::Compact>,
@@ -122,7 +126,7 @@ struct Shared {
 
 impl Shared {
     fn plugin(&self) -> Arc<dyn Reconcile> {
-        self.plugin.borrow().clone()
+        self.versions.current().plugin
     }
 
     /// Take one creation from the plugin's budget, or say how long until there is one.
@@ -204,7 +208,7 @@ pub async fn run(
     }
     let mut related = Vec::new();
     for (index, kind) in wiring.metadata.related.iter().enumerate() {
-        let (cache, stream, wake) = wiring.related(index, kind).await?;
+        let (cache, stream, wake) = related::watch(&wiring, index, kind).await?;
         controller = controller.watches_stream_with(stream, wake, cache.resource.clone());
         related.push(cache);
     }
@@ -355,7 +359,7 @@ impl Wiring {
             )),
             reporter,
             client: self.client,
-            plugin,
+            versions: version::Versions::new(plugin),
             parent: self.parent,
             cache,
             children,

@@ -61,7 +61,7 @@ mod tests {
             ObjectKey::new(Some("ns"), "kept"),
             ObjectKey::new(Some("ns"), "gone"),
         );
-        let inputs = quiet::Inputs::of(&Arc::new(()), &Default::default(), [], &[]);
+        let inputs = quiet::Inputs::of(0, &Default::default(), [], &[]);
         for key in [&kept, &gone] {
             memory.backoff.fail(key);
             memory.quiet.remember(key.clone(), inputs);

@@ -3,8 +3,11 @@
 //! parent's inputs are exactly those of its last quiet reconcile, calling the plugin
 //! again can only repeat an answer that changed nothing.
 //!
-//! "Quiet" is a reconcile that succeeded, recorded no event, asked for no requeue and
-//! was not deferred. The inputs are the parent's, children's and related objects' UIDs
+//! "Quiet" is a reconcile that succeeded, made no API write, recorded no event, asked
+//! for no requeue and was not deferred. A reconcile that wrote is not remembered: its
+//! inputs are from before its own writes, and a child it created that someone deletes
+//! before any reconcile saw it would bring back exactly those inputs — remembered, the
+//! child would never be made again. The inputs are the parent's, children's and related objects' UIDs
 //! and resourceVersions and the plugin version; the only other field of a request,
 //! `now`, is the one the contract asks a time-dependent answer to cover with
 //! `requeue-after-ms` — and an answer that asks for a requeue is never remembered. So a
@@ -16,8 +19,9 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use kube::api::{DynamicObject, ObjectMeta};
+use kube::api::ObjectMeta;
 
+use super::compact::Compact;
 use crate::key::ObjectKey;
 
 /// A digest of one reconcile's inputs (all but `now`).
@@ -25,18 +29,16 @@ use crate::key::ObjectKey;
 pub(super) struct Inputs(u64);
 
 impl Inputs {
-    /// The inputs of a reconcile of `parent` by `plugin`, with its observed children (and
-    /// the index of each one's declared kind) and related objects.
-    pub(super) fn of<'a, P: ?Sized>(
-        plugin: &Arc<P>,
+    /// The inputs of a reconcile of `parent` by plugin version `version`, with its
+    /// observed children (and the index of each one's declared kind) and related objects.
+    pub(super) fn of<'a>(
+        version: u64,
         parent: &ObjectMeta,
         children: impl IntoIterator<Item = (usize, &'a ObjectMeta)>,
-        related: &[Arc<DynamicObject>],
+        related: &[Arc<Compact>],
     ) -> Inputs {
         let mut h = DefaultHasher::new();
-        // The plugin version in use: a reload is a new allocation, alive while any
-        // reconcile that used the old one is.
-        (Arc::as_ptr(plugin) as *const () as usize).hash(&mut h);
+        version.hash(&mut h);
         identity(parent, &mut h);
         for (kind, child) in children {
             (0u8, kind).hash(&mut h);
@@ -100,36 +102,31 @@ mod tests {
         }
     }
 
-    /// A stand-in for a loaded plugin: only its identity counts.
-    fn plugin() -> Arc<()> {
-        Arc::new(())
-    }
-
     #[test]
     fn any_changed_version_kind_or_plugin_changes_the_inputs() {
-        let (a, b) = (plugin(), plugin());
+        let (a, b) = (1, 2);
         let parent = meta("p", "1");
         let child = meta("c", "7");
-        let base = Inputs::of(&a, &parent, [(0, &child)], &[]);
-        assert_eq!(base, Inputs::of(&a, &parent, [(0, &child)], &[]));
-        assert_ne!(base, Inputs::of(&a, &meta("p", "2"), [(0, &child)], &[]));
-        assert_ne!(base, Inputs::of(&a, &parent, [(0, &meta("c", "8"))], &[]));
-        assert_ne!(base, Inputs::of(&a, &parent, [(1, &child)], &[]));
-        assert_ne!(base, Inputs::of(&a, &parent, [], &[]));
-        assert_ne!(base, Inputs::of(&b, &parent, [(0, &child)], &[]));
-        let related = Arc::new(DynamicObject {
+        let base = Inputs::of(a, &parent, [(0, &child)], &[]);
+        assert_eq!(base, Inputs::of(a, &parent, [(0, &child)], &[]));
+        assert_ne!(base, Inputs::of(a, &meta("p", "2"), [(0, &child)], &[]));
+        assert_ne!(base, Inputs::of(a, &parent, [(0, &meta("c", "8"))], &[]));
+        assert_ne!(base, Inputs::of(a, &parent, [(1, &child)], &[]));
+        assert_ne!(base, Inputs::of(a, &parent, [], &[]));
+        assert_ne!(base, Inputs::of(b, &parent, [(0, &child)], &[]));
+        let related = Arc::new(Compact::of(&kube::api::DynamicObject {
             types: None,
             metadata: meta("r", "3"),
             data: serde_json::Value::Null,
-        });
-        assert_ne!(base, Inputs::of(&a, &parent, [(0, &child)], &[related]));
+        }));
+        assert_ne!(base, Inputs::of(a, &parent, [(0, &child)], &[related]));
     }
 
     #[test]
     fn remembered_until_forgotten() {
         let quiet = Quiet::default();
         let key = ObjectKey::new(Some("ns"), "a");
-        let inputs = Inputs::of(&plugin(), &meta("p", "1"), [], &[]);
+        let inputs = Inputs::of(1, &meta("p", "1"), [], &[]);
         assert!(!quiet.unchanged(&key, inputs));
         quiet.remember(key.clone(), inputs);
         assert!(quiet.unchanged(&key, inputs));

@@ -11,62 +11,23 @@ use kube::runtime::reflector::ObjectRef;
 use tracing::Instrument;
 
 use super::compact::Compact;
-use super::events::{self, warn};
+use super::outcome::{Error, Observed, Writes};
 use super::quiet::Inputs;
-use super::{Shared, children, churn, finalizer, queue};
+use super::related::Failure;
+use super::version::Current;
+use super::{Shared, children, dispatch, events, finalizer, queue, status};
 use crate::apply;
-use crate::engine::{DispatchError, Reconcile, Request};
+use crate::engine::{Metadata, Request, Response};
 use crate::key::ObjectKey;
-use crate::ops::metrics::{ControllerLabel, FaultLabels, PluginLabel, QueueLabel};
-use crate::validate;
-
-/// Why a reconcile must be retried with backoff.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The plugin asked to retry, after its own delay or with backoff.
-    #[error("plugin asked to retry: {message}")]
-    Retry {
-        /// Why.
-        message: String,
-        /// The plugin's delay, capped.
-        after: Option<Duration>,
-    },
-    /// The plugin's related queries broke the rules; nothing was dispatched.
-    #[error("related queries refused: {0}")]
-    RelatedRefused(String),
-    /// The plugin faulted.
-    #[error("plugin fault: {0}")]
-    Fault(crate::engine::Fault),
-    /// The plugin's response broke the rules; nothing was applied.
-    #[error("response refused: {0}")]
-    Refused(validate::Refusal),
-    /// A Kubernetes API call failed.
-    #[error("API: {0}")]
-    Api(#[from] kube::Error),
-    /// A child the response names exists and belongs to someone else; nothing was applied.
-    #[error("child conflict: {0}")]
-    Conflict(String),
-    /// Another plugin manages a status field the response sets; the status was not written.
-    #[error("status conflict: {0}")]
-    StatusHeld(String),
-    /// A write would repeat content just written (ping-pong); it was not made.
-    #[error("write loop: {0}")]
-    Loop(String),
-    /// The plugin is over its CPU share: not dispatched, back after this long.
-    #[error("over the plugin's CPU share; back in {0:?}")]
-    Deferred(Duration),
-    /// The blocking dispatch task died.
-    #[error("dispatch task failed: {0}")]
-    Join(String),
-}
+use crate::ops::metrics::{ControllerLabel, PluginLabel, QueueLabel};
 
 /// kube-runtime's reconcile entry point: waits for leadership, runs one reconcile with
 /// the current plugin version (cancelled if leadership is lost) and accounts for it.
 pub async fn reconcile(parent: Arc<Compact>, shared: Arc<Shared>) -> Result<Action, Error> {
     let object = ObjectKey::of(&*parent);
     let dequeued = shared.queue.start(&object);
-    let plugin = shared.plugin();
-    let name = plugin.metadata().name.clone();
+    let plugin = shared.versions.current();
+    let name = plugin.plugin.metadata().name.clone();
     let span = tracing::info_span!("reconcile", plugin = %name, object = %object);
     async move {
         let Some(parent) = admitted(parent, &shared).await else {
@@ -166,7 +127,8 @@ fn next(
 
 /// kube-runtime's error policy: per-object exponential backoff, never giving up.
 pub fn error_policy(parent: Arc<Compact>, error: &Error, shared: Arc<Shared>) -> Action {
-    let name = shared.plugin().metadata().name.clone();
+    let plugin = shared.plugin();
+    let name = plugin.metadata().name.clone();
     crate::ops::metrics::get()
         .retries
         .get_or_create(&QueueLabel { name: name.clone() })
@@ -178,15 +140,16 @@ pub fn error_policy(parent: Arc<Compact>, error: &Error, shared: Arc<Shared>) ->
         } => *after,
         _ => shared.per_object.backoff.fail(&object),
     };
-    tracing::warn!(plugin = %name, object = %object, error = %error, retry_in = ?delay, "reconcile failed");
+    // The error may carry the plugin's own text (a panic message, its retry reason): the
+    // host repeats it on every retry, so it is charged to the plugin's log budget.
+    let text = error.to_string();
+    if plugin.charge_log(text.len()) {
+        tracing::warn!(plugin = %name, object = %object, error = %text, retry_in = ?delay, "reconcile failed");
+    } else {
+        tracing::warn!(plugin = %name, object = %object, error = error.kind(), retry_in = ?delay, "reconcile failed (the plugin's text left out: over its log budget)");
+    }
     shared.queue.requeue(object, delay);
     Action::requeue(delay)
-}
-
-/// An observed child: which declared kind, and the object from its cache.
-pub(super) struct Observed {
-    pub kind: usize,
-    pub object: Arc<Compact>,
 }
 
 /// One reconcile, as named steps; `Ok(Some(d))` asks to be called again after `d`,
@@ -194,33 +157,25 @@ pub(super) struct Observed {
 async fn reconcile_inner(
     compact: &Compact,
     key: &ObjectKey,
-    plugin: &Arc<dyn Reconcile>,
+    plugin: &Current,
     shared: &Shared,
 ) -> Result<Option<Duration>, Error> {
-    let metadata = plugin.metadata();
+    let metadata = plugin.plugin.metadata();
     let deleting = compact.metadata.deletion_timestamp.is_some();
+    let parent = &compact.object();
     // A deletion is never answered from memory, and waits for no related query.
-    if deleting && let Some(done) = finalizer::ensure(&compact.object(), metadata, shared, deleting).await? {
-        return Ok(done);
+    if deleting
+        && (!finalizer::held(parent, metadata)
+            || finalizer::release_if_annotated(parent, metadata, shared).await?)
+    {
+        return Ok(None);
     }
     let observed = observe(compact, shared);
-    let related = match super::related::read(compact, plugin, shared).await {
-        Ok(related) => related,
-        Err(super::related::Failure::Dispatch(e)) => {
-            return outcome(&compact.object(), metadata, shared, Err(e))
-                .await
-                .map(|_| None);
-        }
-        Err(super::related::Failure::Refused(m)) => {
-            return Err(children::refused_related(&compact.object(), metadata, shared, m).await);
-        }
+    let Some(related) = related(compact, parent, plugin, shared).await? else {
+        return Ok(None);
     };
-    let inputs = Inputs::of(
-        plugin,
-        &compact.metadata,
-        observed.iter().map(|o| (o.kind, &o.object.metadata)),
-        &related,
-    );
+    let children = observed.iter().map(|o| (o.kind, &o.object.metadata));
+    let inputs = Inputs::of(plugin.number, &compact.metadata, children, &related);
     let quiet = &shared.per_object.quiet;
     if !deleting && quiet.unchanged(key, inputs) {
         tracing::debug!("inputs unchanged since the last quiet reconcile; the plugin's answer stands");
@@ -228,40 +183,15 @@ async fn reconcile_inner(
         return Ok(Some(queue::resync_after(shared.options.resync)));
     }
     quiet.forget(key);
-    let parent = &compact.object();
-    if !deleting && let Some(done) = finalizer::ensure(parent, metadata, shared, deleting).await? {
-        return Ok(done);
+    if !deleting && finalizer::add_if_missing(parent, metadata, shared).await? {
+        return Ok(None);
     }
-    // Over its CPU share, the plugin's object comes back when the share allows, and no
-    // worker (nor shutdown) waits for it meanwhile.
-    let wait = shared.cpu.wait();
-    if !wait.is_zero() {
-        tracing::debug!(wait = ?wait, "plugin over its CPU share; later");
-        return Err(Error::Deferred(wait));
-    }
-    let parent_json = compact.value();
-    let related = related
-        .iter()
-        .map(|o| serde_json::to_value(&**o).unwrap_or_default())
-        .collect();
-    let start = std::time::Instant::now();
-    let dispatched = dispatch(parent_json, plugin, &observed, related, deleting).await;
-    shared.cpu.charge(start.elapsed());
-    let (request, result) = dispatched?;
-    let Some(response) = outcome(parent, metadata, shared, result).await? else {
+    let inputs_seen = (&observed[..], &related[..]);
+    let Some((request, mut response)) = dispatch::run(compact, parent, plugin, shared, inputs_seen).await?
+    else {
         return Ok(None);
     };
-    let asked_again = response.requeue_after.is_some() || !response.events.is_empty();
-    let mut desired = children::check(parent, metadata, shared, response.children).await?;
-    for child in &mut desired {
-        apply::own(child, parent, &shared.parent, &metadata.name);
-    }
-    let plan = children::claim(parent, metadata, shared, desired, &observed, &request.children).await?;
-    let deferred = children::apply(shared, parent, &metadata.name, &plan).await?;
-    children::prune(shared, &metadata.name, &plan, &observed).await?;
-    if let Some(status) = &response.status {
-        write_status(parent, &metadata.name, shared, status).await?;
-    }
+    let writes = write(parent, metadata, shared, &mut response, (&observed, &request)).await?;
     for event in &response.events {
         events::record(shared, parent, event).await;
     }
@@ -269,48 +199,74 @@ async fn reconcile_inner(
         finalizer::release(parent, metadata, shared).await?;
         return Ok(None);
     }
-    let next = response
-        .requeue_after
-        .unwrap_or_else(|| queue::resync_after(shared.options.resync));
-    let next = deferred.map_or(next, |d| next.min(d));
+    let next = next_after(&response, writes, shared);
     if deleting && let Some(due) = finalizer::stuck(parent, shared, &metadata.name).await {
         return Ok(Some(next.min(due)));
     }
-    if !deleting && !asked_again && deferred.is_none() {
+    if !deleting && quiet_answer(&response, writes) {
         quiet.remember(key.clone(), inputs);
     }
     Ok(Some(next))
 }
 
-/// Apply the response's status when it differs from the parent's: never over another
-/// plugin's fields, never as ping-pong.
-async fn write_status(
+/// The related objects the plugin reads for this parent; `None` when its `related` call
+/// failed for good (recorded on the parent).
+async fn related(
+    compact: &Compact,
     parent: &DynamicObject,
-    plugin: &str,
+    plugin: &Current,
     shared: &Shared,
-    status: &serde_json::Value,
-) -> Result<(), Error> {
-    if parent.data.get("status") == Some(status) {
-        return Ok(());
+) -> Result<Option<Arc<Vec<Arc<Compact>>>>, Error> {
+    match super::related::read(compact, plugin, shared).await {
+        Ok(related) => Ok(Some(related)),
+        Err(Failure::Dispatch(e)) => dispatch::answer(parent, plugin, shared, Err(e))
+            .await
+            .map(|_| None),
+        Err(Failure::Deferred(wait)) => Err(Error::Deferred(wait)),
+        Err(Failure::Refused(m)) => {
+            let metadata = plugin.plugin.metadata();
+            Err(children::refused_related(parent, metadata, shared, m).await)
+        }
     }
-    let seen = parent.resource_version().unwrap_or_default();
-    churn::guard(shared, parent, plugin, "status", (&apply::digest(status), &seen)).await?;
-    let written = apply::status(&shared.client, &shared.parent, parent, status, plugin).await?;
-    count_write(plugin);
-    if let apply::StatusWrite::HeldBy(message) = written {
-        let label = PluginLabel {
-            plugin: plugin.into(),
-        };
-        crate::ops::metrics::get()
-            .status_conflicts
-            .get_or_create(&label)
-            .inc();
-        let message =
-            format!("status not written: {message} (a status field belongs to the plugin that set it first)");
-        warn(shared, parent, "StatusConflict", &message).await;
-        return Err(Error::StatusHeld(message));
+}
+
+/// Make the cluster what the response says: its children checked as a whole, owned,
+/// claimed, applied where they would change, the rest pruned; then its status.
+async fn write(
+    parent: &DynamicObject,
+    metadata: &Metadata,
+    shared: &Shared,
+    response: &mut Response,
+    (observed, request): (&[Observed], &Request),
+) -> Result<Writes, Error> {
+    let children = std::mem::take(&mut response.children);
+    let mut desired = children::check(parent, metadata, shared, children, &response.events).await?;
+    for child in &mut desired {
+        apply::own(child, parent, &shared.parent, &metadata.name);
     }
-    Ok(())
+    let plan = children::claim(parent, metadata, shared, desired, observed, &request.children).await?;
+    let applied = children::apply(shared, parent, &metadata.name, &plan).await?;
+    let pruned = children::prune(shared, &metadata.name, &plan, observed).await?;
+    let writes = applied.and(pruned);
+    match &response.status {
+        Some(s) => Ok(writes.and(status::write(parent, &metadata.name, shared, s).await?)),
+        None => Ok(writes),
+    }
+}
+
+/// When to come back: when the plugin asked, or at the resync — sooner for a write left
+/// for later.
+fn next_after(response: &Response, writes: Writes, shared: &Shared) -> Duration {
+    let next = response
+        .requeue_after
+        .unwrap_or_else(|| queue::resync_after(shared.options.resync));
+    writes.deferred.map_or(next, |d| next.min(d))
+}
+
+/// Whether the same inputs can only bring the same answer again, which changes nothing:
+/// no write made or left for later, no event, no requeue asked for.
+fn quiet_answer(response: &Response, writes: Writes) -> bool {
+    writes == Writes::default() && response.requeue_after.is_none() && response.events.is_empty()
 }
 
 /// The cached children this parent controls (the caches hold only this plugin's), found
@@ -330,88 +286,10 @@ fn observe(parent: &Compact, shared: &Shared) -> Vec<Observed> {
         .collect()
 }
 
-/// Run the plugin on a blocking thread. The request comes back: its observed children,
-/// already JSON, serve the unchanged-check instead of converting every object again.
-async fn dispatch(
-    parent: serde_json::Value,
-    plugin: &Arc<dyn Reconcile>,
-    observed: &[Observed],
-    related: Vec<serde_json::Value>,
-    finalizing: bool,
-) -> Result<(Request, Result<crate::engine::Response, DispatchError>), Error> {
-    let request = Request {
-        parent,
-        children: observed.iter().map(|o| o.object.value()).collect(),
-        related,
-        now: None,
-        finalizing,
-    };
-    let plugin = plugin.clone();
-    let label = PluginLabel {
-        plugin: plugin.metadata().name.clone(),
-    };
-    let start = std::time::Instant::now();
-    let done = tokio::task::spawn_blocking(move || {
-        let result = plugin.reconcile(&request);
-        (request, result)
-    })
-    .await
-    .map_err(|e| Error::Join(e.to_string()))?;
-    crate::ops::metrics::get()
-        .dispatch_time
-        .get_or_create(&label)
-        .observe(start.elapsed().as_secs_f64());
-    Ok(done)
-}
-
-/// The plugin's answer: a response to act on, `None` for a fatal error (recorded, wait
-/// for a change), or an error to retry with backoff.
-async fn outcome(
-    parent: &DynamicObject,
-    metadata: &crate::engine::Metadata,
-    shared: &Shared,
-    result: Result<crate::engine::Response, DispatchError>,
-) -> Result<Option<crate::engine::Response>, Error> {
-    match result {
-        Ok(response) => Ok(Some(response)),
-        Err(DispatchError::Retry { message, after }) => Err(Error::Retry { message, after }),
-        Err(DispatchError::Fatal(m)) => {
-            warn(shared, parent, "ReconcileFailed", &m).await;
-            Ok(None)
-        }
-        Err(DispatchError::Fault(f)) => {
-            let metrics = crate::ops::metrics::get();
-            let cause = FaultLabels {
-                plugin: metadata.name.clone(),
-                cause: f.cause().into(),
-            };
-            metrics.faults.get_or_create(&cause).inc();
-            if matches!(f, crate::engine::Fault::Panic(_) | crate::engine::Fault::Trap(_)) {
-                let controller = ControllerLabel {
-                    controller: metadata.name.clone(),
-                };
-                metrics.reconcile_panics.get_or_create(&controller).inc();
-            }
-            warn(shared, parent, "PluginFault", &format!("plugin {f}")).await;
-            Err(Error::Fault(f))
-        }
-    }
-}
-
 /// Count one reconcile of `plugin`'s that found the inputs of its last quiet one.
 fn count_unchanged(plugin: &str) {
     crate::ops::metrics::get()
         .unchanged
-        .get_or_create(&PluginLabel {
-            plugin: plugin.into(),
-        })
-        .inc();
-}
-
-/// Count one API write of `plugin`'s reconciles.
-pub(super) fn count_write(plugin: &str) {
-    crate::ops::metrics::get()
-        .api_writes
         .get_or_create(&PluginLabel {
             plugin: plugin.into(),
         })

@@ -1,45 +1,56 @@
 //! Related objects: kinds a plugin reads but never writes. Each declared kind is watched
-//! (in the scope parents are, without `managedFields`) into a cache; per parent, the
-//! plugin's `related` answer is asked once per parent version, checked by the contract's
-//! rules, and answered from the caches. A change to a related object reconciles every
-//! parent whose queries select it.
+//! (in the scope parents are) into a compact cache; per parent, the plugin's `related`
+//! answer is asked once per parent version and plugin version, checked by the contract's
+//! rules, and answered from the caches — again only when an object of a queried kind has
+//! changed since, so a quiet resync costs no scan of a cache. A change to a related object
+//! reconciles every parent whose queries select it now, or whose last answer held it (an
+//! object relabelled out of a selection is news to the parents that read it).
+//!
+//! Answers are in a fixed order (query by query, then namespace and name), so identical
+//! inputs make identical requests.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::TryStreamExt;
 use kube::ResourceExt;
-use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use capstan_contract::related::{Resolved, resolve};
+use capstan_contract::related::{Parent, Resolved, resolve};
 
-use super::compact::Compact;
+use super::compact::{self, Compact};
+use super::version::Current;
 use super::{Shared, Wiring, api, cached, discovery, queue, sharded};
-use crate::engine::{DispatchError, Kind, Reconcile};
+use crate::engine::{DispatchError, Kind};
 use crate::key::ObjectKey;
 
 /// A watched related kind and its cache.
 pub(super) struct RelatedKind {
     pub resource: ApiResource,
-    pub store: Store<DynamicObject>,
+    pub store: Store<Compact>,
+    /// Bumped on every change the cache takes in: an answer read at the same count
+    /// still holds.
+    changes: Arc<AtomicU64>,
 }
 
-/// Each parent's checked queries, for the plugin version and parent version that
-/// produced them; forgotten when the parent is deleted.
+/// Each parent's checked queries and last answer, for the plugin version and parent
+/// version that produced them; forgotten when the parent is deleted.
 #[derive(Default)]
 pub(super) struct Index {
     entries: Mutex<HashMap<ObjectKey, Entry>>,
 }
 
 struct Entry {
-    /// The plugin instance (hot reload or new settings make a new one) and the parent's
-    /// resourceVersion the queries were computed for.
-    plugin: usize,
+    /// The plugin version and the parent's resourceVersion the queries were asked for.
+    plugin: u64,
     resource_version: String,
     queries: Arc<Vec<Resolved>>,
+    /// The last answer, and each related kind's change count when it was read.
+    answer: Arc<Vec<Arc<Compact>>>,
+    changes: Vec<u64>,
 }
 
 impl Index {
@@ -56,59 +67,78 @@ impl Index {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The parents whose queries select an object of related kind `kind`.
-    fn parents_of(&self, kind: usize, object: &DynamicObject) -> Vec<ObjectKey> {
-        let (ns, name) = (object.namespace(), object.name_any());
+    /// The parents whose queries select an object of related kind `kind` as it is now,
+    /// or whose last answer held it.
+    fn parents_of(&self, kind: usize, object: &Compact) -> Vec<ObjectKey> {
+        let (ns, name) = (object.metadata.namespace.as_deref(), object.name_any());
+        let labels = object.labels();
+        let held = |e: &Entry| {
+            e.answer.iter().any(|o| {
+                o.types == object.types
+                    && o.metadata.name.as_deref() == Some(name.as_str())
+                    && o.metadata.namespace.as_deref() == ns
+            })
+        };
         self.lock()
             .iter()
             .filter(|(_, e)| {
-                e.queries
-                    .iter()
-                    .any(|q| q.kind == kind && q.matches(ns.as_deref(), &name, object.labels()))
+                held(e)
+                    || e.queries
+                        .iter()
+                        .any(|q| q.kind == kind && q.matches(ns, &name, labels))
             })
             .map(|(k, _)| k.clone())
             .collect()
     }
 }
 
-impl Wiring {
-    /// One related kind's watch and cache, and the stream that wakes the parents whose
-    /// queries select a changed object.
-    pub(super) async fn related(
-        &self,
-        index: usize,
-        kind: &Kind,
-    ) -> anyhow::Result<(
-        RelatedKind,
-        impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
-        impl Fn(DynamicObject) -> Vec<ObjectRef<super::compact::Compact>> + Send + Sync + 'static,
-    )> {
-        let resource = discovery::resolve(&self.client, kind).await?;
-        let writer = reflector::store::Writer::new(resource.clone());
-        let store = writer.as_reader();
-        let ns = self.options.namespace.as_deref().filter(|_| kind.namespaced);
-        let (listed, size, cached_objects) = (self.sync.mark(), self.gauge(&resource), store.clone());
-        let role = sharded::Role::Related {
-            namespaced: kind.namespaced,
-        };
-        let client = sharded::client(&self.client, self.shard.as_ref(), &resource, &role);
-        let watch = watcher(api(&client, &resource, ns), watcher::Config::default());
-        let watch = sharded::only_mine(watch, self.shard.clone(), role).modify(cached(&resource));
-        let stream = reflector::reflector(writer, watch)
-            .default_backoff()
-            .inspect_ok(move |event| {
-                if matches!(event, watcher::Event::InitDone) {
-                    listed();
-                }
-                size.set(cached_objects.len() as i64);
-            })
-            .touched_objects();
-        let (per_object, tracked, parent) =
-            (self.per_object.clone(), self.queue.clone(), self.parent.clone());
-        let mapper =
-            move |object: DynamicObject| wake(&per_object.related, &tracked, &parent, index, &object);
-        Ok((RelatedKind { resource, store }, stream, mapper))
-    }
+/// One related kind's watch and cache, and the stream that wakes the parents whose
+/// queries select a changed object.
+pub(super) async fn watch(
+    wiring: &Wiring,
+    index: usize,
+    kind: &Kind,
+) -> anyhow::Result<(
+    RelatedKind,
+    impl futures::Stream<Item = Result<Compact, watcher::Error>> + Send + 'static,
+    impl Fn(Compact) -> Vec<ObjectRef<Compact>> + Send + Sync + 'static,
+)> {
+    let resource = discovery::resolve(&wiring.client, kind).await?;
+    let writer = reflector::store::Writer::new(resource.clone());
+    let store = writer.as_reader();
+    let ns = wiring.options.namespace.as_deref().filter(|_| kind.namespaced);
+    let (listed, size, cached_objects) = (wiring.sync.mark(), wiring.gauge(&resource), store.clone());
+    let changes = Arc::new(AtomicU64::new(0));
+    let counted = changes.clone();
+    let role = sharded::Role::Related {
+        namespaced: kind.namespaced,
+    };
+    let client = sharded::client(&wiring.client, wiring.shard.as_ref(), &resource, &role);
+    let watch = watcher(api(&client, &resource, ns), watcher::Config::default());
+    let watch = sharded::only_mine(watch, wiring.shard.clone(), role).modify(cached(&resource));
+    let stream = reflector::reflector(writer, watch.map_ok(compact::event))
+        .default_backoff()
+        .inspect_ok(move |event| {
+            // The cache has taken the event in before it comes down the stream.
+            counted.fetch_add(1, Ordering::Release);
+            if matches!(event, watcher::Event::InitDone) {
+                listed();
+            }
+            size.set(cached_objects.len() as i64);
+        })
+        .touched_objects();
+    let (per_object, tracked, parent) = (
+        wiring.per_object.clone(),
+        wiring.queue.clone(),
+        wiring.parent.clone(),
+    );
+    let mapper = move |object: Compact| wake(&per_object.related, &tracked, &parent, index, &object);
+    let kind = RelatedKind {
+        resource,
+        store,
+        changes,
+    };
+    Ok((kind, stream, mapper))
 }
 
 /// The parents to reconcile because `object` changed.
@@ -117,8 +147,8 @@ fn wake(
     tracked: &queue::Queue,
     parent: &ApiResource,
     kind: usize,
-    object: &DynamicObject,
-) -> Vec<ObjectRef<super::compact::Compact>> {
+    object: &Compact,
+) -> Vec<ObjectRef<Compact>> {
     index
         .parents_of(kind, object)
         .into_iter()
@@ -139,24 +169,67 @@ pub(super) enum Failure {
     Dispatch(DispatchError),
     /// Its answer broke the rules.
     Refused(String),
+    /// The plugin is over its CPU share: not asked, back after this long.
+    Deferred(std::time::Duration),
 }
 
-/// The related objects `plugin` asks for `parent`, from the caches: its queries are asked
-/// again only when the parent or the plugin changed.
+/// The related objects the plugin asks for `parent`, from the caches: its queries are
+/// asked again only when the parent or the plugin changed, and answered again only when
+/// a queried kind changed.
 pub(super) async fn read(
     parent: &Compact,
-    plugin: &Arc<dyn Reconcile>,
+    plugin: &Current,
     shared: &Shared,
-) -> Result<Vec<Arc<DynamicObject>>, Failure> {
-    let metadata = plugin.metadata();
-    if metadata.related.is_empty() {
-        return Ok(Vec::new());
+) -> Result<Arc<Vec<Arc<Compact>>>, Failure> {
+    if plugin.plugin.metadata().related.is_empty() {
+        return Ok(Arc::default());
     }
-    let queries = queries(parent, plugin, shared).await?;
-    let mut out: Vec<Arc<DynamicObject>> = Vec::new();
-    for q in queries.iter() {
+    let key = ObjectKey::of(parent);
+    let version = parent.resource_version().unwrap_or_default();
+    let index = &shared.per_object.related;
+    let queries = match index.lock().get(&key) {
+        Some(e) if e.plugin == plugin.number && e.resource_version == version => {
+            if e.changes == changes(shared) {
+                return Ok(e.answer.clone());
+            }
+            Some(e.queries.clone())
+        }
+        _ => None,
+    };
+    let queries = match queries {
+        Some(queries) => queries,
+        None => ask(parent, plugin, shared).await?,
+    };
+    // Counted before the caches are read: a change landing in between is read again next time.
+    let changes = changes(shared);
+    let answer = Arc::new(answer(&queries, shared));
+    let entry = Entry {
+        plugin: plugin.number,
+        resource_version: version,
+        queries,
+        answer: answer.clone(),
+        changes,
+    };
+    index.lock().insert(key, entry);
+    Ok(answer)
+}
+
+/// Every related kind's change count.
+fn changes(shared: &Shared) -> Vec<u64> {
+    shared
+        .related
+        .iter()
+        .map(|r| r.changes.load(Ordering::Acquire))
+        .collect()
+}
+
+/// The objects the queries select, query by query, each query's in namespace and name
+/// order, each object once.
+fn answer(queries: &[Resolved], shared: &Shared) -> Vec<Arc<Compact>> {
+    let mut out: Vec<Arc<Compact>> = Vec::new();
+    for q in queries {
         let cache = &shared.related[q.kind];
-        let found: Vec<Arc<DynamicObject>> = match &q.names {
+        let mut found: Vec<Arc<Compact>> = match &q.names {
             Some(names) => names
                 .iter()
                 .filter_map(|name| {
@@ -171,60 +244,53 @@ pub(super) async fn read(
                 .store
                 .state()
                 .into_iter()
-                .filter(|o| q.matches(o.namespace().as_deref(), &o.name_any(), o.labels()))
+                .filter(|o| q.matches(o.metadata.namespace.as_deref(), &o.name_any(), o.labels()))
                 .collect(),
         };
+        found.sort_by(|a, b| {
+            (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
         for o in found {
             if !out.iter().any(|seen| Arc::ptr_eq(seen, &o)) {
                 out.push(o);
             }
         }
     }
-    Ok(out)
+    out
 }
 
-async fn queries(
-    parent: &Compact,
-    plugin: &Arc<dyn Reconcile>,
-    shared: &Shared,
-) -> Result<Arc<Vec<Resolved>>, Failure> {
-    let key = ObjectKey::of(parent);
-    let id = Arc::as_ptr(plugin) as *const () as usize;
-    let version = parent.resource_version().unwrap_or_default();
-    let index = &shared.per_object.related;
-    if let Some(e) = index.lock().get(&key)
-        && e.plugin == id
-        && e.resource_version == version
-    {
-        return Ok(e.queries.clone());
-    }
-    let asking = plugin.clone();
+/// Ask the plugin what it reads for `parent` (within its CPU share), and check the
+/// answer against the contract.
+async fn ask(parent: &Compact, plugin: &Current, shared: &Shared) -> Result<Arc<Vec<Resolved>>, Failure> {
+    let permit = shared.cpu.start().map_err(Failure::Deferred)?;
+    let asking = plugin.plugin.clone();
     let parent_value = parent.value();
-    let start = std::time::Instant::now();
-    let answer = tokio::task::spawn_blocking(move || asking.related(&parent_value))
-        .await
-        .map_err(|e| Failure::Dispatch(DispatchError::Fatal(format!("related task failed: {e}"))))?;
-    shared.cpu.charge(start.elapsed());
+    let answer = tokio::task::spawn_blocking(move || {
+        let start = crate::engine::thread_cpu_time();
+        let answer = asking.related(&parent_value);
+        permit.charge(crate::engine::thread_cpu_time().saturating_sub(start));
+        answer
+    })
+    .await
+    .map_err(|e| Failure::Dispatch(DispatchError::Fatal(format!("related task failed: {e}"))))?;
     let answer = answer.map_err(Failure::Dispatch)?;
-    let metadata = plugin.metadata();
-    let own = parent.namespace().filter(|_| metadata.parent.namespaced);
-    let home = super::children::home(metadata, own.as_deref(), &parent.metadata, &shared.options);
-    let resolved = Arc::new(resolve(metadata, home, &answer).map_err(Failure::Refused)?);
-    index.lock().insert(
-        key,
-        Entry {
-            plugin: id,
-            resource_version: version,
-            queries: resolved.clone(),
-        },
-    );
-    Ok(resolved)
+    let metadata = plugin.plugin.metadata();
+    let own = parent
+        .metadata
+        .namespace
+        .as_deref()
+        .filter(|_| metadata.parent.namespaced);
+    let name = parent.metadata.name.as_deref().unwrap_or_default();
+    let of = Parent { namespace: own, name };
+    let resolved = resolve(metadata, of, &answer, &shared.options.allow).map_err(Failure::Refused)?;
+    Ok(Arc::new(resolved))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use capstan_contract::{Metadata, RelatedQuery, Selector};
+    use kube::api::DynamicObject;
 
     fn kind(kind: &str, namespaced: bool) -> Kind {
         Kind {
@@ -236,7 +302,7 @@ mod tests {
         }
     }
 
-    fn remember(index: &Index, parent: &str, queries: &[RelatedQuery]) {
+    fn remember(index: &Index, parent: &str, queries: &[RelatedQuery], answer: &[DynamicObject]) {
         let metadata = Metadata {
             name: "p".into(),
             version: "1".into(),
@@ -246,10 +312,16 @@ mod tests {
             settings_schema: None,
             finalizer: None,
         };
+        let in_a = Parent {
+            namespace: Some("a"),
+            name: parent,
+        };
         let entry = Entry {
             plugin: 1,
             resource_version: "1".into(),
-            queries: Arc::new(resolve(&metadata, Some("a"), queries).unwrap()),
+            queries: Arc::new(resolve(&metadata, in_a, queries, &Default::default()).unwrap()),
+            answer: Arc::new(answer.iter().map(|o| Arc::new(Compact::of(o))).collect()),
+            changes: vec![],
         };
         index.lock().insert(ObjectKey::new(Some("a"), parent), entry);
     }
@@ -282,19 +354,27 @@ mod tests {
             &index,
             "by-name",
             &[query("ConfigMap", Selector::Names(vec!["cfg".into()]))],
+            &[],
         );
         remember(
             &index,
             "by-label",
             &[query("ConfigMap", Selector::Labels("app=web".into()))],
+            &[object(Some("a"), "web", &[("app", "web")])],
         );
         remember(
             &index,
             "its-namespace",
             &[query("Namespace", Selector::Names(vec!["a".into()]))],
+            &[],
         );
         let woken = |kind, o: &DynamicObject| {
-            let mut names: Vec<String> = index.parents_of(kind, o).into_iter().map(|k| k.name).collect();
+            let compact = Compact::of(o);
+            let mut names: Vec<String> = index
+                .parents_of(kind, &compact)
+                .into_iter()
+                .map(|k| k.name)
+                .collect();
             names.sort();
             names
         };
@@ -308,6 +388,11 @@ mod tests {
             "another namespace"
         );
         assert_eq!(woken(1, &object(None, "a", &[])), ["its-namespace"]);
+        assert_eq!(
+            woken(0, &object(Some("a"), "web", &[("app", "db")])),
+            ["by-label"],
+            "relabelled out of the selection it was read through"
+        );
         index.forget(&ObjectKey::new(Some("a"), "by-name"));
         assert!(
             woken(0, &object(Some("a"), "cfg", &[])).is_empty(),

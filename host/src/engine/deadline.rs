@@ -35,8 +35,9 @@ pub(crate) fn arm(store: &mut Store<State>, deadline: Duration) {
     });
 }
 
-/// CPU time this thread has used.
-fn thread_cpu_time() -> Duration {
+/// CPU time the calling thread has used: what a plugin's calls are charged (the thread
+/// runs nothing else while it runs a call).
+pub fn thread_cpu_time() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

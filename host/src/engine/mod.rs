@@ -41,6 +41,7 @@ use std::time::Duration;
 use wasmtime::component::Linker;
 
 pub use bindings::{OLDER_VERSIONS, WIT_PACKAGE};
+pub use deadline::thread_cpu_time;
 pub use fault::{DispatchError, Fault};
 pub use instance::Instance;
 use instance::{fault_of, json};
@@ -251,9 +252,8 @@ pub trait Reconcile: Send + Sync + 'static {
     }
     /// One reconcile.
     fn reconcile(&self, request: &Request) -> Result<Response, DispatchError>;
-    /// Charge `bytes` of the reconciler's own text that the host repeats in a line of its
-    /// own (a fault or retry message in a WARN) to the reconciler's log budget; false when
-    /// the budget is spent and the text should be left out. Native code has no budget.
+    /// Charge `bytes` of the plugin's own text that the host repeats in its log to the
+    /// plugin's log budget; `false` when the budget has no room (leave the text out).
     fn charge_log(&self, _bytes: usize) -> bool {
         true
     }

@@ -39,7 +39,7 @@ pub(super) fn load(
                 continue;
             }
         };
-        if let Err(why) = crate::grants::check(plugin.metadata(), &options.grants) {
+        if let Err(why) = capstan_contract::declared::declared(plugin.metadata(), &options.allow) {
             loaded.broken.push((e.path, why));
             continue;
         }
@@ -106,10 +106,8 @@ fn options(e: &PluginConfig, defaults: &Options) -> anyhow::Result<Options> {
     options.allow.namespaces.dedup();
     options.allow.own_namespace = e.allow_own_namespace;
     options.settings = e.settings.clone().unwrap_or_default();
-    options.grants = crate::grants::Grants {
-        secrets: e.allow_secrets,
-        own_kind: e.allow_own_kind,
-    };
+    options.allow.secrets = e.allow_secrets;
+    options.allow.own_kind = e.allow_own_kind;
     Ok(options)
 }
 

@@ -43,7 +43,7 @@ impl Supervisor {
         if let Some(holder) = self.holder(&name) {
             return self.refuse(&name, &path, name_taken(&name, &holder, &path));
         }
-        if let Err(why) = crate::grants::check(plugin.metadata(), &options.grants) {
+        if let Err(why) = capstan_contract::declared::declared(plugin.metadata(), &options.allow) {
             return self.refuse(&name, &path, why);
         }
         let wanted = self.concurrency() + u32::from(options.concurrency);

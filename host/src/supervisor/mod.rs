@@ -265,7 +265,7 @@ impl Supervisor {
             Ok(new) => new,
             Err(e) => return refused(&name, &path, &e),
         };
-        if let Err(why) = crate::grants::check(new.metadata(), &self.units[i].options.grants) {
+        if let Err(why) = capstan_contract::declared::declared(new.metadata(), &self.units[i].options.allow) {
             return refused(&name, &path, &why);
         }
         if same_kinds(old.metadata(), new.metadata()) {

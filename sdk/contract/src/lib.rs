@@ -2,8 +2,9 @@
 //! plugin declares, what the host lets a response do, and the labels and annotation the
 //! host keeps for itself.
 //!
-//! This is the one source of truth for response validation: `capstan run` checks every
-//! response with [`children`] before a single write, `capstan test` applies it offline,
+//! This is the one source of truth for plugin and response validation: `capstan run`
+//! checks every plugin it loads with [`declared::declared`] and every response with [`response`]
+//! before a single write, `capstan test` applies it offline,
 //! and the SDK's `testing::Fixture` applies it in `cargo test`, so the three cannot
 //! disagree. Pure logic on JSON, no I/O; it builds for `wasm32-wasip2` too.
 //!
@@ -35,17 +36,22 @@
 //! assert_eq!(refusal.to_string(), "child 1 (Secret/s): v1 Secret is not a declared child kind");
 //! ```
 
+mod builtin;
+pub mod declared;
+pub mod events;
 mod kind;
 mod names;
+mod place;
 pub mod related;
 mod selector;
 mod validate;
 
 pub use kind::{Kind, Metadata};
 pub use names::{dns1123_label, dns1123_subdomain, object_name, printable};
+pub use place::{home_namespace, parent_namespace};
 pub use related::{RelatedQuery, Selector};
 pub use selector::LabelSelector;
-pub use validate::{Allowances, Child, Refusal, children, home_namespace, parent_namespace};
+pub use validate::{Allowances, Child, Refusal, children, response};
 
 /// The contract's version, named once: every constant below is built from it, and a test
 /// holds it to `wit/reconciler.wit`'s `package` line and to the README.

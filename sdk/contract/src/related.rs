@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::names::printable;
-use crate::{Kind, LabelSelector, Metadata};
+use crate::{Allowances, Kind, LabelSelector, Metadata};
 
 /// Most queries one `related` answer may hold.
 pub const MAX_QUERIES: usize = 32;
@@ -65,13 +65,58 @@ impl Resolved {
     }
 }
 
-/// Check a plugin's queries for a parent in `parent_namespace`: each names a declared
-/// related kind, a namespaced parent reads only its own namespace, a cluster-scoped
-/// parent names the namespace it reads, selectors parse, and the answer is small.
+/// The parent a plugin asks related objects for: its namespace (`None` for a
+/// cluster-scoped parent) and name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parent<'a> {
+    /// The namespace it lives in.
+    pub namespace: Option<&'a str>,
+    /// Its name.
+    pub name: &'a str,
+}
+
+impl<'a> Parent<'a> {
+    /// A parent read from a file, where the API server would have it (see
+    /// [`crate::parent_namespace`]).
+    pub fn of(metadata: &Metadata, parent: &'a serde_json::Value) -> Parent<'a> {
+        let namespace = metadata.parent.namespaced.then(|| {
+            parent["metadata"]["namespace"]
+                .as_str()
+                .filter(|ns| !ns.is_empty())
+                .unwrap_or("default")
+        });
+        Parent {
+            namespace,
+            name: parent["metadata"]["name"].as_str().unwrap_or_default(),
+        }
+    }
+
+    /// The namespace that is the parent's own: a namespaced parent's namespace, or the
+    /// Namespace a Namespace parent is.
+    fn own(&self, metadata: &Metadata) -> Option<&'a str> {
+        let is_namespace = metadata.parent.group.is_empty() && metadata.parent.kind == "Namespace";
+        match self.namespace {
+            Some(ns) => Some(ns),
+            None if is_namespace && !self.name.is_empty() => Some(self.name),
+            None => None,
+        }
+    }
+}
+
+/// Check a plugin's queries for `parent`: each names a declared related kind, reads a
+/// namespace the parent may read, has a selector that parses, and the answer is small.
+///
+/// A parent reads cluster-scoped kinds, and namespaced kinds in its own namespace (a
+/// Namespace parent's own is the Namespace it names) and in the namespaces the operator
+/// grants it (`allow.namespaces`: `allowNamespaces`, or the host's `--namespace`). The
+/// grant only widens; nothing else is readable. A query that names no namespace reads
+/// the parent's own; a cluster-scoped parent other than a Namespace has none, so its
+/// queries must name one.
 pub fn resolve(
     metadata: &Metadata,
-    parent_namespace: Option<&str>,
+    parent: Parent<'_>,
     queries: &[RelatedQuery],
+    allow: &Allowances,
 ) -> Result<Vec<Resolved>, String> {
     if queries.len() > MAX_QUERIES {
         return Err(format!(
@@ -91,13 +136,16 @@ pub fn resolve(
             "related queries name {names} objects; at most {MAX_NAMES}"
         ));
     }
-    queries
-        .iter()
-        .map(|q| one(metadata, parent_namespace, q))
-        .collect()
+    let own = parent.own(metadata);
+    queries.iter().map(|q| one(metadata, own, q, allow)).collect()
 }
 
-fn one(metadata: &Metadata, parent_namespace: Option<&str>, q: &RelatedQuery) -> Result<Resolved, String> {
+fn one(
+    metadata: &Metadata,
+    own: Option<&str>,
+    q: &RelatedQuery,
+    allow: &Allowances,
+) -> Result<Resolved, String> {
     let kind = metadata
         .related
         .iter()
@@ -109,30 +157,10 @@ fn one(metadata: &Metadata, parent_namespace: Option<&str>, q: &RelatedQuery) ->
             )
         })?;
     let declared: &Kind = &metadata.related[kind];
-    let namespace = if !declared.namespaced {
-        None
+    let namespace = if declared.namespaced {
+        Some(readable(declared, own, q.namespace.as_deref(), allow)?)
     } else {
-        match (parent_namespace, q.namespace.as_deref()) {
-            (Some(own), None) => Some(own.to_string()),
-            (Some(own), Some(asked)) if asked == own => Some(own.to_string()),
-            (Some(own), Some(asked)) => {
-                return Err(format!(
-                    "related query for {}: namespace {:?} is not the parent's namespace {own:?}",
-                    declared.kind,
-                    printable(asked)
-                ));
-            }
-            (None, Some(asked)) => {
-                crate::dns1123_label(asked).map_err(|e| format!("related query namespace {e}"))?;
-                Some(asked.to_string())
-            }
-            (None, None) => {
-                return Err(format!(
-                    "related query for namespaced {} from a cluster-scoped parent must name its namespace",
-                    declared.kind
-                ));
-            }
-        }
+        None
     };
     let (names, labels) = match &q.selector {
         Selector::Names(names) => {
@@ -150,6 +178,33 @@ fn one(metadata: &Metadata, parent_namespace: Option<&str>, q: &RelatedQuery) ->
         names,
         labels,
     })
+}
+
+/// The namespace a query for namespaced `kind` reads, if the parent may read it.
+fn readable(
+    kind: &Kind,
+    own: Option<&str>,
+    asked: Option<&str>,
+    allow: &Allowances,
+) -> Result<String, String> {
+    let Some(asked) = asked.or(own) else {
+        return Err(format!(
+            "related query for namespaced {} from a cluster-scoped parent must name its namespace",
+            kind.kind
+        ));
+    };
+    crate::dns1123_label(asked).map_err(|e| format!("related query namespace {e}"))?;
+    if Some(asked) == own || allow.namespaces.iter().any(|a| a == asked) {
+        return Ok(asked.to_string());
+    }
+    let own = own.map_or("a cluster-scoped parent has none".to_string(), |ns| {
+        format!("{ns:?}")
+    });
+    Err(format!(
+        "related query for {}: namespace {:?} is not the parent's namespace ({own}) nor one the operator lets it read (allowNamespaces or --namespace for capstan run, --allow-namespace for capstan test)",
+        kind.kind,
+        printable(asked)
+    ))
 }
 
 fn describe(group: &str, kind: &str) -> String {
@@ -219,27 +274,94 @@ mod tests {
         }
     }
 
+    fn names(n: &[&str]) -> Selector {
+        Selector::Names(n.iter().map(|s| s.to_string()).collect())
+    }
+
+    fn in_ns(namespace: &str) -> Parent<'_> {
+        Parent {
+            namespace: Some(namespace),
+            name: "p",
+        }
+    }
+
     #[test]
     fn queries_read_declared_kinds_in_the_parents_namespace_only() {
         let m = metadata();
-        let names = |n: &[&str]| Selector::Names(n.iter().map(|s| s.to_string()).collect());
-        let ok = resolve(&m, Some("a"), &[query("ConfigMap", None, names(&["x"]))]).unwrap();
+        let none = Allowances::default();
+        let ok = resolve(&m, in_ns("a"), &[query("ConfigMap", None, names(&["x"]))], &none).unwrap();
         assert_eq!(ok[0].namespace.as_deref(), Some("a"));
-        let e = resolve(&m, Some("a"), &[query("ConfigMap", Some("b"), names(&["x"]))]).unwrap_err();
-        assert!(e.contains("not the parent's namespace"), "{e}");
-        let e = resolve(&m, Some("a"), &[query("Secret", None, names(&["x"]))]).unwrap_err();
+        let e = resolve(
+            &m,
+            in_ns("a"),
+            &[query("ConfigMap", Some("b"), names(&["x"]))],
+            &none,
+        )
+        .unwrap_err();
+        assert!(e.contains("not the parent's namespace (\"a\")"), "{e}");
+        let e = resolve(&m, in_ns("a"), &[query("Secret", None, names(&["x"]))], &none).unwrap_err();
         assert!(e.contains("not a declared related kind"), "{e}");
-        let e = resolve(&m, None, &[query("ConfigMap", None, names(&["x"]))]).unwrap_err();
-        assert!(e.contains("must name its namespace"), "{e}");
-        let e = resolve(&m, Some("a"), &[query("ConfigMap", None, names(&["../x"]))]).unwrap_err();
+        let e = resolve(
+            &m,
+            in_ns("a"),
+            &[query("ConfigMap", None, names(&["../x"]))],
+            &none,
+        )
+        .unwrap_err();
         assert!(e.contains("ConfigMap"), "{e}");
-        let cluster = resolve(&m, Some("a"), &[query("Namespace", Some("z"), names(&["a"]))]).unwrap();
+        let cluster = resolve(
+            &m,
+            in_ns("a"),
+            &[query("Namespace", Some("z"), names(&["a"]))],
+            &none,
+        )
+        .unwrap();
         assert_eq!(
             cluster[0].namespace, None,
             "a cluster-scoped kind has no namespace"
         );
         let many = vec![query("ConfigMap", None, names(&["x"])); MAX_QUERIES + 1];
-        assert!(resolve(&m, Some("a"), &many).unwrap_err().contains("at most"));
+        assert!(
+            resolve(&m, in_ns("a"), &many, &none)
+                .unwrap_err()
+                .contains("at most")
+        );
+    }
+
+    #[test]
+    fn the_operators_grant_widens_what_a_parent_reads_and_never_narrows_it() {
+        let mut m = metadata();
+        let granted = Allowances {
+            namespaces: vec!["shared".into()],
+            ..Allowances::default()
+        };
+        let none = Allowances::default();
+        let ask = |ns| [query("ConfigMap", Some(ns), names(&["x"]))];
+        // A namespaced parent: its own namespace, and granted ones.
+        assert!(resolve(&m, in_ns("a"), &ask("shared"), &none).is_err());
+        assert!(resolve(&m, in_ns("a"), &ask("shared"), &granted).is_ok());
+        assert!(resolve(&m, in_ns("a"), &ask("a"), &granted).is_ok());
+        // A cluster-scoped parent: granted namespaces only, and it must name them.
+        m.parent = kind("example.com", "Tenant", false);
+        let cluster = Parent {
+            namespace: None,
+            name: "t",
+        };
+        let e = resolve(&m, cluster, &ask("kube-system"), &none).unwrap_err();
+        assert!(e.contains("a cluster-scoped parent has none"), "{e}");
+        assert!(resolve(&m, cluster, &ask("shared"), &granted).is_ok());
+        let e = resolve(&m, cluster, &[query("ConfigMap", None, names(&["x"]))], &granted).unwrap_err();
+        assert!(e.contains("must name its namespace"), "{e}");
+        // A Namespace parent: the Namespace it names, with or without a grant.
+        m.parent = kind("", "Namespace", false);
+        let team = Parent {
+            namespace: None,
+            name: "team-a",
+        };
+        let own = resolve(&m, team, &[query("ConfigMap", None, names(&["x"]))], &none).unwrap();
+        assert_eq!(own[0].namespace.as_deref(), Some("team-a"));
+        assert!(resolve(&m, team, &ask("kube-system"), &none).is_err());
+        assert!(resolve(&m, team, &ask("shared"), &granted).is_ok());
     }
 
     #[test]
@@ -264,7 +386,7 @@ mod tests {
             query("ConfigMap", None, Selector::Labels("app in (web,db)".into())),
             query("Namespace", None, Selector::Names(vec!["a".into()])),
         ];
-        let resolved = resolve(&m, Some("a"), &queries).unwrap();
+        let resolved = resolve(&m, in_ns("a"), &queries, &Allowances::default()).unwrap();
         let picked = select(&m, &resolved, &candidates);
         let names: Vec<_> = picked
             .iter()

@@ -3,7 +3,8 @@
 
 use std::collections::HashSet;
 
-use crate::names::{dns1123_label, object_name, printable};
+use crate::names::{object_name, printable};
+use crate::place::namespace;
 use crate::{APPLIED_ANNOTATION, Kind, MANAGED_BY, Metadata, PLUGIN_LABEL};
 
 /// A desired child that passed validation, with its namespace filled in.
@@ -21,12 +22,10 @@ pub struct Child {
 
 /// Why a response was refused; nothing of it is applied.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("child {index} ({what}): {reason}")]
+#[error("{subject}: {reason}")]
 pub struct Refusal {
-    /// Position of the offending child in the response.
-    pub index: usize,
-    /// `Kind/name` of the child as far as known.
-    pub what: String,
+    /// What in the response is at fault: `child 0 (Kind/name)` or `event 0`.
+    pub subject: String,
     /// What is wrong.
     pub reason: String,
 }
@@ -37,16 +36,22 @@ pub struct Refusal {
 pub struct Allowances {
     /// Cluster-scoped child kinds the plugin may create (`Kind` or `plural.group`).
     pub cluster_kinds: Vec<String>,
-    /// Namespaces where children of a cluster-scoped parent may be created (none by default).
+    /// Namespaces where children of a cluster-scoped parent may be created, and where any
+    /// parent may read related objects besides its own namespace (none by default).
     pub namespaces: Vec<String>,
-    /// A Namespace parent's children (and namespaced related objects) may live in the
-    /// Namespace it reconciles: what a namespace-defaults plugin needs, granted because
-    /// it lets the plugin write into every Namespace it is shown (kube-system too).
+    /// A Namespace parent's children may live in the Namespace it reconciles: what a
+    /// namespace-defaults plugin needs, granted because it lets the plugin write into
+    /// every Namespace it is shown (kube-system too). Reading there needs no grant.
     pub own_namespace: bool,
+    /// The plugin may declare Secret as its parent, a child or a related kind (`allowSecrets`).
+    pub secrets: bool,
+    /// The plugin may declare its own parent kind as a child kind (`allowOwnKind`).
+    pub own_kind: bool,
 }
 
 impl Allowances {
-    fn cluster_kind(&self, kind: &Kind) -> bool {
+    /// True when `kind` is one of the cluster-scoped child kinds granted.
+    pub(crate) fn cluster_kind(&self, kind: &Kind) -> bool {
         let qualified = format!("{}.{}", kind.plural, kind.group);
         self.cluster_kinds
             .iter()
@@ -54,13 +59,35 @@ impl Allowances {
     }
 }
 
+/// Check a whole response for a parent in `parent_namespace` before anything of it is
+/// written: its desired children (see [`children`]), then its events' reasons (see
+/// [`crate::events::reason`]). `capstan run`, `capstan test` and the SDK's fixtures all
+/// call this, so they refuse the same responses with the same words.
+pub fn response<'a>(
+    metadata: &Metadata,
+    parent_namespace: Option<&str>,
+    desired: Vec<serde_json::Value>,
+    event_reasons: impl IntoIterator<Item = &'a str>,
+    allow: &Allowances,
+) -> Result<Vec<Child>, Refusal> {
+    let children = children(metadata, parent_namespace, desired, allow)?;
+    for (index, reason) in event_reasons.into_iter().enumerate() {
+        crate::events::reason(reason).map_err(|reason| Refusal {
+            subject: format!("event {index}"),
+            reason,
+        })?;
+    }
+    Ok(children)
+}
+
 /// Check every desired child of a response for a parent in `parent_namespace`.
 ///
 /// Children must be of a declared kind, carry a name the API server would accept for
 /// that kind (checked here because names become URL paths), live in the parent's
 /// namespace (a cluster-scoped parent's children only in namespaces `allow` lists;
-/// cluster-scoped children only of kinds `allow` lists), be free of owner references and
-/// of Capstan's own labels and annotations (the host sets those), and be unique.
+/// cluster-scoped children only of cluster-scoped parents, and only of kinds `allow`
+/// lists), be free of owner references and of Capstan's own labels and annotations (the
+/// host sets those), and be unique.
 pub fn children(
     metadata: &Metadata,
     parent_namespace: Option<&str>,
@@ -72,98 +99,66 @@ pub fn children(
         .into_iter()
         .enumerate()
         .map(|(index, object)| {
-            let kind_name = object["kind"].as_str().unwrap_or("?");
             let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            let subject = format!(
+                "child {index} ({}/{})",
+                object["kind"].as_str().unwrap_or("?"),
+                printable(name)
+            );
             let refuse = |reason: String| Refusal {
-                index,
-                what: format!("{kind_name}/{}", printable(name)),
+                subject: subject.clone(),
                 reason,
             };
-            let kind = metadata
-                .children
-                .iter()
-                .find(|k| k.matches(&object))
-                .ok_or_else(|| {
-                    refuse(format!(
-                        "{} {kind_name} is not a declared child kind",
-                        printable(object["apiVersion"].as_str().unwrap_or("?"))
-                    ))
-                })?
-                .clone();
-            if name.is_empty() {
-                return Err(refuse("metadata.name is missing".into()));
-            }
-            object_name(&kind, name).map_err(|e| refuse(format!("metadata.name {e}")))?;
-            if !object["metadata"]["ownerReferences"].is_null() {
-                return Err(refuse("carries ownerReferences; the host sets the owner".into()));
-            }
-            reserved_keys(&object, &metadata.name).map_err(&refuse)?;
-            let namespace = namespace(&kind, &object, parent_namespace, allow).map_err(&refuse)?;
-            if !seen.insert((kind.clone(), namespace.clone(), name.to_string())) {
+            let child = child(metadata, parent_namespace, object, allow).map_err(&refuse)?;
+            if !seen.insert((child.kind.clone(), child.namespace.clone(), child.name.clone())) {
                 return Err(refuse("appears twice".into()));
             }
-            let name = name.to_string();
-            let mut object = object;
-            if let Some(ns) = &namespace {
-                object["metadata"]["namespace"] = ns.clone().into();
-            }
-            Ok(Child {
-                kind,
-                namespace,
-                name,
-                object,
-            })
+            Ok(child)
         })
         .collect()
 }
 
-/// The namespace a child goes to, or why it may not go where it asks.
-fn namespace(
-    kind: &Kind,
-    object: &serde_json::Value,
+/// One desired child checked, with its namespace filled in.
+fn child(
+    metadata: &Metadata,
     parent_namespace: Option<&str>,
+    mut object: serde_json::Value,
     allow: &Allowances,
-) -> Result<Option<String>, String> {
-    let given = &object["metadata"]["namespace"];
-    let given = match given {
-        serde_json::Value::Null => None,
-        serde_json::Value::String(ns) => Some(ns.as_str()),
-        _ => return Err("metadata.namespace is not a string".into()),
-    };
-    if !kind.namespaced {
-        if !allow.cluster_kind(kind) {
-            return Err(format!(
-                "{} is cluster-scoped and not allowed for this plugin",
-                kind.kind
-            ));
-        }
-        if let Some(ns) = given.filter(|ns| !ns.is_empty()) {
-            return Err(format!(
-                "{} is cluster-scoped but names namespace {}",
-                kind.kind,
-                printable(ns)
-            ));
-        }
-        return Ok(None);
+) -> Result<Child, String> {
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let kind = metadata
+        .children
+        .iter()
+        .find(|k| k.matches(&object))
+        .ok_or_else(|| {
+            format!(
+                "{} {} is not a declared child kind",
+                printable(object["apiVersion"].as_str().unwrap_or("?")),
+                object["kind"].as_str().unwrap_or("?")
+            )
+        })?
+        .clone();
+    if name.is_empty() {
+        return Err("metadata.name is missing".into());
     }
-    if let Some(ns) = given {
-        dns1123_label(ns).map_err(|e| format!("metadata.namespace {e}"))?;
+    object_name(&kind, &name).map_err(|e| format!("metadata.name {e}"))?;
+    if !object["metadata"]["ownerReferences"].is_null() {
+        return Err("carries ownerReferences; the host sets the owner".into());
     }
-    match (given, parent_namespace) {
-        (None, Some(parent)) => Ok(Some(parent.to_string())),
-        (Some(ns), Some(parent)) if ns == parent => Ok(Some(ns.to_string())),
-        (Some(ns), Some(parent)) => Err(format!("namespace {ns} is not the parent's namespace {parent}")),
-        (Some(ns), None) if allow.namespaces.iter().any(|a| a == ns) => Ok(Some(ns.to_string())),
-        (Some(ns), None) => Err(format!(
-            "namespace {ns} is not allowed for children of this cluster-scoped parent (allowed: {})",
-            if allow.namespaces.is_empty() {
-                "none; the operator grants them: --namespace or allowNamespaces for capstan run, --allow-namespace for capstan test".to_string()
-            } else {
-                allow.namespaces.join(", ")
-            }
-        )),
-        (None, None) => Err("a namespaced child of a cluster-scoped parent needs metadata.namespace".into()),
+    reserved_keys(&object, &metadata.name)?;
+    let namespace = namespace(&kind, &object, (&metadata.parent, parent_namespace), allow)?;
+    if let Some(ns) = &namespace {
+        object["metadata"]["namespace"] = ns.clone().into();
     }
+    Ok(Child {
+        kind,
+        namespace,
+        name,
+        object,
+    })
 }
 
 /// Capstan's labels and annotation are the host's to set: a plugin that sets them to
@@ -183,45 +178,6 @@ fn reserved_keys(object: &serde_json::Value, plugin: &str) -> Result<(), String>
         ));
     }
     Ok(())
-}
-
-/// The namespace a parent's children and related objects live in: the parent's own, or —
-/// for a Namespace parent, which lives in none, and only with the operator's
-/// [`Allowances::own_namespace`] — the Namespace itself (its name).
-pub fn home_namespace<'a>(
-    metadata: &Metadata,
-    namespace: Option<&'a str>,
-    name: &'a str,
-    allow: &Allowances,
-) -> Option<&'a str> {
-    let is_namespace = metadata.parent.group.is_empty() && metadata.parent.kind == "Namespace";
-    if is_namespace && allow.own_namespace && !name.is_empty() {
-        Some(name)
-    } else {
-        namespace
-    }
-}
-
-/// The namespace a parent object lives in, as the API server would have it: none for a
-/// cluster-scoped parent kind (whatever the object says), its `metadata.namespace` for a
-/// namespaced one, or `default` when the object names none — where `kubectl apply -f`
-/// would create it. For objects read from files (`capstan test`, the SDK's fixtures);
-/// `capstan run` takes the namespace of the object it watches.
-pub fn parent_namespace<'a>(
-    metadata: &Metadata,
-    parent: &'a serde_json::Value,
-    allow: &Allowances,
-) -> Option<&'a str> {
-    if !metadata.parent.namespaced {
-        let name = parent["metadata"]["name"].as_str().unwrap_or_default();
-        return home_namespace(metadata, None, name, allow);
-    }
-    Some(
-        parent["metadata"]["namespace"]
-            .as_str()
-            .filter(|ns| !ns.is_empty())
-            .unwrap_or("default"),
-    )
 }
 
 #[cfg(test)]
@@ -317,19 +273,50 @@ mod tests {
     }
 
     #[test]
-    fn cluster_scoped_children_need_an_explicit_allowance() {
+    fn cluster_scoped_children_need_an_explicit_allowance_and_a_cluster_scoped_parent() {
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}});
+        let mut cluster = meta();
+        cluster.parent.namespaced = false;
+        let granted = |kinds: &[&str]| Allowances {
+            cluster_kinds: kinds.iter().map(|s| s.to_string()).collect(),
+            ..Allowances::default()
+        };
+        let refused = children(&cluster, None, vec![ns.clone()], &granted(&[])).unwrap_err();
         assert!(
-            check(vec![ns.clone()], &[])
-                .unwrap_err()
-                .reason
-                .contains("cluster-scoped")
+            refused.reason.contains("not allowed for this plugin"),
+            "{refused}"
         );
-        assert_eq!(
-            check(vec![ns.clone()], &["Namespace"]).unwrap()[0].namespace,
-            None
+        let placed = children(&cluster, None, vec![ns.clone()], &granted(&["Namespace"])).unwrap();
+        assert_eq!(placed[0].namespace, None);
+        assert!(children(&cluster, None, vec![ns.clone()], &granted(&["namespaces."])).is_ok());
+        // Under a namespaced parent no grant helps: Kubernetes would never collect it.
+        let orphan = check(vec![ns], &["Namespace"]).unwrap_err();
+        assert!(orphan.reason.contains("OwnerRefInvalidNamespace"), "{orphan}");
+    }
+
+    #[test]
+    fn a_whole_response_is_refused_for_one_bad_event_reason() {
+        let ok = response(
+            &meta(),
+            Some("a"),
+            vec![cm("c", None)],
+            ["JobCreated"],
+            &Allowances::default(),
         );
-        assert!(check(vec![ns], &["namespaces."]).is_ok());
+        assert_eq!(ok.unwrap().len(), 1);
+        let bad = response(
+            &meta(),
+            Some("a"),
+            vec![cm("c", None)],
+            ["JobCreated", "Failed-job-7"],
+            &Allowances::default(),
+        )
+        .unwrap_err();
+        assert_eq!(bad.subject, "event 1");
+        assert!(
+            bad.to_string().starts_with("event 1: reason \"Failed-job-7\""),
+            "{bad}"
+        );
     }
 
     fn reason(result: Result<Vec<Child>, Refusal>) -> String {
@@ -409,37 +396,5 @@ mod tests {
         let mut forged = cm("a", None);
         forged["metadata"]["annotations"] = json!({"capstan.dev/applied": "0"});
         assert!(reason(check(vec![forged], &[])).contains("annotation"));
-    }
-
-    #[test]
-    fn a_parent_read_from_a_file_is_where_the_api_server_would_have_it() {
-        let namespaced = meta();
-        let in_demo = json!({"metadata": {"name": "a", "namespace": "demo"}});
-        let nowhere = json!({"metadata": {"name": "a"}});
-        let none = Allowances::default();
-        assert_eq!(parent_namespace(&namespaced, &in_demo, &none), Some("demo"));
-        assert_eq!(parent_namespace(&namespaced, &nowhere, &none), Some("default"));
-        let mut cluster = meta();
-        cluster.parent.namespaced = false;
-        assert_eq!(parent_namespace(&cluster, &in_demo, &none), None);
-    }
-
-    #[test]
-    fn a_namespace_is_home_to_its_children_only_by_the_operators_grant() {
-        let mut plugin = meta();
-        plugin.parent = kind("", "Namespace", "namespaces", false);
-        let team = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}});
-        let quota = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "q"}});
-        let none = Allowances::default();
-        assert_eq!(parent_namespace(&plugin, &team, &none), None);
-        assert!(children(&plugin, None, vec![quota.clone()], &none).is_err());
-        let granted = Allowances {
-            own_namespace: true,
-            ..Allowances::default()
-        };
-        let home = parent_namespace(&plugin, &team, &granted);
-        assert_eq!(home, Some("team-a"));
-        let placed = children(&plugin, home, vec![quota], &granted).unwrap();
-        assert_eq!(placed[0].namespace.as_deref(), Some("team-a"));
     }
 }

@@ -6,7 +6,8 @@
 //! a string `refuse` in them is the refusal `validate-settings` answers. `spec.related`
 //! picks what `related` answers: `labels:SELECTOR` (ConfigMaps by label, the honest
 //! case), or a query the host must refuse (`other-namespace`, `undeclared`, `many`), or a
-//! fault (`panic`, `loop`). Modes `reasons`, `pollables`, `random`, `empty-strings` and
+//! fault (`panic`, `loop`). Built with the `twin` feature it is `hostile-twin`, a second
+//! plugin on the same kind. Modes `reasons`, `pollables`, `random`, `empty-strings` and
 //! `panic-64k` try to make the host spend memory or log lines on the plugin's behalf.
 
 // Natively (a workspace-wide `cargo test`) nothing is exported, so nothing is used.
@@ -22,20 +23,26 @@ use serde_json::{Value, json};
 
 struct Hostile;
 
+/// The plugin's name: built as `hostile-twin`, it is a second plugin on the same kind.
+const NAME: &str = if cfg!(feature = "twin") {
+    "hostile-twin"
+} else {
+    "hostile"
+};
+
 impl Guest for Hostile {
     fn metadata() -> PluginMetadata {
         PluginMetadata {
-            name: "hostile".into(),
+            name: NAME.into(),
             version: "0.0.0".into(),
             parent: kind("capstan.dev", "v1alpha1", "Hostile", "hostiles"),
-            children: vec![
-                kind("", "v1", "ConfigMap", "configmaps"),
-                cluster_kind("", "v1", "Namespace", "namespaces"),
-            ],
+            // No cluster-scoped child kind: a namespaced parent may not declare one (the host
+            // refuses the plugin), so mode "cluster" returns an undeclared kind.
+            children: vec![kind("", "v1", "ConfigMap", "configmaps")],
             related: vec![kind("", "v1", "ConfigMap", "configmaps")],
             settings_schema: None,
             // Deletion waits for the plugin: mode "hold" never lets go, every other mode does.
-            finalizer: Some("capstan.dev/hostile".into()),
+            finalizer: Some(format!("capstan.dev/{NAME}")),
         }
     }
 
@@ -147,6 +154,7 @@ impl Guest for Hostile {
                 cm["metadata"]["namespace"] = "kube-system".into();
                 children.push(cm.to_string());
             }
+            // A cluster-scoped child of a namespaced parent, which Kubernetes never collects.
             "cluster" => children.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("hostile-{arg}")}}).to_string()),
             // A third-party "Mirror": one ConfigMap holding `spec.data`, labelled `spec.labels`.
             "mirror" => {
@@ -214,6 +222,12 @@ impl Guest for Hostile {
                 reason: format!("Spam{i}"),
                 message: format!("spam {i}\nINFO forged line"),
             })),
+            // One event whose reason is `spec.arg` verbatim (the host accepts CamelCase only).
+            "reason" => events.push(Event {
+                event_type: EventType::Normal,
+                reason: arg.clone(),
+                message: "a reason of the plugin's choosing".into(),
+            }),
             // `spec.arg` log lines (2000 by default) of 8 KiB, each trying to forge a host
             // log line after a newline, plus as much on stdout.
             "log" => {
@@ -265,6 +279,9 @@ impl Guest for Hostile {
                     "related": request.related.len(),
                 }))
             }
+            // A status field of this plugin's own, steady: two plugins on one kind each
+            // own theirs.
+            "own-field" => status = Some(json!({ NAME: "steady" })),
             // Host memory the guest can make the host spend, each a mode of its own.
             "reasons" => events.push(huge_reason(&request.now)),
             "pollables" => keep_pollables(),
@@ -299,13 +316,6 @@ fn kind(group: &str, version: &str, kind: &str, plural: &str) -> KindRef {
         kind: kind.into(),
         plural: plural.into(),
         namespaced: true,
-    }
-}
-
-fn cluster_kind(group: &str, version: &str, kind: &str, plural: &str) -> KindRef {
-    KindRef {
-        namespaced: false,
-        ..self::kind(group, version, kind, plural)
     }
 }
 

@@ -1,7 +1,10 @@
 //! A plugin whose parent is cluster-scoped (core `Namespace`): each Namespace gets a
 //! ConfigMap `tenant-<namespace>` in the namespace named by its annotation
 //! `tenant.capstan.dev/into` (default: the Namespace itself). Only namespaces the operator
-//! allows may receive one. `metadata()` prints to stdout, which a host must survive.
+//! allows may receive one. A Namespace annotated `tenant.capstan.dev/role` also gets a
+//! ClusterRole `tenant-<namespace>`: a cluster-scoped child, which a cluster-scoped parent
+//! may have where the operator allows the kind. `metadata()` prints to stdout, which a
+//! host must survive.
 
 #![cfg_attr(not(target_family = "wasm"), allow(dead_code))]
 
@@ -16,8 +19,8 @@ struct Tenant;
 impl Guest for Tenant {
     fn metadata() -> PluginMetadata {
         println!("tenant plugin: reading metadata");
-        let kind = |kind: &str, plural: &str, namespaced| KindRef {
-            group: String::new(),
+        let kind = |group: &str, kind: &str, plural: &str, namespaced| KindRef {
+            group: group.into(),
             version: "v1".into(),
             kind: kind.into(),
             plural: plural.into(),
@@ -26,8 +29,11 @@ impl Guest for Tenant {
         PluginMetadata {
             name: "tenant".into(),
             version: "0.0.0".into(),
-            parent: kind("Namespace", "namespaces", false),
-            children: vec![kind("ConfigMap", "configmaps", true)],
+            parent: kind("", "Namespace", "namespaces", false),
+            children: vec![
+                kind("", "ConfigMap", "configmaps", true),
+                kind("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", false),
+            ],
             related: vec![],
             settings_schema: None,
             finalizer: None,
@@ -54,8 +60,17 @@ impl Guest for Tenant {
             "metadata": { "name": format!("tenant-{name}"), "namespace": into },
             "data": { "tenant": name },
         });
+        let mut children = vec![child.to_string()];
+        if !parent["metadata"]["annotations"]["tenant.capstan.dev/role"].is_null() {
+            let role = json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": { "name": format!("tenant-{name}") },
+                "rules": [],
+            });
+            children.push(role.to_string());
+        }
         Ok(Response {
-            children: vec![child.to_string()],
+            children,
             status: None,
             requeue_after_ms: None,
             events: vec![],

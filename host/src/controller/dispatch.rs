@@ -1,0 +1,105 @@
+//! Running the plugin for one parent: within its CPU share, on a blocking thread, charged
+//! the thread's CPU time; and what its answer means for the reconcile — a response to
+//! act on, a fatal error recorded on the parent, or an error to retry.
+
+use std::sync::Arc;
+
+use kube::api::DynamicObject;
+
+use super::Shared;
+use super::compact::Compact;
+use super::events::warn;
+use super::outcome::{Error, Observed};
+use super::throttle::Permit;
+use super::version::Current;
+use crate::engine::{DispatchError, Request, Response};
+use crate::ops::metrics::{ControllerLabel, FaultLabels, PluginLabel};
+
+/// The plugin's response to the request for `compact`, with the request (its observed
+/// children, already JSON, serve the unchanged-check); `None` when the plugin answered
+/// with a fatal error, recorded on the parent. Over the plugin's CPU share nothing runs:
+/// the parent comes back when the share allows, and no worker (nor shutdown) waits.
+pub(super) async fn run(
+    compact: &Compact,
+    parent: &DynamicObject,
+    plugin: &Current,
+    shared: &Shared,
+    (observed, related): (&[Observed], &[Arc<Compact>]),
+) -> Result<Option<(Request, Response)>, Error> {
+    let permit = shared.cpu.start().map_err(|wait| {
+        tracing::debug!(wait = ?wait, "plugin over its CPU share; later");
+        Error::Deferred(wait)
+    })?;
+    let request = Request {
+        parent: compact.value(),
+        children: observed.iter().map(|o| o.object.value()).collect(),
+        related: related.iter().map(|o| o.value()).collect(),
+        now: None,
+        finalizing: compact.metadata.deletion_timestamp.is_some(),
+    };
+    let (request, result) = dispatch(request, &plugin.plugin, permit).await?;
+    let response = answer(parent, plugin, shared, result).await?;
+    Ok(response.map(|r| (request, r)))
+}
+
+/// Run the plugin on a blocking thread; the permit is charged there, so a reconcile
+/// cancelled meanwhile still pays for the call it started.
+async fn dispatch(
+    request: Request,
+    plugin: &Arc<dyn crate::engine::Reconcile>,
+    permit: Permit,
+) -> Result<(Request, Result<Response, DispatchError>), Error> {
+    let plugin = plugin.clone();
+    let label = PluginLabel {
+        plugin: plugin.metadata().name.clone(),
+    };
+    let start = std::time::Instant::now();
+    let done = tokio::task::spawn_blocking(move || {
+        let cpu = crate::engine::thread_cpu_time();
+        let result = plugin.reconcile(&request);
+        permit.charge(crate::engine::thread_cpu_time().saturating_sub(cpu));
+        (request, result)
+    })
+    .await
+    .map_err(|e| Error::Join(e.to_string()))?;
+    crate::ops::metrics::get()
+        .dispatch_time
+        .get_or_create(&label)
+        .observe(start.elapsed().as_secs_f64());
+    Ok(done)
+}
+
+/// The plugin's answer: a response to act on, `None` for a fatal error (recorded, wait
+/// for a change), or an error to retry with backoff.
+pub(super) async fn answer(
+    parent: &DynamicObject,
+    plugin: &Current,
+    shared: &Shared,
+    result: Result<Response, DispatchError>,
+) -> Result<Option<Response>, Error> {
+    let name = &plugin.plugin.metadata().name;
+    match result {
+        Ok(response) => Ok(Some(response)),
+        Err(DispatchError::Retry { message, after }) => Err(Error::Retry { message, after }),
+        Err(DispatchError::Fatal(m)) => {
+            warn(shared, parent, "ReconcileFailed", &m).await;
+            Ok(None)
+        }
+        Err(DispatchError::Fault(f)) => {
+            let metrics = crate::ops::metrics::get();
+            let cause = FaultLabels {
+                plugin: name.clone(),
+                cause: f.cause().into(),
+            };
+            metrics.faults.get_or_create(&cause).inc();
+            if matches!(f, crate::engine::Fault::Panic(_) | crate::engine::Fault::Trap(_)) {
+                let controller = ControllerLabel {
+                    controller: name.clone(),
+                };
+                metrics.reconcile_panics.get_or_create(&controller).inc();
+            }
+            warn(shared, parent, "PluginFault", &format!("plugin {f}")).await;
+            Err(Error::Fault(f))
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! What the steps of a reconcile hand each other and report: the error that backs a
+//! parent off, an observed child, and what the write steps did. A leaf: every step
+//! imports it, it imports none of them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::compact::Compact;
+use crate::ops::metrics::PluginLabel;
+use crate::validate;
+
+/// Why a reconcile must be retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The plugin asked to retry, after its own delay or with backoff.
+    #[error("plugin asked to retry: {message}")]
+    Retry {
+        /// Why.
+        message: String,
+        /// The plugin's delay, capped.
+        after: Option<Duration>,
+    },
+    /// The plugin's related queries broke the rules; nothing was dispatched.
+    #[error("related queries refused: {0}")]
+    RelatedRefused(String),
+    /// The plugin faulted.
+    #[error("plugin fault: {0}")]
+    Fault(crate::engine::Fault),
+    /// The plugin's response broke the rules; nothing was applied.
+    #[error("response refused: {0}")]
+    Refused(validate::Refusal),
+    /// A Kubernetes API call failed.
+    #[error("API: {0}")]
+    Api(#[from] kube::Error),
+    /// A child the response names exists and belongs to someone else; nothing was applied.
+    #[error("child conflict: {0}")]
+    Conflict(String),
+    /// Another plugin manages a status field the response sets; the status was not written.
+    #[error("status conflict: {0}")]
+    StatusHeld(String),
+    /// A write would repeat content just written (ping-pong); it was not made.
+    #[error("write loop: {0}")]
+    Loop(String),
+    /// The plugin is over its CPU share: not dispatched, back after this long.
+    #[error("over the plugin's CPU share; back in {0:?}")]
+    Deferred(Duration),
+    /// The blocking dispatch task died.
+    #[error("dispatch task failed: {0}")]
+    Join(String),
+}
+
+impl Error {
+    /// What kind of failure this is, without any text that came from the plugin: what a
+    /// log line says once the plugin's log budget is spent.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Retry { .. } => "plugin asked to retry",
+            Error::RelatedRefused(_) => "related queries refused",
+            Error::Fault(_) => "plugin fault",
+            Error::Refused(_) => "response refused",
+            Error::Api(_) => "API",
+            Error::Conflict(_) => "child conflict",
+            Error::StatusHeld(_) => "status conflict",
+            Error::Loop(_) => "write loop",
+            Error::Deferred(_) => "over the plugin's CPU share",
+            Error::Join(_) => "dispatch task failed",
+        }
+    }
+}
+
+/// An observed child: which declared kind, and the object from its cache.
+pub(super) struct Observed {
+    pub kind: usize,
+    pub object: Arc<Compact>,
+}
+
+/// What the write steps of one reconcile did, added up step by step. A write that would
+/// repeat ping-pong is not here: it is [`Error::Loop`], which backs the parent off.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Writes {
+    /// Some API write was made.
+    pub wrote: bool,
+    /// Some write was left for later (a creation over the rate); back after this long.
+    pub deferred: Option<Duration>,
+}
+
+impl Writes {
+    /// One write made by `plugin`'s reconcile, counted.
+    pub fn wrote(plugin: &str) -> Writes {
+        count_write(plugin);
+        Writes {
+            wrote: true,
+            deferred: None,
+        }
+    }
+
+    /// A write left for later.
+    pub fn deferred(after: Duration) -> Writes {
+        Writes {
+            wrote: false,
+            deferred: Some(after),
+        }
+    }
+
+    /// Both steps' writes; the earliest deferral.
+    pub fn and(self, other: Writes) -> Writes {
+        let deferred = match (self.deferred, other.deferred) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        Writes {
+            wrote: self.wrote || other.wrote,
+            deferred,
+        }
+    }
+}
+
+/// Count one API write of `plugin`'s reconciles.
+pub(super) fn count_write(plugin: &str) {
+    crate::ops::metrics::get()
+        .api_writes
+        .get_or_create(&PluginLabel {
+            plugin: plugin.into(),
+        })
+        .inc();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_add_up_to_the_earliest_deferral_and_any_write() {
+        let none = Writes::default();
+        let later = |s| Writes::deferred(Duration::from_secs(s));
+        assert_eq!(none.and(none), none);
+        assert_eq!(later(5).and(later(2)).deferred, Some(Duration::from_secs(2)));
+        let wrote = Writes::wrote("test").and(later(3));
+        assert!(wrote.wrote);
+        assert_eq!(wrote.deferred, Some(Duration::from_secs(3)));
+    }
+}

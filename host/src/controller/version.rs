@@ -1,0 +1,101 @@
+//! Which plugin version a reconcile runs, as a number. Hot reload and new settings send a
+//! new `Arc` down the controller's channel; what the controller remembers per parent (its
+//! quiet answer, its related queries) names the version it came from. An address would
+//! not do: after v1 → v2 → v3, v3 may be allocated where v1 was, and the memory of v1
+//! would pass for v3's. The number only grows, and the version it was given for is kept
+//! alive here until the next one replaces it, so two live versions never share one.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use crate::engine::Reconcile;
+
+/// A plugin version and its number.
+#[derive(Clone)]
+pub(super) struct Current {
+    pub plugin: Arc<dyn Reconcile>,
+    pub number: u64,
+}
+
+/// Numbers the versions a controller's channel delivers, in the order they are seen.
+pub(super) struct Versions {
+    channel: watch::Receiver<Arc<dyn Reconcile>>,
+    last: Mutex<Current>,
+}
+
+impl Versions {
+    /// Start numbering at the channel's current version.
+    pub fn new(channel: watch::Receiver<Arc<dyn Reconcile>>) -> Versions {
+        let plugin = channel.borrow().clone();
+        Versions {
+            channel,
+            last: Mutex::new(Current { plugin, number: 0 }),
+        }
+    }
+
+    /// The version new reconciles use.
+    pub fn current(&self) -> Current {
+        let plugin = self.channel.borrow().clone();
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if !Arc::ptr_eq(&last.plugin, &plugin) {
+            *last = Current {
+                plugin,
+                number: last.number + 1,
+            };
+        }
+        last.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{DispatchError, Metadata, Request, Response};
+
+    struct Fake(Metadata);
+
+    impl Reconcile for Fake {
+        fn metadata(&self) -> &Metadata {
+            &self.0
+        }
+        fn reconcile(&self, _: &Request) -> Result<Response, DispatchError> {
+            Ok(Response::default())
+        }
+    }
+
+    fn version() -> Arc<dyn Reconcile> {
+        let kind = crate::engine::Kind {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+            namespaced: true,
+        };
+        Arc::new(Fake(Metadata {
+            name: "p".into(),
+            version: "1".into(),
+            parent: kind,
+            children: vec![],
+            related: vec![],
+            settings_schema: None,
+            finalizer: None,
+        }))
+    }
+
+    #[test]
+    fn a_version_at_a_reused_address_still_gets_a_new_number() {
+        let (tx, rx) = watch::channel(version());
+        let versions = Versions::new(rx);
+        assert_eq!(versions.current().number, 0);
+        assert_eq!(versions.current().number, 0, "the same version, the same number");
+        let mut numbers = vec![];
+        // Reloads that free each version as the next arrives: whatever addresses the
+        // allocator hands out again, every version is new.
+        for _ in 0..50 {
+            tx.send_replace(version());
+            numbers.push(versions.current().number);
+        }
+        assert_eq!(numbers, (1..=50).collect::<Vec<u64>>());
+    }
+}

@@ -1,0 +1,149 @@
+//! Writes that mean what they say, on the real plane: a status shared by two plugins
+//! (and a user) is written by each only when its own fields change; a child someone
+//! deletes at once is made again within a resync.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use capstan_tests::governance::Case;
+use capstan_tests::host::eventually;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+/// How long Echo and the plugins may take to converge.
+const CONVERGE: Duration = Duration::from_secs(180);
+/// How long the shared status is watched while someone else keeps changing it.
+const SOAK: Duration = Duration::from_secs(60);
+
+/// Two plugins own one field each of the same parents' status, and a user changes a
+/// third every five seconds: every change wakes both plugins, and neither writes (its
+/// own field still holds), so neither is taken for ping-pong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_plugins_sharing_a_status_write_only_their_own_changes() -> Result<()> {
+    let entries = "- path: hostile.wasm\n- path: hostile-twin.wasm\n";
+    let case = Case::start("writes-shared", &["hostile", "hostile-twin"], entries, &[], 1).await?;
+    case.hostile("shared", 2, "own-field", json!({})).await?;
+    let names = ["shared-0", "shared-1"];
+    eventually("both fields on both parents", CONVERGE, async || {
+        for name in names {
+            let status = &case.hostiles().get(name).await?.data["status"];
+            if status["hostile"] != "steady" || status["hostile-twin"] != "steady" {
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    })
+    .await?;
+    let writes = |plugin: &str| format!(r#"capstan_api_writes_total{{plugin="{plugin}"}}"#);
+    let settled = async || -> Result<(f64, f64)> {
+        Ok((
+            case.metric(&writes("hostile")).await?,
+            case.metric(&writes("hostile-twin")).await?,
+        ))
+    };
+    // Settled: the finalizers, children and first status writes are in.
+    let mut before = settled().await?;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = settled().await?;
+        if now == before {
+            break;
+        }
+        before = now;
+    }
+    let start = std::time::Instant::now();
+    let mut tick = 0;
+    while start.elapsed() < SOAK {
+        tick += 1;
+        for name in names {
+            let patch = json!({"status": {"external": tick}});
+            case.hostiles()
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    let after = settled().await?;
+    ensure!(
+        after == before,
+        "writes (hostile, hostile-twin) went from {before:?} to {after:?} while only the user's field changed"
+    );
+    for name in names {
+        for reason in ["WriteLoop", "WriteRate", "StatusConflict"] {
+            let events = case.events_of(name, reason).await?;
+            ensure!(events.is_empty(), "{name}: {reason}: {events:?}");
+        }
+        let status = &case.hostiles().get(name).await?.data["status"];
+        ensure!(status["external"] == tick, "{status}");
+    }
+    println!("shared status: {tick} outside changes over {SOAK:?}, 0 plugin writes");
+    let report = case.measure("hostile", Duration::from_secs(1)).await?;
+    case.stop(report, &Default::default())?;
+    Ok(())
+}
+
+/// A child deleted by someone else the moment it appears is made again within one resync,
+/// however the delete interleaves with the reconcile that made it: a reconcile that wrote
+/// is never taken for a quiet one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_deleted_at_once_is_made_again_within_a_resync() -> Result<()> {
+    let entries = "- path: hostile.wasm\n  resync: 3s\n";
+    let case = Case::start("writes-recreate", &["hostile"], entries, &[], 1).await?;
+    let config_maps: Api<ConfigMap> = Api::namespaced(case.client.clone(), &case.ns);
+    let mine = ListParams::default().labels("capstan.dev/plugin=hostile");
+    case.hostile("janitor", 1, "ok", json!({})).await?;
+    // Delete the child as soon as it shows, several times over.
+    for round in 0..3 {
+        let child = eventually(&format!("the child, round {round}"), CONVERGE, async || {
+            Ok(config_maps.list(&mine).await?.items.pop())
+        })
+        .await?;
+        let name = child.metadata.name.clone().context("named")?;
+        config_maps.delete(&name, &DeleteParams::default()).await?;
+        let uid = child.metadata.uid.clone();
+        eventually(
+            &format!("the child made again, round {round}"),
+            Duration::from_secs(10),
+            async || {
+                let again = config_maps.get_opt(&name).await?;
+                Ok(again.filter(|c| c.metadata.uid != uid).map(|_| ()))
+            },
+        )
+        .await?;
+    }
+    let report = case.measure("hostile", Duration::from_secs(1)).await?;
+    case.stop(report, &Default::default())?;
+    Ok(())
+}
+
+/// A restart over a thousand converged Echos: every parent is reconciled once from the
+/// fresh caches, and nothing is written — no child, no status, no event — and no
+/// reconcile of the honest plugin is put off for its CPU share (charged in CPU time, a
+/// restart sweep of Echo costs milliseconds of it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_over_a_thousand_converged_echos_writes_and_defers_nothing() -> Result<()> {
+    const ECHOES: usize = 1000;
+    let mut case = Case::start("writes-restart", &[], "", &[], ECHOES).await?;
+    case.converged(Duration::from_secs(600)).await?;
+    case.host.signal(libc::SIGTERM);
+    let exit = case.host.wait(Duration::from_secs(30))?;
+    ensure!(exit.code() == Some(0), "the first host exited with {exit:?}");
+    case.add_host(&["echo"], "- path: echo.wasm\n")?;
+    let reconciles = r#"controller_runtime_reconcile_total{controller="echo",result="success"}"#;
+    eventually("every Echo reconciled after the restart", CONVERGE, async || {
+        Ok((case.metric(reconciles).await? >= ECHOES as f64).then_some(()))
+    })
+    .await?;
+    let writes = case.metric(r#"capstan_api_writes_total{plugin="echo"}"#).await?;
+    let deferred = case
+        .metric(r#"controller_runtime_reconcile_total{controller="echo",result="requeue_after"}"#)
+        .await?;
+    println!("restart over {ECHOES} converged Echos: {writes} writes, {deferred} CPU-share deferrals");
+    ensure!(writes == 0.0, "the restarted host wrote {writes} times");
+    ensure!(
+        deferred == 0.0,
+        "{deferred} reconciles deferred for the CPU share"
+    );
+    Ok(())
+}
