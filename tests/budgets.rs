@@ -177,6 +177,8 @@ async fn held_within_budgets(name: &str, mode: &str) -> Result<()> {
         about_bytes <= 1 << 20,
         "{about_bytes} B of host lines about the plugin"
     );
+    // And the whole log, whatever line repeats the plugin's text (say, an event refused).
+    ensure!(report.log_bytes <= 4 << 20, "{} B of host log", report.log_bytes);
     let budget = Budget {
         rss_mib: MEMORY_BUDGET_MIB,
         ..Budget::default()
