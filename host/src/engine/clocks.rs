@@ -6,7 +6,8 @@
 //! - the monotonic clock starts at 0 and moves only when the plugin waits on it, and a
 //!   wait (`subscribe-duration`, `subscribe-instant`) is ready at once: a plugin that
 //!   "sleeps" 30 s spends no time and holds no thread;
-//! - random bytes (secure and insecure) come from fixed seeds.
+//! - random bytes (secure and insecure) come from fixed seeds, at most
+//!   [`MAX_RANDOM_BYTES`] a call: the host builds them before the guest gets them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,15 +15,12 @@ use std::time::Duration;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use wasmtime::component::{Linker, Resource};
-use wasmtime_wasi::p2::{DynPollable, Pollable, subscribe};
+use wasmtime_wasi::p2::Pollable;
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtxBuilder};
 
-use super::sandbox::State;
-
-/// The interface whose waits are replaced; the version `wasmtime-wasi` links (guests'
-/// older 0.2 imports resolve to it by semver).
-const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
+/// Largest `get-random-bytes` a plugin may ask for in one call (wasmtime-wasi allows
+/// 64 MiB, all of it host memory); more traps, as the plugin's own fault.
+pub(crate) const MAX_RANDOM_BYTES: u64 = 1 << 20;
 
 /// A monotonic clock that moves only when the guest waits on it.
 #[derive(Clone, Default)]
@@ -30,14 +28,14 @@ pub(crate) struct VirtualClock(Arc<AtomicU64>);
 
 impl VirtualClock {
     /// Move the clock forward by `nanos` (a wait of that long, taken at once).
-    fn advance(&self, nanos: u64) {
+    pub(crate) fn advance(&self, nanos: u64) {
         let _ = self.0.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
             Some(n.saturating_add(nanos))
         });
     }
 
     /// Move the clock to `instant` unless it is already past it.
-    fn advance_to(&self, instant: u64) {
+    pub(crate) fn advance_to(&self, instant: u64) {
         self.0.fetch_max(instant, Ordering::Relaxed);
     }
 }
@@ -66,7 +64,7 @@ impl HostWallClock for Epoch {
 }
 
 /// A wait that is over as soon as it starts.
-struct Ready;
+pub(crate) struct Ready;
 
 #[wasmtime_wasi::async_trait]
 impl Pollable for Ready {
@@ -80,32 +78,8 @@ pub(crate) fn deterministic(builder: &mut WasiCtxBuilder, clock: VirtualClock) {
         .monotonic_clock(clock)
         .secure_random(StdRng::seed_from_u64(0))
         .insecure_random(StdRng::seed_from_u64(1))
-        .insecure_random_seed(0);
-}
-
-/// Replace the monotonic clock's waits in `linker` with ones that are ready at once and
-/// move the plugin's virtual clock instead (`wasmtime-wasi`'s would sleep the thread).
-pub(crate) fn add_to_linker(linker: &mut Linker<State>) -> anyhow::Result<()> {
-    linker.allow_shadowing(true);
-    let mut clock = linker.instance(MONOTONIC_CLOCK)?;
-    clock.func_wrap("subscribe-duration", |mut store, (nanos,): (u64,)| {
-        let state: &mut State = store.data_mut();
-        state.clock().advance(nanos);
-        ready(state).map(|r| (r,))
-    })?;
-    clock.func_wrap("subscribe-instant", |mut store, (instant,): (u64,)| {
-        let state: &mut State = store.data_mut();
-        state.clock().advance_to(instant);
-        ready(state).map(|r| (r,))
-    })?;
-    linker.allow_shadowing(false);
-    Ok(())
-}
-
-fn ready(state: &mut State) -> wasmtime::Result<Resource<DynPollable>> {
-    let table = state.table();
-    let ready = table.push(Ready)?;
-    subscribe(table, ready)
+        .insecure_random_seed(0)
+        .max_random_size(MAX_RANDOM_BYTES);
 }
 
 #[cfg(test)]

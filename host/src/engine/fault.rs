@@ -1,6 +1,9 @@
-//! Everything that can go wrong inside a plugin, as typed causes the host can count.
+//! Everything that can go wrong inside a plugin, as typed causes the host can count,
+//! and why a reconcile produced no response.
 
 use std::time::Duration;
+
+use super::text::one_line;
 
 /// A plugin misbehaved; the engine keeps serving and the object is retried with backoff.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -42,6 +45,10 @@ pub enum Fault {
         /// The configured cap.
         cap: usize,
     },
+    /// Handed the host more than its lift allowance in one go (a response, or a host
+    /// call's arguments): refused before the host copied it.
+    #[error("handed the host more than its allowance of {0} bytes in one go")]
+    TooMuchData(usize),
     /// Could not be instantiated (e.g. the instance pool is exhausted).
     #[error("could not be instantiated: {0}")]
     Instantiate(String),
@@ -57,11 +64,31 @@ impl Fault {
             Fault::Panic(_) => "panic",
             Fault::Trap(_) => "trap",
             Fault::MalformedResponse(_) => "malformed_response",
-            Fault::ResponseTooLarge { .. } => "response_too_large",
+            // Almost always a response, and refused for the same reason.
+            Fault::ResponseTooLarge { .. } | Fault::TooMuchData(_) => "response_too_large",
             Fault::TooManyChildren { .. } => "too_many_children",
             Fault::Instantiate(_) => "instantiate",
         }
     }
+}
+
+/// Why a reconcile produced no response.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DispatchError {
+    /// The plugin asked to be retried: after its delay (capped), or with backoff.
+    #[error("plugin asked to retry: {message}")]
+    Retry {
+        /// Why.
+        message: String,
+        /// How long to wait, if the plugin said.
+        after: Option<Duration>,
+    },
+    /// The plugin reported a permanent problem with this object.
+    #[error("plugin reported a fatal error: {0}")]
+    Fatal(String),
+    /// The plugin faulted.
+    #[error("plugin {0}")]
+    Fault(#[from] Fault),
 }
 
 /// What the guest left behind when a call failed, to tell the causes apart.
@@ -69,7 +96,13 @@ pub(crate) struct Evidence<'a> {
     pub deadline: Duration,
     pub memory_denied: Option<Fault>,
     pub stderr: &'a str,
+    /// The call's lift allowance (its hostcall fuel).
+    pub lift: usize,
 }
+
+/// How wasmtime says a lift ran out of hostcall fuel; its error type is private, so the
+/// text is matched (the hostile `empty-strings` test notices if it changes).
+const FUEL_EXHAUSTED: &str = "fuel allocated for hostcalls has been exhausted";
 
 /// Classify a failed call. Rust guests abort on panic and on allocation failure, both as
 /// an `unreachable` trap, so the limiter's record and the panic text on stderr decide.
@@ -86,7 +119,13 @@ pub(crate) fn classify(err: &wasmtime::Error, evidence: Evidence<'_>) -> Fault {
             None => Fault::Trap("unreachable code reached".into()),
         },
         Some(trap) => Fault::Trap(trap.to_string()),
-        None => Fault::Trap(one_line(&format!("{err:#}"))),
+        None => {
+            let text = format!("{err:#}");
+            if text.contains(FUEL_EXHAUSTED) {
+                return Fault::TooMuchData(evidence.lift);
+            }
+            Fault::Trap(one_line(&text))
+        }
     }
 }
 
@@ -98,10 +137,6 @@ fn panic_message(stderr: &str) -> Option<String> {
     let location = lines.next()?.trim_end_matches(':');
     let message: Vec<&str> = lines.take_while(|l| !l.starts_with("note:")).collect();
     Some(one_line(&format!("{} (at {location})", message.join(" "))))
-}
-
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@ use std::time::Duration;
 use wasmtime::Store;
 
 use super::bindings::capstan::reconciler::types as wit;
-use super::sandbox::{self, State};
+use super::sandbox::State;
+use super::text::one_line;
 use super::{
     DispatchError, Fault, Limits, LoadError, MAX_RETRY_DELAY, Metadata, RelatedQuery, Request, Response,
 };
@@ -73,13 +74,14 @@ impl Instance {
         self.store.data().flush_output();
         match result? {
             Ok(response) => Ok(limits::validate(response, &self.limits)?),
+            // The plugin's words end up in the host's log lines: one line, bounded.
             Err(wit::ReconcileError::Retry(r)) => Err(DispatchError::Retry {
-                message: r.message,
+                message: one_line(&r.message),
                 after: r
                     .after_ms
                     .map(|ms| Duration::from_millis(ms).clamp(self.limits.min_requeue, MAX_RETRY_DELAY)),
             }),
-            Err(wit::ReconcileError::Fatal(m)) => Err(DispatchError::Fatal(m)),
+            Err(wit::ReconcileError::Fatal(m)) => Err(DispatchError::Fatal(one_line(&m))),
         }
     }
 }
@@ -92,25 +94,9 @@ pub(super) fn fault_of(store: &Store<State>, err: &wasmtime::Error, deadline: Du
             deadline,
             memory_denied: store.data().limiter.denied.clone(),
             stderr: &stderr,
+            lift: store.hostcall_fuel(),
         },
     )
-}
-
-/// Longest plugin message the host repeats (in a log line, `/readyz`, an error).
-const MESSAGE_CHARS: usize = 512;
-
-/// A plugin's own words as one line: whitespace collapsed, control characters escaped
-/// (they could forge log lines), at most [`MESSAGE_CHARS`].
-fn one_line(message: &str) -> String {
-    let joined = message.split_whitespace().collect::<Vec<_>>().join(" ");
-    let mut line: String = sandbox::escape_controls(&joined)
-        .chars()
-        .take(MESSAGE_CHARS)
-        .collect();
-    if joined.chars().count() > MESSAGE_CHARS {
-        line.push('…');
-    }
-    line
 }
 
 pub(super) fn json(value: &serde_json::Value) -> String {

@@ -58,6 +58,22 @@ impl Default for Limits {
     }
 }
 
+/// Events of one response the lift allowance holds besides its text (the host records
+/// ten per object at once anyway).
+const LIFTED_EVENTS: usize = 1000;
+
+/// Host bytes lifting may take in one call (see `sandbox::store`): what the largest
+/// response within `limits` takes, as wasmtime counts it — its text, plus each child and
+/// event at its host size. Arguments of host calls (a `log` line, a write) fit easily.
+pub(crate) fn lift_allowance(limits: &Limits) -> usize {
+    let children = limits.max_children.saturating_mul(size_of::<String>());
+    let events = LIFTED_EVENTS * size_of::<wit::Event>();
+    limits
+        .response_bytes
+        .saturating_add(children)
+        .saturating_add(events)
+}
+
 /// Enforce the caps and parse the JSON texts of a raw response.
 pub(crate) fn validate(raw: wit::Response, limits: &Limits) -> Result<Response, Fault> {
     if raw.children.len() > limits.max_children {

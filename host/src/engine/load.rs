@@ -5,9 +5,10 @@ use wasmtime::component::Component;
 
 use super::bindings::{OLDER_VERSIONS, PLUGIN_EXPORT, PLUGIN_EXPORT_PREFIX, WIT_PACKAGE, WIT_VERSION};
 use super::cache::CompileCache;
+use super::text::one_line;
 use capstan_contract::{dns1123_label, dns1123_subdomain, printable};
 
-use super::types::{Kind, Metadata};
+use capstan_contract::{Kind, Metadata};
 
 /// Why a plugin could not be loaded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -211,10 +212,6 @@ fn check_kind(k: &Kind) -> Result<(), String> {
 
 fn is_dns_label(s: &str) -> bool {
     dns1123_label(s).is_ok()
-}
-
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

@@ -41,6 +41,18 @@ impl PluginMemory {
             .is_ok()
     }
 
+    /// Take as much of `bytes` as the total has left, and say how much that was.
+    pub fn take_up_to(&self, bytes: usize) -> usize {
+        let mut taken = 0;
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                taken = bytes.min(self.limit.saturating_sub(used));
+                Some(used + taken)
+            });
+        taken
+    }
+
     /// Give back `bytes` an instance held.
     pub fn release(&self, bytes: usize) {
         self.used.fetch_sub(bytes, Ordering::AcqRel);
@@ -143,6 +155,9 @@ mod tests {
         pool.release(6);
         assert!(pool.try_grow(5));
         assert_eq!(pool.used(), 9);
+        assert_eq!(pool.take_up_to(5), 1, "only what is left");
+        assert_eq!(pool.take_up_to(5), 0);
+        assert_eq!(pool.used(), 10);
     }
 
     #[test]

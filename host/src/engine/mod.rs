@@ -30,18 +30,19 @@ mod logs;
 mod memory;
 mod sandbox;
 mod slots;
+mod text;
 mod types;
 mod versions;
+mod waits;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use wasmtime::Store;
 use wasmtime::component::Linker;
 
 pub use bindings::{OLDER_VERSIONS, WIT_PACKAGE};
 pub use deadline::thread_cpu_time;
-pub use fault::Fault;
+pub use fault::{DispatchError, Fault};
 pub use instance::Instance;
 use instance::{fault_of, json};
 pub use limits::Limits;
@@ -85,25 +86,6 @@ impl Default for EngineConfig {
             cache_dir: None,
         }
     }
-}
-
-/// Why a reconcile produced no response.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DispatchError {
-    /// The plugin asked to be retried: after its delay (capped), or with backoff.
-    #[error("plugin asked to retry: {message}")]
-    Retry {
-        /// Why.
-        message: String,
-        /// How long to wait, if the plugin said.
-        after: Option<Duration>,
-    },
-    /// The plugin reported a permanent problem with this object.
-    #[error("plugin reported a fatal error: {0}")]
-    Fatal(String),
-    /// The plugin faulted.
-    #[error("plugin {0}")]
-    Fault(#[from] Fault),
 }
 
 /// Compiles plugins and runs their calls; cheap to clone.
@@ -155,7 +137,7 @@ impl Engine {
 
         let mut linker = Linker::new(&inner);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
-        clocks::add_to_linker(&mut linker)?;
+        waits::add_to_linker(&mut linker)?;
         versions::add_to_linker(&mut linker)?;
 
         let clock = deadline::Clock::start(&inner, EPOCH_TICK)?;
@@ -378,8 +360,8 @@ impl Plugin {
             self.memory.clone(),
             self.logs.clone(),
         );
-        let mut store = Store::new(&self.engine.inner, state);
-        store.limiter(|s| &mut s.limiter);
+        let lift = limits::lift_allowance(&self.limits);
+        let mut store = sandbox::store(&self.engine.inner, state, lift);
         deadline::arm(&mut store, self.limits.deadline);
         let bindings = self.pre.instantiate(&mut store).map_err(|e| {
             match fault_of(&store, &e, self.limits.deadline) {

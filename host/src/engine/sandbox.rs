@@ -4,12 +4,14 @@
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use wasmtime::Store;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::capstan::reconciler::{host, types::Level};
+use super::text::escape_controls;
 
 /// Bytes of stdout/stderr kept per call; the rest is counted and dropped so a chatty
 /// plugin cannot exhaust host memory or fault because its writes failed.
@@ -18,6 +20,11 @@ const OUTPUT_CAP: usize = 64 * 1024;
 const LOG_LINES_CAP: usize = 1000;
 /// Longest single `log` line emitted.
 const LOG_LINE_BYTES: usize = 8 * 1024;
+/// Entries a call's resource table, and handles its component instance, may hold: far
+/// above what a plugin keeps open (each wait takes two entries), and about a megabyte of
+/// host memory. Past it the call traps, as its own fault. wasmtime allows 1 M entries
+/// (~100 MB) and 100 000 handles.
+pub(crate) const MAX_RESOURCES: usize = 10_000;
 
 /// Store data of one sandboxed call.
 pub(crate) struct State {
@@ -45,7 +52,11 @@ impl State {
     ) -> State {
         State {
             wasi: None,
-            table: ResourceTable::new(),
+            table: {
+                let mut table = ResourceTable::new();
+                table.set_max_capacity(MAX_RESOURCES);
+                table
+            },
             limiter: Limiter {
                 limit: memory_limit,
                 plugin: memory,
@@ -77,6 +88,28 @@ impl State {
             tracing::warn!(target: "capstan::plugin", plugin = %self.plugin, dropped_bytes = bytes, "plugin output dropped: over its log budget ({} bytes/s) or the per-call caps ({OUTPUT_CAP} bytes of output, {LOG_LINES_CAP} log lines)", self.logs.rate());
         }
     }
+}
+
+/// The store of one call, with what the guest can make the host hold capped: linear
+/// memory by the [`Limiter`], resource entries and handles at [`MAX_RESOURCES`], and the
+/// host memory that lifting takes.
+///
+/// Lifting copies what the guest hands the host (a response, a host call's arguments)
+/// into host values before any check of ours can run, and not in proportion to guest
+/// memory: an empty string is 8 guest bytes and 24 host bytes, and a list may name one
+/// guest string a million times. So no factor on guest memory bounds it; wasmtime's
+/// hostcall fuel does. It counts every lifted list element at its host size and every
+/// string at its length, and fails the lift before allocating once it has run out. A
+/// call's fuel is `lift` bytes taken from the plugin's memory total while the call lives
+/// (less when the total has less left), so what lifting may allocate counts with the
+/// plugin's linear memory, within its share of `--memory-budget`.
+pub(crate) fn store(engine: &wasmtime::Engine, mut state: State, lift: usize) -> Store<State> {
+    let fuel = state.limiter.hold_up_to(lift);
+    let mut store = Store::new(engine, state);
+    store.limiter(|s| &mut s.limiter);
+    store.set_hostcall_fuel(fuel);
+    store.set_max_component_handles(MAX_RESOURCES);
+    store
 }
 
 impl State {
@@ -164,25 +197,6 @@ impl super::bindings::v0_1::capstan::reconciler::host::Host for State {
 
 impl super::bindings::v0_1::capstan::reconciler::types::Host for State {}
 
-/// Plugin text with control characters escaped (`\n` → `\\n`, ESC → `\\u{1b}`), so
-/// it can neither forge a host log line nor drive a terminal.
-pub(crate) fn escape_controls(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.contains(char::is_control) {
-        return std::borrow::Cow::Borrowed(s);
-    }
-    std::borrow::Cow::Owned(
-        s.chars()
-            .flat_map(|c| {
-                let escaped = c.is_control().then(|| c.escape_default());
-                escaped
-                    .into_iter()
-                    .flatten()
-                    .chain((!c.is_control()).then_some(c))
-            })
-            .collect(),
-    )
-}
-
 fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
@@ -203,6 +217,15 @@ pub(crate) struct Limiter {
     /// What this instance holds of the plugin's total (given back on drop).
     held: usize,
     pub denied: Option<super::Fault>,
+}
+
+impl Limiter {
+    /// Take up to `bytes` of the plugin's total for this call's life; what was taken.
+    fn hold_up_to(&mut self, bytes: usize) -> usize {
+        let taken = self.plugin.take_up_to(bytes);
+        self.held += taken;
+        taken
+    }
 }
 
 impl wasmtime::ResourceLimiter for Limiter {
@@ -305,21 +328,4 @@ impl OutputStream for Capture {
 #[wasmtime_wasi::async_trait]
 impl Pollable for Capture {
     async fn ready(&mut self) {}
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn control_characters_in_plugin_text_are_escaped() {
-        assert_eq!(escape_controls("plain ünïcode"), "plain ünïcode");
-        let forged = "ok\n2026-01-01T00:00:00Z  INFO capstan: forged\u{1b}[2J\r";
-        let escaped = escape_controls(forged);
-        assert!(!escaped.contains(char::is_control), "{escaped}");
-        assert_eq!(
-            escaped,
-            "ok\\n2026-01-01T00:00:00Z  INFO capstan: forged\\u{1b}[2J\\r"
-        );
-    }
 }

@@ -9,7 +9,7 @@ use anyhow::Context;
 use crate::config::{self, PluginConfig};
 use crate::controller::Options;
 use crate::engine::{Engine, Plugin};
-use crate::reload;
+use crate::{reload, supervisor};
 
 /// The plugins that loaded, with their options, and the files that did not, with why.
 #[derive(Default)]
@@ -19,8 +19,8 @@ pub(super) struct Loaded {
 }
 
 /// Load every configured plugin; fails only when nothing is left to run, or when the
-/// plugins together break a host-wide rule (two of one name, more concurrency than the
-/// engine pools).
+/// plugins together want more concurrency than the engine pools. A second file of a
+/// plugin name is refused like a file that does not load.
 pub(super) fn load(
     engine: &Engine,
     config: Option<&PathBuf>,
@@ -51,7 +51,7 @@ pub(super) fn load(
     {
         anyhow::bail!("{}: {err}", path.display());
     }
-    check_together(&loaded, engine)?;
+    check_together(&mut loaded, engine)?;
     Ok(loaded)
 }
 
@@ -111,26 +111,25 @@ fn options(e: &PluginConfig, defaults: &Options) -> anyhow::Result<Options> {
     Ok(options)
 }
 
-/// Rules over all loaded plugins: unique names, and concurrency the engine's pool holds.
-fn check_together(loaded: &Loaded, engine: &Engine) -> anyhow::Result<()> {
-    let mut names: Vec<&str> = loaded
-        .plugins
-        .iter()
-        .map(|(_, p, _)| p.metadata().name.as_str())
-        .collect();
-    names.sort();
-    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-        anyhow::bail!("two plugins are both named {}", w[0]);
+/// Rules over all loaded plugins: one plugin per name (a later file of a name already
+/// loaded is refused alone, naming both files), and concurrency the engine's pool holds.
+fn check_together(loaded: &mut Loaded, engine: &Engine) -> anyhow::Result<()> {
+    let mut kept: Vec<(PathBuf, Plugin, Options)> = Vec::new();
+    for (path, plugin, options) in std::mem::take(&mut loaded.plugins) {
+        let name = plugin.metadata().name.as_str();
+        match kept.iter().find(|(_, p, _)| p.metadata().name == name) {
+            Some((holder, ..)) => {
+                let why = supervisor::name_taken(name, &holder.display().to_string(), &path);
+                loaded.broken.push((path, why));
+            }
+            None => kept.push((path, plugin, options)),
+        }
     }
+    loaded.plugins = kept;
     let wanted: u32 = loaded
         .plugins
         .iter()
         .map(|(_, _, o)| u32::from(o.concurrency))
         .sum();
-    anyhow::ensure!(
-        wanted <= engine.max_instances(),
-        "the plugins' concurrency adds up to {wanted}, more than the {} instances the engine pools (--max-instances)",
-        engine.max_instances()
-    );
-    Ok(())
+    supervisor::concurrency_fits(wanted, engine.max_instances()).map_err(anyhow::Error::msg)
 }

@@ -19,9 +19,11 @@ use crate::lease::Tenure;
 use crate::ops::health::{Health, PluginState};
 use crate::ops::metrics::{self, ReloadLabels};
 use crate::reload::{self, FileWatch};
+pub(crate) use admit::{concurrency_fits, name_taken};
 pub use serve::{Handle, Shards};
 use unit::{stop_within, unit};
 
+mod admit;
 mod serve;
 mod unit;
 
@@ -225,39 +227,6 @@ impl Supervisor {
         }
     }
 
-    /// Start a new (or fixed) plugin file with the directory's defaults.
-    async fn add(&mut self, path: PathBuf, bytes: Vec<u8>) {
-        let options = self.dir.as_ref().map(|(_, d)| d.clone()).unwrap_or_default();
-        match self
-            .load(bytes, Limits::default(), options.settings.clone())
-            .await
-        {
-            Ok(plugin) if self.named(&plugin.metadata().name) => {
-                refused(&plugin.metadata().name, &path, "another plugin has this name")
-            }
-            Ok(plugin)
-                if let Err(why) = capstan_contract::declared::declared(plugin.metadata(), &options.allow) =>
-            {
-                self.health
-                    .plugin(&file_key(&path), PluginState::Failed(why.clone()));
-                refused(&plugin.metadata().name, &path, &why)
-            }
-            Ok(plugin) => {
-                let name = plugin.metadata().name.clone();
-                tracing::info!(plugin = %name, path = %path.display(), "new plugin started");
-                count(&name, "started");
-                self.broken.retain(|b| b.path() != path);
-                self.health.forget(&file_key(&path));
-                self.start(path, plugin, options);
-            }
-            Err(e) => {
-                self.health
-                    .plugin(&file_key(&path), PluginState::Failed(e.clone()));
-                refused("", &path, &e);
-            }
-        }
-    }
-
     /// Compile and read a plugin on a blocking thread: Wasmtime's WASI output may block on
     /// a runtime of its own, which must not happen on one of the host's async workers.
     async fn load(
@@ -280,10 +249,6 @@ impl Supervisor {
             Ok(result) => result.map_err(|e| e.to_string()),
             Err(e) => Err(format!("loading failed: {e}")),
         }
-    }
-
-    fn named(&self, name: &str) -> bool {
-        self.units.iter().any(|u| u.name() == name)
     }
 
     async fn replace(&mut self, i: usize, bytes: Vec<u8>) {
@@ -310,8 +275,10 @@ impl Supervisor {
             return;
         }
         let new_name = new.metadata().name.clone();
-        if new_name != name && self.named(&new_name) {
-            return refused(&name, &path, "another plugin has the new name");
+        if new_name != name
+            && let Some(holder) = self.holder(&new_name)
+        {
+            return refused(&name, &path, &admit::name_taken(&new_name, &holder, &path));
         }
         let served = tokio::select! {
             served = controller::served(&self.client, new.metadata()) => served,

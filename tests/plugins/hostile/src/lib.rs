@@ -7,7 +7,8 @@
 //! picks what `related` answers: `labels:SELECTOR` (ConfigMaps by label, the honest
 //! case), or a query the host must refuse (`other-namespace`, `undeclared`, `many`), or a
 //! fault (`panic`, `loop`). Built with the `twin` feature it is `hostile-twin`, a second
-//! plugin on the same kind.
+//! plugin on the same kind. Modes `reasons`, `pollables`, `random`, `empty-strings` and
+//! `panic-64k` try to make the host spend memory or log lines on the plugin's behalf.
 
 // Natively (a workspace-wide `cargo test`) nothing is exported, so nothing is used.
 #![cfg_attr(not(target_family = "wasm"), allow(dead_code))]
@@ -281,6 +282,15 @@ impl Guest for Hostile {
             // A status field of this plugin's own, steady: two plugins on one kind each
             // own theirs.
             "own-field" => status = Some(json!({ NAME: "steady" })),
+            // Host memory the guest can make the host spend, each a mode of its own.
+            "reasons" => events.push(huge_reason(&request.now)),
+            "pollables" => keep_pollables(),
+            "random" => loop {
+                std::hint::black_box(wasip2::random::random::get_random_bytes(64 << 20));
+            },
+            // `spec.arg` empty strings (2 million by default): 8 bytes each in the guest.
+            "empty-strings" => children.resize(arg.parse().unwrap_or(2_000_000), String::new()),
+            "panic-64k" => panic!("{}", "p".repeat(64 << 10)),
             "not-json" => children.push("this is not JSON".into()),
             "not-object" => children.push("[1, 2, 3]".into()),
             other => return Err(ReconcileError::Fatal(format!("unknown mode {other}"))),
@@ -322,6 +332,25 @@ fn probe(result: std::io::Result<String>) -> Value {
     match result {
         Ok(text) => json!({ "result": "allowed", "detail": text }),
         Err(e) => json!({ "result": "denied", "detail": e.to_string() }),
+    }
+}
+
+/// A Warning whose reason is fresh each call (it starts with the time) and ~4 MiB long.
+fn huge_reason(now: &str) -> Event {
+    let fresh: String = now.chars().filter(char::is_ascii_alphanumeric).collect();
+    Event {
+        event_type: EventType::Warning,
+        reason: format!("Fresh{fresh}{}", "R".repeat((4 << 20) - 64)),
+        message: "a reason no API server takes".into(),
+    }
+}
+
+/// Waits of no time, kept, until the host stops it.
+fn keep_pollables() -> ! {
+    let mut kept = Vec::new();
+    loop {
+        kept.push(wasip2::clocks::monotonic_clock::subscribe_duration(0));
+        std::hint::black_box(&kept);
     }
 }
 

@@ -1,0 +1,103 @@
+//! Which plugin files a running host admits, at start and by hot reload, under one set of
+//! rules: a second file of a plugin name is refused alone, with a line naming both files,
+//! and a plugin whose concurrency the engine's pool no longer holds is refused alone; the
+//! other plugins keep serving.
+
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use capstan::dev::Plane;
+use capstan_tests::host::{eventually, http_get, install_plugin_crd, start_host_with};
+use capstan_tests::plugin;
+use serde_json::Value;
+
+const REFUSED_AT_START: &str = "plugin not loaded; the other plugins run";
+const REFUSED_LATER: &str = "new plugin file refused; the running version keeps serving";
+
+/// The `error` of the first line with `message` whose error contains `needle`.
+fn refusal(log: &[Value], message: &str, needle: &str) -> Option<String> {
+    log.iter()
+        .filter(|l| l["message"] == message)
+        .filter_map(|l| l["error"].as_str())
+        .find(|e| e.contains(needle))
+        .map(String::from)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_file_of_a_name_or_too_much_concurrency_is_refused_alone() -> Result<()> {
+    let plane = Plane::shared().await?;
+    install_plugin_crd(plane, "echo").await?;
+    let ns = plane.namespace("admission").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-admission-{ns}"));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::copy(plugin("echo"), dir.join("echo2.wasm"))?;
+    // Each plugin gets the default concurrency of 16: two fit a pool of 40, three do not.
+    let extra = [
+        "--hot-reload",
+        "--reload-interval",
+        "300ms",
+        "--max-instances",
+        "40",
+    ];
+    let mut host = start_host_with(plane, &["echo"], &ns, &dir, &extra)?;
+    let (first, again) = (dir.join("echo.wasm"), dir.join("echo2.wasm"));
+    let (first, again) = (first.display().to_string(), again.display().to_string());
+    let named = eventually("the second echo refused", Duration::from_secs(60), async || {
+        Ok(refusal(
+            &host.log(),
+            REFUSED_AT_START,
+            "plugin name echo is taken",
+        ))
+    })
+    .await?;
+    // Files are read in name order: the first (echo.wasm) keeps the name.
+    ensure!(
+        named.contains(&format!("taken by {first}; {again} is refused")),
+        "{named}"
+    );
+    let health = eventually("the health address", Duration::from_secs(10), async || {
+        Ok(host.address("health probes"))
+    })
+    .await?;
+    ensure!(http_get(&health, "/healthz")?.0.contains("200"), "the host runs");
+
+    // Hot reload: a third echo (its name is taken), then two plugins of 16 each (the
+    // first fits beside echo's 16, the second does not).
+    let put = |from: &str, to: &str| -> Result<()> {
+        let tmp = dir.join(format!(".{to}.tmp"));
+        std::fs::copy(plugin(from), &tmp)?;
+        Ok(std::fs::rename(&tmp, dir.join(to))?)
+    };
+    put("echo", "echo3.wasm")?;
+    put("tenant", "tenant.wasm")?;
+    eventually("tenant started", Duration::from_secs(60), async || {
+        let log = host.log();
+        Ok(log
+            .iter()
+            .any(|l| l["message"] == "new plugin started" && l["plugin"] == "tenant")
+            .then_some(()))
+    })
+    .await?;
+    put("hostile", "hostile.wasm")?;
+    let crowded = eventually("hostile refused", Duration::from_secs(60), async || {
+        Ok(refusal(&host.log(), REFUSED_LATER, "concurrency adds up to 48"))
+    })
+    .await?;
+    ensure!(crowded.contains("more than the 40 instances"), "{crowded}");
+    let third = dir.join("echo3.wasm").display().to_string();
+    let log = host.log();
+    let taken = refusal(&log, REFUSED_LATER, &third).unwrap_or_default();
+    ensure!(
+        taken.contains(&format!("plugin name echo is taken by {first}")),
+        "{taken}"
+    );
+    let (status, body) = http_get(&health, "/readyz")?;
+    ensure!(body.contains("concurrency adds up to 48"), "{status}\n{body}");
+    host.signal(libc::SIGTERM);
+    ensure!(
+        host.wait(Duration::from_secs(30))?.code() == Some(0),
+        "a clean exit"
+    );
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
