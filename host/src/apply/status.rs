@@ -1,0 +1,143 @@
+//! A parent's status: written through the status subresource under the plugin's own
+//! field manager, never over another plugin's fields, and only when it would change
+//! something — the children's rule, read from `managedFields`.
+
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use super::{api, field_manager, is_subset};
+
+/// True when applying `status` as `plugin`'s status would change nothing: the children's
+/// rule, for a status. Every value it sets is observed, and every field `plugin` applied
+/// before is one it still sets — read from the parent's `managedFields`, as a status
+/// cannot carry the digest annotation a child does — so the apply would neither set nor
+/// remove anything. Fields other writers own (another plugin on the same kind, a user)
+/// are not this plugin's to compare: a status shared by two plugins is written by each
+/// only when its own fields change.
+pub fn status_unchanged(status: &Value, parent: &DynamicObject, plugin: &str) -> bool {
+    let observed = parent.data.get("status").unwrap_or(&Value::Null);
+    if !is_subset(status, observed) {
+        return false;
+    }
+    let manager = field_manager(plugin);
+    parent
+        .managed_fields()
+        .iter()
+        .filter(|e| {
+            e.manager.as_deref() == Some(manager.as_str()) && e.subresource.as_deref() == Some("status")
+        })
+        .filter_map(|e| e.fields_v1.as_ref())
+        .all(|fields| covers(status, &fields.0["f:status"]))
+}
+
+/// Whether `desired` sets every field of a `managedFields` field set. A list's own
+/// entries (`k:`, `v:`, `i:`) are not followed: a list is compared whole by the subset
+/// check.
+fn covers(desired: &Value, fields: &Value) -> bool {
+    let Value::Object(fields) = fields else {
+        return true;
+    };
+    fields.iter().all(|(key, sub)| match key.strip_prefix("f:") {
+        Some(name) => match desired {
+            Value::Object(d) => d.get(name).is_some_and(|v| covers(v, sub)),
+            _ => false,
+        },
+        None => true,
+    })
+}
+
+/// What became of a status write.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StatusWrite {
+    /// The status was applied.
+    Written,
+    /// Another Capstan plugin manages a field this one tried to set; the server's
+    /// message names it. Nothing was written.
+    HeldBy(String),
+}
+
+/// Apply the parent's status through the status subresource. A field another Capstan
+/// plugin manages (its field manager `capstan/<name>`) is never taken: a parent kind's
+/// status fields belong to the plugin that set them first, and two plugins on one kind
+/// each write only their own. A field anyone else set (a user, an earlier controller)
+/// is taken over, as it always was.
+pub async fn status(
+    client: &Client,
+    ar: &ApiResource,
+    parent: &DynamicObject,
+    status: &Value,
+    plugin: &str,
+) -> kube::Result<StatusWrite> {
+    let body = json!({
+        "apiVersion": ar.api_version,
+        "kind": ar.kind,
+        "metadata": { "name": parent.name_any() },
+        "status": status,
+    });
+    let api = api(client, ar, parent.namespace().as_deref());
+    let params = PatchParams::apply(&field_manager(plugin));
+    match api
+        .patch_status(&parent.name_any(), &params, &Patch::Apply(&body))
+        .await
+    {
+        Ok(_) => return Ok(StatusWrite::Written),
+        Err(kube::Error::Api(e)) if e.code == 409 && e.message.contains("conflict with \"capstan/") => {
+            return Ok(StatusWrite::HeldBy(e.message));
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e),
+    }
+    api.patch_status(&parent.name_any(), &params.force(), &Patch::Apply(&body))
+        .await?;
+    Ok(StatusWrite::Written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parent_with_status(status: Value, managed: Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "example.com/v1", "kind": "Mirror",
+            "metadata": {"name": "m", "namespace": "ns", "managedFields": managed},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_status_write_is_skipped_only_when_it_would_change_nothing() {
+        let owned = |plugin: &str, fields: Value| {
+            json!({"manager": format!("capstan/{plugin}"), "operation": "Apply",
+                "subresource": "status", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:status": fields}})
+        };
+        // Two plugins on one kind, each with its own field.
+        let parent = parent_with_status(
+            json!({"a": "1", "b": {"x": 2}, "conditions": [{"type": "Ready", "status": "True"}]}),
+            json!([
+                owned(
+                    "pa",
+                    json!({"f:a": {}, "f:conditions": {".": {}, "k:{\"type\":\"Ready\"}": {"f:status": {}}}})
+                ),
+                owned("pb", json!({"f:b": {"f:x": {}}})),
+            ]),
+        );
+        let a = json!({"a": "1", "conditions": [{"type": "Ready", "status": "True"}]});
+        assert!(status_unchanged(&a, &parent, "pa"), "b's field is b's");
+        assert!(status_unchanged(&json!({"b": {"x": 2}}), &parent, "pb"));
+        assert!(!status_unchanged(
+            &json!({"a": "2", "conditions": a["conditions"]}),
+            &parent,
+            "pa"
+        ));
+        // A field the plugin set before and no longer sets would be removed by the apply.
+        assert!(!status_unchanged(&json!({"a": "1"}), &parent, "pa"));
+        assert!(!status_unchanged(&json!({}), &parent, "pb"));
+        // A plugin that never wrote the status: only its values count.
+        assert!(status_unchanged(&json!({"a": "1"}), &parent, "pc"));
+        assert!(!status_unchanged(&json!({"c": true}), &parent, "pc"));
+    }
+}
