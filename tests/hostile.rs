@@ -180,7 +180,7 @@ async fn events_and_logs_are_budgeted_and_plugin_text_cannot_forge_a_line() -> R
     case.hostile("spammer", 2, "events", json!({"requeueMs": 0}))
         .await?;
     case.hostile("logger", 2, "log", json!({"requeueMs": 0})).await?;
-    let dropped = r#"capstan_events_dropped_total{plugin="hostile"}"#;
+    let dropped = r#"capstan_events_dropped_total{plugin="hostile",cause="budget"}"#;
     eventually("events dropped", CONVERGE, async || {
         Ok((case.metric(dropped).await? > 0.0).then_some(()))
     })

@@ -4,6 +4,7 @@
 
 pub mod governance;
 pub mod host;
+pub mod requests;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -41,6 +41,7 @@ use capstan_sdk::bindings::capstan::reconciler::types as wit;
 use capstan_tests::host::{
     Host, echo, echo_resource, eventually, first_listed, install_plugin_crd, mount, sample,
 };
+use capstan_tests::requests::{Traffic, requests, settled, write_floor};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -286,6 +287,10 @@ struct Row {
     statuses: Duration,
     reconciles: f64,
     writes: f64,
+    /// The hosts' requests per Echo until converged and settled, as the API server counts them.
+    traffic: Traffic,
+    /// CPU seconds of all replicas from start to the last status.
+    cpu: f64,
     p50: f64,
     p99: f64,
     /// Peak RSS of each replica.
@@ -360,6 +365,7 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
 
     // `sharded-K`: K replicas of the wasm host, each reconciling its share.
     let serve_mode = if replicas > 1 { "wasm" } else { mode };
+    let before = requests(&client).await?;
     let start = Instant::now();
     let mut children = Vec::new();
     for replica in 0..replicas {
@@ -395,7 +401,7 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
         };
         hosts.push((pid, metrics));
     }
-    let (mut jobs_at, mut statuses_at) = (None, None);
+    let (mut jobs_at, mut statuses_at, mut cpu) = (None, None, 0.0);
     while jobs_at.is_none() || statuses_at.is_none() {
         if start.elapsed() > Duration::from_secs(600) {
             bail!("{mode}: not converged after 600 s");
@@ -405,11 +411,20 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
         }
         if statuses_at.is_none() && statuses_seen.load(Ordering::SeqCst) >= n {
             statuses_at = Some(start.elapsed());
+            cpu = hosts.iter().map(|(pid, _)| cpu_seconds(*pid)).sum();
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // Let in-flight work settle before reading the counters.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Let in-flight work (the events queued) settle before reading the counters.
+    let after = settled(
+        &client,
+        "echos",
+        &["jobs"],
+        Duration::from_secs(1),
+        Duration::from_secs(120),
+    )
+    .await?;
+    let traffic = after.since(&before).traffic("echos", &["jobs"]);
     let bodies = pages(&hosts)?;
     let writes: f64 = bodies.iter().map(|b| writes_in(b)).sum();
     let (resync_cpu, resync_writes) = quiet_resync(&hosts, n, &bodies).await?;
@@ -440,6 +455,8 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
         statuses,
         reconciles: reconciles / statuses.as_secs_f64(),
         writes: writes / n as f64,
+        traffic: per(traffic, n),
+        cpu,
         p50: quantile(&bodies[0], "controller_runtime_reconcile_time_seconds", 0.5) * 1000.0,
         p99: quantile(&bodies[0], "controller_runtime_reconcile_time_seconds", 0.99) * 1000.0,
         rss,
@@ -451,6 +468,18 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
         resync_writes,
         takeover,
     })
+}
+
+/// Requests per Echo.
+fn per(t: Traffic, n: usize) -> Traffic {
+    let n = n as f64;
+    Traffic {
+        children: t.children / n,
+        status: t.status / n,
+        parent: t.parent / n,
+        events: t.events / n,
+        reads: t.reads / n,
+    }
 }
 
 /// Create `n` Echos named `prefix0`, `prefix1`, …, round-robin over `namespaces`, 16 at
@@ -660,6 +689,17 @@ fn main() -> Result<()> {
                     r.resync_cpu,
                     r.resync_writes
                 );
+                let t = &r.traffic;
+                println!(
+                    "          per Echo, as the API server counts: writes {:.3} (children {:.3} + status {:.3} + parent {:.3}), events {:.3}, reads {:.3}; CPU {:.2} ms",
+                    t.children + t.status + t.parent,
+                    t.children,
+                    t.status,
+                    t.parent,
+                    t.events,
+                    t.reads,
+                    r.cpu * 1000.0 / n as f64
+                );
                 if r.rss.len() > 1 {
                     let each: Vec<String> = r.rss.iter().map(|m| format!("{m:.1}")).collect();
                     println!("          RSS per replica (MiB): {}", each.join(", "));
@@ -679,6 +719,20 @@ fn main() -> Result<()> {
                     .find(|(mode, _)| *mode == m)
                     .map(|(_, r)| r.statuses.as_secs_f64())
             };
+            let ns = plane.namespace(&format!("bench-floor-{n}")).await?;
+            let (creates, statuses) = write_floor(&plane.client().await?, &ns, &echo_resource(), n, 16).await?;
+            let floor = (creates + statuses).as_secs_f64();
+            println!(
+                "N={n}: API server floor, one Job create and one status apply per Echo, 16 at a time: {:.2} + {:.2} = {floor:.2} s",
+                creates.as_secs_f64(),
+                statuses.as_secs_f64()
+            );
+            for (mode, r) in &rows {
+                println!(
+                    "N={n}: {mode}: time to all statuses / floor: {:.2}×",
+                    r.statuses.as_secs_f64() / floor
+                );
+            }
             if let (Some(wasm), Some(native)) = (time("wasm"), time("native")) {
                 println!(
                     "N={n}: time to all statuses, wasm / native: {:.2}×",

@@ -7,7 +7,10 @@
 //! dropped a field since the last apply, which server-side apply would act on) and every
 //! desired value is still what is observed (nobody else has changed one).
 
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, PartialObjectMeta, Patch, PatchParams, Preconditions, PropagationPolicy,
+};
+use kube::core::Request;
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -140,28 +143,47 @@ pub(crate) fn api(client: &Client, ar: &ApiResource, namespace: Option<&str>) ->
 
 /// Server-side apply a child this plugin controls, as made by [`own`], over the object
 /// observed with `uid`: if that object was deleted or replaced since, the server refuses
-/// the apply instead of taking over whatever now holds the name.
+/// the apply instead of taking over whatever now holds the name. Returns the
+/// resourceVersion written.
 pub async fn update(
     client: &Client,
     ar: &ApiResource,
     child: &Child,
     uid: &str,
     plugin: &str,
-) -> kube::Result<()> {
+) -> kube::Result<String> {
     let mut body = child.object.clone();
     body["metadata"]["uid"] = uid.into();
     let params = PatchParams::apply(&field_manager(plugin)).force();
-    api(client, ar, child.namespace.as_deref())
-        .patch(&child.name, &params, &Patch::Apply(&body))
-        .await?;
-    Ok(())
+    let api = api(client, ar, child.namespace.as_deref());
+    let request = Request::new(api.resource_url()).patch(&child.name, &params, &Patch::Apply(&body));
+    written(client, request).await
+}
+
+/// What a write answers with when only the written version is wanted: the object's
+/// metadata (`as=PartialObjectMetadata`), so neither the server nor the host spends time
+/// on the rest of an object the watch brings anyway.
+const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+
+/// Send one write and return the resourceVersion it stored.
+pub(crate) async fn written(
+    client: &Client,
+    request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+) -> kube::Result<String> {
+    let mut request = request.map_err(kube::Error::BuildRequest)?;
+    request.headers_mut().insert(
+        http::header::ACCEPT,
+        http::HeaderValue::from_static(METADATA_ONLY),
+    );
+    let stored: PartialObjectMeta<DynamicObject> = client.request(request).await?;
+    Ok(stored.metadata.resource_version.unwrap_or_default())
 }
 
 /// What became of a child's creation.
 #[derive(Debug)]
 pub enum Created {
-    /// The child was made.
-    Made,
+    /// The child was made, at this resourceVersion.
+    Made(String),
     /// An object someone else made holds the name; nothing was written to it.
     Held(Box<DynamicObject>),
 }
@@ -182,8 +204,9 @@ pub async fn create(client: &Client, ar: &ApiResource, child: &Child, plugin: &s
     body["metadata"]["resourceVersion"] = NEVER_STORED.into();
     let api = api(client, ar, child.namespace.as_deref());
     let params = PatchParams::apply(&field_manager(plugin));
-    match api.patch(&child.name, &params, &Patch::Apply(&body)).await {
-        Ok(_) => Ok(Created::Made),
+    let request = Request::new(api.resource_url()).patch(&child.name, &params, &Patch::Apply(&body));
+    match written(client, request).await {
+        Ok(version) => Ok(Created::Made(version)),
         Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&child.name).await? {
             Some(held) => Ok(Created::Held(Box::new(held))),
             // Gone again meanwhile: the next reconcile creates it.
@@ -214,20 +237,24 @@ pub async fn prune(client: &Client, ar: &ApiResource, observed: &impl kube::Reso
     }
 }
 
-/// Set the parent's finalizers to `finalizers`, guarded by its resourceVersion.
+/// Set the parent's finalizers to `finalizers`, guarded by its resourceVersion; returns
+/// the resourceVersion written.
 pub async fn finalizers(
     client: &Client,
     ar: &ApiResource,
     parent: &DynamicObject,
     finalizers: Vec<String>,
-) -> kube::Result<()> {
+) -> kube::Result<String> {
     let patch = json!({
         "metadata": { "finalizers": finalizers, "resourceVersion": parent.resource_version() },
     });
-    api(client, ar, parent.namespace().as_deref())
-        .patch(&parent.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
+    let api = api(client, ar, parent.namespace().as_deref());
+    let request = Request::new(api.resource_url()).patch(
+        &parent.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    );
+    written(client, request).await
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! something — the children's rule, read from `managedFields`.
 
 use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::core::Request;
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -51,8 +52,8 @@ fn covers(desired: &Value, fields: &Value) -> bool {
 /// What became of a status write.
 #[derive(Debug, PartialEq, Eq)]
 pub enum StatusWrite {
-    /// The status was applied.
-    Written,
+    /// The status was applied, at this resourceVersion of the parent.
+    Written(String),
     /// Another Capstan plugin manages a field this one tried to set; the server's
     /// message names it. Nothing was written.
     HeldBy(String),
@@ -76,22 +77,23 @@ pub async fn status(
         "metadata": { "name": parent.name_any() },
         "status": status,
     });
-    let api = api(client, ar, parent.namespace().as_deref());
+    let url = api(client, ar, parent.namespace().as_deref())
+        .resource_url()
+        .to_string();
     let params = PatchParams::apply(&field_manager(plugin));
-    match api
-        .patch_status(&parent.name_any(), &params, &Patch::Apply(&body))
-        .await
-    {
-        Ok(_) => return Ok(StatusWrite::Written),
+    let apply = |params: &PatchParams| {
+        Request::new(&url).patch_subresource("status", &parent.name_any(), params, &Patch::Apply(&body))
+    };
+    match super::written(client, apply(&params)).await {
+        Ok(version) => return Ok(StatusWrite::Written(version)),
         Err(kube::Error::Api(e)) if e.code == 409 && e.message.contains("conflict with \"capstan/") => {
             return Ok(StatusWrite::HeldBy(e.message));
         }
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => return Err(e),
     }
-    api.patch_status(&parent.name_any(), &params.force(), &Patch::Apply(&body))
-        .await?;
-    Ok(StatusWrite::Written)
+    let version = super::written(client, apply(&params.force())).await?;
+    Ok(StatusWrite::Written(version))
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use super::Shared;
 use super::compact::Compact;
 use super::events::warn;
 use super::outcome::{Error, Observed, Writes};
+use super::written::{self, Cache, Expected, Seen};
 use crate::apply;
 use crate::key::ObjectKey;
 use crate::ops::metrics::PluginLabel;
@@ -97,7 +98,7 @@ async fn conflict(
         .child_conflicts
         .get_or_create(&label)
         .inc();
-    warn(shared, parent, "ChildConflict", &message).await;
+    warn(shared, parent, "ChildConflict", &message);
     Error::Conflict(message)
 }
 
@@ -155,18 +156,42 @@ async fn apply_one(
     super::churn::guard(shared, parent, plugin, &describe(&step.child), (digest, &seen)).await?;
     let (client, resource) = (&shared.client, &shared.children[step.kind].resource);
     if step.observed.is_some() {
-        apply::update(client, resource, &step.child, &uid, plugin).await?;
+        let version = apply::update(client, resource, &step.child, &uid, plugin).await?;
+        expect(shared, parent, step, Seen::AtLeast(version));
         return Ok(Writes::wrote(plugin));
     }
     match apply::create(client, resource, &step.child, plugin).await? {
-        apply::Created::Made => Ok(Writes::wrote(plugin)),
+        apply::Created::Made(version) => {
+            expect(shared, parent, step, Seen::AtLeast(version));
+            Ok(Writes::wrote(plugin))
+        }
+        apply::Created::Held(object)
+            if apply::controlled_by(&*object, &parent.uid().unwrap_or_default(), plugin) =>
+        {
+            // This parent's own child, made by a reconcile whose write the cache has not
+            // shown in time: nothing to take, and nothing to write until it shows.
+            let version = object.resource_version().unwrap_or_default();
+            expect(shared, parent, step, Seen::AtLeast(version));
+            Ok(Writes::deferred(written::PATIENCE))
+        }
         apply::Created::Held(object) => Err(conflict(shared, parent, plugin, &step.child, &*object).await),
     }
+}
+
+/// Keep a write of `step`'s child for the parent's next reconcile to see first.
+fn expect(shared: &Shared, parent: &DynamicObject, step: &Step, seen: Seen) {
+    let key = ObjectKey::new(step.child.namespace.as_deref(), &step.child.name);
+    let cache = Cache::Child { kind: step.kind, key };
+    shared
+        .per_object
+        .written
+        .expect(&ObjectKey::of(parent), Expected { cache, seen });
 }
 
 /// Delete every observed child the response no longer holds.
 pub(super) async fn prune(
     shared: &Shared,
+    parent: &DynamicObject,
     plugin: &str,
     plan: &[Step],
     observed: &[Observed],
@@ -175,6 +200,15 @@ pub(super) async fn prune(
     for o in observed {
         if !plan.iter().any(|s| s.kind == o.kind && same(&o.object, &s.child)) {
             apply::prune(&shared.client, &shared.children[o.kind].resource, &*o.object).await?;
+            let cache = Cache::Child {
+                kind: o.kind,
+                key: ObjectKey::of(&*o.object),
+            };
+            let seen = Seen::Past(o.object.resource_version().unwrap_or_default());
+            shared
+                .per_object
+                .written
+                .expect(&ObjectKey::of(parent), Expected { cache, seen });
             writes = writes.and(Writes::wrote(plugin));
         }
     }
@@ -188,7 +222,7 @@ async fn refused(parent: &DynamicObject, metadata: &crate::engine::Metadata, sha
         plugin: metadata.name.clone(),
     };
     crate::ops::metrics::get().refused.get_or_create(&label).inc();
-    warn(shared, parent, "InvalidResponse", what).await;
+    warn(shared, parent, "InvalidResponse", what);
 }
 
 /// Count and report related queries that broke the rules.

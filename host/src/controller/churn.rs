@@ -169,7 +169,7 @@ pub(super) async fn guard(
                 "{target} not written: plugin {plugin} wrote this very content to it less than {}s ago, more than {BURST} times; another writer keeps undoing it, or the plugin flips between answers",
                 WINDOW.as_secs()
             );
-            warn(shared, parent, "WriteLoop", &message).await;
+            warn(shared, parent, "WriteLoop", &message);
             return Err(Error::Loop(message));
         }
     };
@@ -177,7 +177,7 @@ pub(super) async fn guard(
         "{target} written {WRITE_BURST} times at once by plugin {plugin}; its writes are now {}s apart (each one wakes the next reconcile)",
         WRITE_EVERY.as_secs()
     );
-    warn(shared, parent, "WriteRate", &message).await;
+    warn(shared, parent, "WriteRate", &message);
     Err(Error::Deferred(wait))
 }
 

@@ -82,7 +82,7 @@ pub(super) async fn answer(
         Ok(response) => Ok(Some(response)),
         Err(DispatchError::Retry { message, after }) => Err(Error::Retry { message, after }),
         Err(DispatchError::Fatal(m)) => {
-            warn(shared, parent, "ReconcileFailed", &m).await;
+            warn(shared, parent, "ReconcileFailed", &m);
             Ok(None)
         }
         Err(DispatchError::Fault(f)) => {
@@ -98,7 +98,7 @@ pub(super) async fn answer(
                 };
                 metrics.reconcile_panics.get_or_create(&controller).inc();
             }
-            warn(shared, parent, "PluginFault", &format!("plugin {f}")).await;
+            warn(shared, parent, "PluginFault", &format!("plugin {f}"));
             Err(Error::Fault(f))
         }
     }

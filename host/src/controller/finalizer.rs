@@ -43,7 +43,7 @@ pub(super) async fn release_if_annotated(
         "finalizer released by the {RELEASE_ANNOTATION} annotation, without plugin {}'s cleanup",
         metadata.name
     );
-    warn(shared, parent, "FinalizerReleased", &message).await;
+    warn(shared, parent, "FinalizerReleased", &message);
     Ok(true)
 }
 
@@ -62,7 +62,8 @@ pub(super) async fn add_if_missing(
     }
     let mut finalizers = parent.finalizers().to_vec();
     finalizers.push(finalizer.to_string());
-    apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
+    let version = apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
+    super::written::parent(shared, parent, version);
     count_write(&metadata.name);
     Ok(true)
 }
@@ -79,7 +80,8 @@ pub(super) async fn release(
         .filter(|f| Some(f.as_str()) != metadata.finalizer.as_deref())
         .cloned()
         .collect();
-    apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
+    let version = apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
+    super::written::parent(shared, parent, version);
     count_write(&metadata.name);
     Ok(())
 }
@@ -99,6 +101,6 @@ pub(super) async fn stuck(parent: &DynamicObject, shared: &Shared, plugin: &str)
         shared.parent.plural,
         parent.name_any()
     );
-    warn(shared, parent, "FinalizerStuck", &message).await;
+    warn(shared, parent, "FinalizerStuck", &message);
     Some(timeout)
 }

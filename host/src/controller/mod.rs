@@ -25,6 +25,7 @@ mod status;
 mod synced;
 mod throttle;
 mod version;
+mod written;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,6 +112,8 @@ struct Shared {
     related: Vec<related::RelatedKind>,
     /// Who the plugin's events say recorded them.
     reporter: Reporter,
+    /// The queue the plugin's events are written from.
+    events: events::Recorder,
     options: Options,
     /// Backoff, event and write budgets per parent.
     per_object: Arc<PerObject>,
@@ -215,7 +218,8 @@ pub async fn run(
     controller = controller.reconcile_all_on(reloads(plugin.clone(), cache.clone(), wiring.queue.clone()));
     synced::tell(synced_rx.clone(), synced);
     let name = wiring.metadata.name.clone();
-    let shared = Arc::new(wiring.shared(plugin, cache, (children, related), tenure, synced_rx));
+    let (recorder, writing) = events::start(wiring.client.clone(), &name, wiring.per_object.clone());
+    let shared = Arc::new(wiring.shared(plugin, cache, (children, related), tenure, synced_rx, recorder));
     tracing::info!(plugin = %name, parent = %shared.parent.kind, child_kinds = shared.children.len(), related_kinds = shared.related.len(), "controller started");
     controller
         .graceful_shutdown_on(shutdown)
@@ -226,6 +230,7 @@ pub async fn run(
             }
         })
         .await;
+    writing.finish().await;
     tracing::info!(plugin = %name, "controller stopped");
     Ok(())
 }
@@ -337,6 +342,7 @@ impl Wiring {
         (children, related): (Vec<ChildKind>, Vec<related::RelatedKind>),
         tenure: Tenure,
         synced: watch::Receiver<bool>,
+        events: events::Recorder,
     ) -> Shared {
         let name = self.metadata.name;
         crate::ops::metrics::get()
@@ -358,6 +364,7 @@ impl Wiring {
                 std::time::Instant::now(),
             )),
             reporter,
+            events,
             client: self.client,
             versions: version::Versions::new(plugin),
             parent: self.parent,

@@ -44,6 +44,10 @@ pub enum Error {
     /// The plugin is over its CPU share: not dispatched, back after this long.
     #[error("over the plugin's CPU share; back in {0:?}")]
     Deferred(Duration),
+    /// The caches do not show the parent's last writes yet (read your own writes):
+    /// nothing was done; the watch event that shows them wakes the parent first.
+    #[error("the caches do not show this parent's last writes yet; back in {0:?} at most")]
+    Unseen(Duration),
     /// The blocking dispatch task died.
     #[error("dispatch task failed: {0}")]
     Join(String),
@@ -63,6 +67,7 @@ impl Error {
             Error::StatusHeld(_) => "status conflict",
             Error::Loop(_) => "write loop",
             Error::Deferred(_) => "over the plugin's CPU share",
+            Error::Unseen(_) => "last writes not yet seen",
             Error::Join(_) => "dispatch task failed",
         }
     }

@@ -7,21 +7,23 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{backoff, churn, events, quiet, related};
+use super::{backoff, churn, events, quiet, related, written};
 use crate::key::ObjectKey;
 
 /// What the host remembers per parent, forgotten when the parent is gone.
 #[derive(Default)]
 pub(super) struct PerObject {
     pub backoff: backoff::Backoff,
-    /// What each object's events may still cost.
-    pub events: events::EventBudget,
+    /// What each object's events may still cost, and their series.
+    pub events: events::Correlator,
     /// Recent writes per object, to catch ping-pong.
     pub churn: churn::Churn,
     /// What each object asked to read.
     pub related: related::Index,
     /// The inputs of each object's last quiet reconcile.
     pub quiet: quiet::Quiet,
+    /// The writes of each object's last reconcile, until the caches show them.
+    pub written: written::Written,
 }
 
 impl PerObject {
@@ -32,6 +34,7 @@ impl PerObject {
         self.churn.forget(key);
         self.related.forget(key);
         self.quiet.forget(key);
+        self.written.forget(key);
     }
 
     /// Forget every parent a fresh list did not hold: deleted while no watch ran, or now
@@ -43,6 +46,7 @@ impl PerObject {
         self.churn.retain(&keep);
         self.related.retain(&keep);
         self.quiet.retain(&keep);
+        self.written.retain(&keep);
     }
 }
 

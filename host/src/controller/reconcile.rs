@@ -15,6 +15,7 @@ use super::outcome::{Error, Observed, Writes};
 use super::quiet::Inputs;
 use super::related::Failure;
 use super::version::Current;
+use super::written::Cache;
 use super::{Shared, children, dispatch, events, finalizer, queue, status};
 use crate::apply;
 use crate::engine::{Metadata, Request, Response};
@@ -103,13 +104,13 @@ fn next(
     };
     let outcome = match &result {
         Ok(_) => "success",
-        Err(Error::Deferred(_)) => "requeue_after",
+        Err(Error::Deferred(_) | Error::Unseen(_)) => "requeue_after",
         Err(_) => "error",
     };
     metrics.reconciled(name, outcome, start.elapsed());
     // Deferred is neither a success nor a failure: the backoff stays as it was.
     let after = match result {
-        Err(Error::Deferred(after)) => Some(after),
+        Err(Error::Deferred(after) | Error::Unseen(after)) => Some(after),
         result => {
             let after = result?;
             shared.per_object.backoff.forget(&object);
@@ -160,6 +161,10 @@ async fn reconcile_inner(
     plugin: &Current,
     shared: &Shared,
 ) -> Result<Option<Duration>, Error> {
+    if let Some(wait) = unseen(compact, key, shared) {
+        tracing::debug!("the caches do not show this parent's last writes yet; waiting for them");
+        return Err(Error::Unseen(wait));
+    }
     let metadata = plugin.plugin.metadata();
     let deleting = compact.metadata.deletion_timestamp.is_some();
     let parent = &compact.object();
@@ -193,7 +198,7 @@ async fn reconcile_inner(
     };
     let writes = write(parent, metadata, shared, &mut response, (&observed, &request)).await?;
     for event in &response.events {
-        events::record(shared, parent, event).await;
+        events::record(shared, parent, event);
     }
     if deleting && response.finalized {
         finalizer::release(parent, metadata, shared).await?;
@@ -207,6 +212,21 @@ async fn reconcile_inner(
         quiet.remember(key.clone(), inputs);
     }
     Ok(Some(next))
+}
+
+/// How long to wait for the caches to show the parent's last writes, if they do not yet.
+fn unseen(parent: &Compact, key: &ObjectKey, shared: &Shared) -> Option<Duration> {
+    shared.per_object.written.lagging(key, |write| {
+        let version = match &write.cache {
+            Cache::Parent => parent.resource_version(),
+            Cache::Child { kind, key } => match shared.children.get(*kind) {
+                Some(child) => child.cache.get(key).and_then(|c| c.resource_version()),
+                // A kind the plugin no longer declares: nothing to wait for.
+                None => return true,
+            },
+        };
+        write.shown_by(version.as_deref())
+    })
 }
 
 /// The related objects the plugin reads for this parent; `None` when its `related` call
@@ -246,7 +266,7 @@ async fn write(
     }
     let plan = children::claim(parent, metadata, shared, desired, observed, &request.children).await?;
     let applied = children::apply(shared, parent, &metadata.name, &plan).await?;
-    let pruned = children::prune(shared, &metadata.name, &plan, observed).await?;
+    let pruned = children::prune(shared, parent, &metadata.name, &plan, observed).await?;
     let writes = applied.and(pruned);
     match &response.status {
         Some(s) => Ok(writes.and(status::write(parent, &metadata.name, shared, s).await?)),

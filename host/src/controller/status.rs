@@ -26,8 +26,12 @@ pub(super) async fn write(
     churn::guard(shared, parent, plugin, "status", (&apply::digest(status), &seen)).await?;
     let written = apply::status(&shared.client, &shared.parent, parent, status, plugin).await?;
     let writes = Writes::wrote(plugin);
-    let apply::StatusWrite::HeldBy(message) = written else {
-        return Ok(writes);
+    let message = match written {
+        apply::StatusWrite::Written(version) => {
+            super::written::parent(shared, parent, version);
+            return Ok(writes);
+        }
+        apply::StatusWrite::HeldBy(message) => message,
     };
     let label = PluginLabel {
         plugin: plugin.into(),
@@ -38,6 +42,6 @@ pub(super) async fn write(
         .inc();
     let message =
         format!("status not written: {message} (a status field belongs to the plugin that set it first)");
-    warn(shared, parent, "StatusConflict", &message).await;
+    warn(shared, parent, "StatusConflict", &message);
     Err(Error::StatusHeld(message))
 }

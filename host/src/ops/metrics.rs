@@ -67,6 +67,15 @@ pub struct PluginLabel {
     pub plugin: String,
 }
 
+/// Labels of `capstan_events_dropped_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventsDroppedLabels {
+    /// Plugin name.
+    pub plugin: String,
+    /// Why: `budget`, `queue`, `failed` or `shutdown`.
+    pub cause: String,
+}
+
 /// Labels of `capstan_cache_objects`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CacheLabels {
@@ -119,8 +128,9 @@ pub struct Metrics {
     /// capstan_child_conflicts_total: responses refused because a child they name
     /// already exists and belongs to someone else.
     pub child_conflicts: Family<PluginLabel, Counter>,
-    /// capstan_events_dropped_total: events over their object's and reason's budget.
-    pub events_dropped: Family<PluginLabel, Counter>,
+    /// capstan_events_dropped_total: events not recorded, by cause: over their object's
+    /// and reason's budget, a full queue, a failed write.
+    pub events_dropped: Family<EventsDroppedLabels, Counter>,
     /// capstan_status_conflicts_total: status writes not made because another plugin
     /// manages a field they set.
     pub status_conflicts: Family<PluginLabel, Counter>,
@@ -320,7 +330,7 @@ fn register_capstan(r: &mut Registry, m: &Metrics) {
     );
     r.register(
         "capstan_api_writes",
-        "API writes (apply, delete, status, finalizer) made by reconciles",
+        "API writes (apply, delete, status, finalizer, event) made by reconciles",
         m.api_writes.clone(),
     );
     r.register(
@@ -335,7 +345,7 @@ fn register_capstan(r: &mut Registry, m: &Metrics) {
     );
     r.register(
         "capstan_events_dropped",
-        "Events not recorded: over the budget of their object and reason (3, then 1 a minute)",
+        "Events not recorded, by cause: budget (over the budget of their object and reason: 3, then 1 a minute), queue (the plugin's event queue full), failed (the write failed), shutdown (still queued when the controller stopped)",
         m.events_dropped.clone(),
     );
     r.register(

@@ -1,0 +1,184 @@
+//! Writing events off the reconcile's path, as client-go's recorder does: a reconcile
+//! queues its events after its children and status are written and goes on; one task per
+//! plugin writes them, a few at a time, so under load they take a small share of the API
+//! server and children and status the rest. A full queue drops the event and counts it
+//! (`capstan_events_dropped_total{cause="queue"}`), and so does a write that fails; on
+//! shutdown the queue is written out within [`DRAIN`], and what is left is counted too.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use k8s_openapi::api::events::v1::Event as KubeEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::Request;
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot};
+
+use super::correlator::Due;
+use crate::key::ObjectKey;
+use crate::ops::metrics::EventsDroppedLabels;
+
+/// Events waiting to be written, per plugin.
+const QUEUE: usize = 8192;
+/// Event writes in flight at once, per plugin: a share of the API server well below the
+/// reconciles' (one write each, sixteen at once by default).
+const WRITERS: usize = 2;
+/// How often ended series are swept (and their last counts written).
+const SWEEP: Duration = Duration::from_secs(60);
+/// How long a stopping controller waits for its queued events.
+pub(crate) const DRAIN: Duration = Duration::from_secs(5);
+
+/// One write of an event.
+#[derive(Debug)]
+pub(super) enum Write {
+    /// A new Event.
+    Create(Box<KubeEvent>),
+    /// A series' count on the Event of `object` named after `first`.
+    Count(Due),
+}
+
+/// The queue of one plugin's event writes.
+#[derive(Clone)]
+pub(crate) struct Recorder {
+    queue: mpsc::Sender<Write>,
+    plugin: String,
+}
+
+impl Recorder {
+    /// A recorder and the task, spawned, that writes what it queues with `client`
+    /// (and the counts of the series `sweep` ends).
+    pub(super) fn new(client: kube::Client, plugin: &str, sweep: Sweep) -> (Recorder, Writing) {
+        let (queue, rx) = mpsc::channel(QUEUE);
+        let (stop, stopped) = oneshot::channel();
+        let recorder = Recorder {
+            queue,
+            plugin: plugin.to_string(),
+        };
+        let task = tokio::spawn(write_all(rx, stopped, client, plugin.to_string(), sweep));
+        let writing = Writing {
+            task,
+            stop,
+            plugin: plugin.to_string(),
+        };
+        (recorder, writing)
+    }
+
+    /// Queue one write; a full queue drops it, counted.
+    pub(super) fn send(&self, write: Write) {
+        if self.queue.try_send(write).is_err() {
+            dropped(&self.plugin, "queue");
+        }
+    }
+}
+
+/// What ends the series that are over, returning the counts still to write.
+pub(super) type Sweep = Arc<dyn Fn() -> Vec<Due> + Send + Sync>;
+
+/// The task writing one plugin's events.
+pub(crate) struct Writing {
+    task: tokio::task::JoinHandle<()>,
+    stop: oneshot::Sender<()>,
+    plugin: String,
+}
+
+impl Writing {
+    /// Take no more events, write those queued within [`DRAIN`], and count the rest.
+    pub(crate) async fn finish(self) {
+        let _ = self.stop.send(());
+        let abort = self.task.abort_handle();
+        if tokio::time::timeout(DRAIN, self.task).await.is_err() {
+            abort.abort();
+            dropped(&self.plugin, "shutdown");
+            tracing::warn!(plugin = %self.plugin, "events still queued at shutdown were not recorded");
+        }
+    }
+}
+
+/// Count an event not recorded, and why.
+pub(super) fn dropped(plugin: &str, cause: &str) {
+    let labels = EventsDroppedLabels {
+        plugin: plugin.into(),
+        cause: cause.into(),
+    };
+    crate::ops::metrics::get()
+        .events_dropped
+        .get_or_create(&labels)
+        .inc();
+}
+
+/// Write what the queue brings, [`WRITERS`] at a time, and the ended series' counts.
+async fn write_all(
+    mut rx: mpsc::Receiver<Write>,
+    mut stopped: oneshot::Receiver<()>,
+    client: kube::Client,
+    plugin: String,
+    sweep: Sweep,
+) {
+    let mut in_flight = FuturesUnordered::new();
+    let mut swept = tokio::time::interval(SWEEP);
+    swept.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut backlog = Vec::new();
+    let mut open = true;
+    while open || !in_flight.is_empty() || !backlog.is_empty() {
+        while in_flight.len() < WRITERS
+            && let Some(write) = backlog.pop()
+        {
+            in_flight.push(write_one(client.clone(), plugin.clone(), write));
+        }
+        tokio::select! {
+            write = rx.recv(), if open && in_flight.len() < WRITERS => match write {
+                Some(write) => in_flight.push(write_one(client.clone(), plugin.clone(), write)),
+                None => open = false,
+            },
+            Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+            _ = swept.tick(), if open => backlog.extend(sweep().into_iter().map(Write::Count)),
+            // What is queued is still written; nothing more is taken.
+            _ = &mut stopped, if open => rx.close(),
+        }
+    }
+}
+
+/// Write one event; a failure is logged and counted, never retried into a loop.
+async fn write_one(client: kube::Client, plugin: String, write: Write) {
+    let result = match &write {
+        Write::Create(event) => create(&client, event).await,
+        Write::Count(due) => count(&client, due).await,
+    };
+    match result {
+        Ok(()) => super::super::outcome::count_write(&plugin),
+        // The Event expired (its TTL) or was deleted: the series has nothing to count on.
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => {
+            dropped(&plugin, "failed");
+            tracing::warn!(plugin = %plugin, error = %e, "could not record event");
+        }
+    }
+}
+
+async fn create(client: &kube::Client, event: &KubeEvent) -> kube::Result<()> {
+    let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
+    let api: Api<KubeEvent> = Api::namespaced(client.clone(), namespace);
+    let body = serde_json::to_vec(event).map_err(kube::Error::SerdeError)?;
+    let request = Request::new(api.resource_url()).create(&PostParams::default(), body);
+    crate::apply::written(client, request).await.map(drop)
+}
+
+async fn count(client: &kube::Client, due: &Due) -> kube::Result<()> {
+    let patch = json!({"series": {"count": due.count, "lastObservedTime": MicroTime(Timestamp::now())}});
+    let (namespace, name) = event_name(&due.object, due.first);
+    let api: Api<KubeEvent> = Api::namespaced(client.clone(), &namespace);
+    let request =
+        Request::new(api.resource_url()).patch(&name, &PatchParams::default(), &Patch::Merge(&patch));
+    crate::apply::written(client, request).await.map(drop)
+}
+
+/// The namespace and name of the Event about `object` first written at `first` (ns):
+/// kube-runtime's `Recorder` names them so.
+pub(super) fn event_name(object: &ObjectKey, first: u64) -> (String, String) {
+    let namespace = object.namespace.clone().unwrap_or_else(|| "default".into());
+    (namespace, format!("{}.{first:x}", object.name))
+}
