@@ -338,7 +338,7 @@ impl Case {
     }
 
     /// The events in the namespace that `keep`.
-    async fn events_where(&self, keep: impl Fn(&Event) -> bool) -> Result<Vec<Event>> {
+    pub async fn events_where(&self, keep: impl Fn(&Event) -> bool) -> Result<Vec<Event>> {
         let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
         let mut list = events.list(&ListParams::default()).await?.items;
         list.retain(|e| keep(e));

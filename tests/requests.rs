@@ -55,6 +55,22 @@ impl Requests {
         Requests(delta)
     }
 
+    /// Every (verb, resource, subresource) counted, most first.
+    pub fn all(&self) -> Vec<(String, f64)> {
+        let mut all: Vec<_> = self
+            .0
+            .iter()
+            .map(|((verb, r, s), v)| {
+                (
+                    format!("{verb} {r}{}{s}", if s.is_empty() { "" } else { "/" }),
+                    *v,
+                )
+            })
+            .collect();
+        all.sort_by(|a, b| b.1.total_cmp(&a.1));
+        all
+    }
+
     /// Requests of these verbs on `resource` and `subresource` ("" for the object).
     pub fn count(&self, verbs: &[&str], resource: &str, subresource: &str) -> f64 {
         self.0

@@ -1,14 +1,21 @@
 //! Writes that mean what they say, on the real plane: a status shared by two plugins
 //! (and a user) is written by each only when its own fields change; a child someone
-//! deletes at once is made again within a resync.
+//! deletes at once is made again within a resync; a first convergence writes each child
+//! and each status once, as the API server counts them; a restart writes nothing and
+//! loses or repeats no Event.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
+use capstan::dev::{Plane, PlaneConfig};
 use capstan_tests::governance::Case;
-use capstan_tests::host::eventually;
+use capstan_tests::host::{echo, echo_resource, eventually, install_plugin_crd, start_host};
+use capstan_tests::requests::{requests, settled};
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DynamicObject, PostParams};
 use serde_json::json;
 
 /// How long Echo and the plugins may take to converge.
@@ -135,15 +142,137 @@ async fn a_restart_over_a_thousand_converged_echos_writes_and_defers_nothing() -
         Ok((case.metric(reconciles).await? >= ECHOES as f64).then_some(()))
     })
     .await?;
+    let events_before = case
+        .count_events(|e| e.reporting_controller.as_deref() == Some("capstan-echo"))
+        .await?;
     let writes = case.metric(r#"capstan_api_writes_total{plugin="echo"}"#).await?;
     let deferred = case
         .metric(r#"controller_runtime_reconcile_total{controller="echo",result="requeue_after"}"#)
         .await?;
     println!("restart over {ECHOES} converged Echos: {writes} writes, {deferred} CPU-share deferrals");
     ensure!(writes == 0.0, "the restarted host wrote {writes} times");
+    // Every Echo went Pending → Succeeded once: one Event per transition, none repeated
+    // (a series count above one would be a repeat), none lost, before and after.
+    for reason in ["JobPending", "JobSucceeded"] {
+        let events = case
+            .events_where(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.reporting_controller.as_deref() == Some("capstan-echo")
+            })
+            .await?;
+        let mut per_echo = std::collections::HashMap::new();
+        for e in &events {
+            let name = e
+                .regarding
+                .as_ref()
+                .and_then(|r| r.name.clone())
+                .unwrap_or_default();
+            *per_echo.entry(name).or_insert(0) += e.series.as_ref().map_or(1, |s| s.count);
+        }
+        ensure!(
+            per_echo.len() == ECHOES,
+            "{} of {ECHOES} Echos have a {reason} Event",
+            per_echo.len()
+        );
+        let repeated: Vec<_> = per_echo.iter().filter(|(_, n)| **n != 1).collect();
+        ensure!(
+            repeated.is_empty(),
+            "{reason} recorded more than once: {repeated:?}"
+        );
+    }
+    let events_after = case
+        .count_events(|e| e.reporting_controller.as_deref() == Some("capstan-echo"))
+        .await?;
+    ensure!(
+        events_after == events_before,
+        "Events {events_before} before the restart, {events_after} after"
+    );
     ensure!(
         deferred == 0.0,
         "{deferred} reconciles deferred for the CPU share"
+    );
+    Ok(())
+}
+
+/// Parents created before the host starts, on a plane of this test's own (so the API
+/// server's counts are the host's alone): at first convergence each gets exactly one
+/// child write and one status write (a reconcile woken by the host's own writes waits
+/// for the caches to show them instead of writing again), no single-object read, and one
+/// Event for its one transition, written after its children and status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_convergence_writes_each_child_and_status_once() -> Result<()> {
+    const ECHOES: usize = 300;
+    let plane = Plane::start(PlaneConfig::api_only()).await?;
+    install_plugin_crd(&plane, "echo").await?;
+    let ns = plane.namespace("writes-first").await?;
+    let client = plane.client().await?;
+    let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
+    futures::stream::iter(0..ECHOES)
+        .map(|i| {
+            let echoes = echoes.clone();
+            async move {
+                echoes
+                    .create(&PostParams::default(), &echo(&format!("e{i}"), "hello")?)
+                    .await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<()>()
+        .await?;
+    let before = requests(&client).await?;
+    let dir = std::env::temp_dir().join(format!("capstan-writes-first-{ns}"));
+    let _host = start_host(&plane, &["echo"], &ns, &dir)?;
+    eventually("every Echo has a status", CONVERGE, async || {
+        let list = echoes.list(&ListParams::default()).await?;
+        Ok(list
+            .items
+            .iter()
+            .all(|e| !e.data["status"]["observedGeneration"].is_null())
+            .then_some(()))
+    })
+    .await?;
+    let plural = echo_resource().plural;
+    let after = settled(&client, &plural, &["jobs"], Duration::from_secs(2), CONVERGE).await?;
+    let served = after.since(&before);
+    let traffic = served.traffic(&plural, &["jobs"]);
+    println!(
+        "first convergence of {ECHOES} Echos, as the API server counts: {:?}",
+        served.all()
+    );
+    let n = ECHOES as f64;
+    ensure!(
+        traffic.children == n,
+        "{} child writes for {ECHOES} Echos",
+        traffic.children
+    );
+    ensure!(
+        traffic.status == n,
+        "{} status writes for {ECHOES} Echos",
+        traffic.status
+    );
+    ensure!(
+        traffic.parent == 0.0,
+        "{} writes of the Echos themselves",
+        traffic.parent
+    );
+    ensure!(traffic.reads == 0.0, "{} single-object reads", traffic.reads);
+    ensure!(
+        traffic.events == n,
+        "{} event writes for {ECHOES} transitions",
+        traffic.events
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let pending = events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("JobPending") && e.series.is_none())
+        .count();
+    ensure!(
+        pending == ECHOES,
+        "{pending} JobPending Events (one per Echo, no series)"
     );
     Ok(())
 }

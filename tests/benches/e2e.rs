@@ -157,6 +157,10 @@ async fn serve(mode: &str, namespace: &str, resync: Duration, sharding: Option<S
             _ => Some(namespace.into()),
         },
         resync,
+        concurrency: std::env::var("CAPSTAN_BENCH_CONCURRENCY")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(Options::default().concurrency),
         ..Options::default()
     };
     let config = HostConfig {
@@ -230,6 +234,24 @@ fn cpu_seconds(pid: u32) -> f64 {
             Some((user + system) / ticks)
         })
         .unwrap_or(0.0)
+}
+
+/// CPU seconds of every process named `comm` (the plane's API server, etcd).
+fn cpu_of(comm: &str) -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm))
+        .map(cpu_seconds)
+        .sum()
+}
+
+/// CPU seconds of the plane: API server and etcd.
+fn plane_cpu() -> (f64, f64) {
+    (cpu_of("kube-apiserver"), cpu_of("etcd"))
 }
 
 /// Reconciles of every result `capstan_tests` counts, from a metrics page.
@@ -366,6 +388,7 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
     // `sharded-K`: K replicas of the wasm host, each reconciling its share.
     let serve_mode = if replicas > 1 { "wasm" } else { mode };
     let before = requests(&client).await?;
+    let plane_before = plane_cpu();
     let start = Instant::now();
     let mut children = Vec::new();
     for replica in 0..replicas {
@@ -401,8 +424,12 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
         };
         hosts.push((pid, metrics));
     }
-    let (mut jobs_at, mut statuses_at, mut cpu) = (None, None, 0.0);
+    let ready = start.elapsed();
+    let (mut jobs_at, mut statuses_at, mut cpu, mut first_at) = (None, None, 0.0, None);
     while jobs_at.is_none() || statuses_at.is_none() {
+        if first_at.is_none() && jobs_seen.load(Ordering::SeqCst) > 0 {
+            first_at = Some(start.elapsed());
+        }
         if start.elapsed() > Duration::from_secs(600) {
             bail!("{mode}: not converged after 600 s");
         }
@@ -412,6 +439,18 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
         if statuses_at.is_none() && statuses_seen.load(Ordering::SeqCst) >= n {
             statuses_at = Some(start.elapsed());
             cpu = hosts.iter().map(|(pid, _)| cpu_seconds(*pid)).sum();
+            let plane = plane_cpu();
+            let so_far = requests(&client).await?.since(&before);
+            if std::env::var("CAPSTAN_BENCH_REQUESTS").is_ok() {
+                println!("          requests until the last status: {:?}", so_far.all());
+            }
+            let so_far = so_far.traffic(&echo_resource().plural, &["jobs"]);
+            println!(
+                "          until the last status: CPU of the API server {:.2}s, etcd {:.2}s; events written {}",
+                plane.0 - plane_before.0,
+                plane.1 - plane_before.1,
+                so_far.events
+            );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -424,7 +463,12 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
         Duration::from_secs(120),
     )
     .await?;
-    let traffic = after.since(&before).traffic("echos", &["jobs"]);
+    println!(
+        "          host serving after {:.2}s, first Job after {:.2}s",
+        ready.as_secs_f64(),
+        first_at.unwrap_or_default().as_secs_f64()
+    );
+    let traffic = after.since(&before).traffic(&echo_resource().plural, &["jobs"]);
     let bodies = pages(&hosts)?;
     let writes: f64 = bodies.iter().map(|b| writes_in(b)).sum();
     let (resync_cpu, resync_writes) = quiet_resync(&hosts, n, &bodies).await?;
@@ -720,7 +764,14 @@ fn main() -> Result<()> {
                     .map(|(_, r)| r.statuses.as_secs_f64())
             };
             let ns = plane.namespace(&format!("bench-floor-{n}")).await?;
+            let plane_before = plane_cpu();
             let (creates, statuses) = write_floor(&plane.client().await?, &ns, &echo_resource(), n, 16).await?;
+            let cpu = plane_cpu();
+            println!(
+                "N={n}: CPU of the floor: API server {:.2}s, etcd {:.2}s",
+                cpu.0 - plane_before.0,
+                cpu.1 - plane_before.1
+            );
             let floor = (creates + statuses).as_secs_f64();
             println!(
                 "N={n}: API server floor, one Job create and one status apply per Echo, 16 at a time: {:.2} + {:.2} = {floor:.2} s",

@@ -114,6 +114,8 @@ struct Shared {
     reporter: Reporter,
     /// The queue the plugin's events are written from.
     events: events::Recorder,
+    /// The plugin's reconciles running, which its events make way for.
+    busy: events::Busy,
     options: Options,
     /// Backoff, event and write budgets per parent.
     per_object: Arc<PerObject>,
@@ -218,8 +220,16 @@ pub async fn run(
     controller = controller.reconcile_all_on(reloads(plugin.clone(), cache.clone(), wiring.queue.clone()));
     synced::tell(synced_rx.clone(), synced);
     let name = wiring.metadata.name.clone();
-    let (recorder, writing) = events::start(wiring.client.clone(), &name, wiring.per_object.clone());
-    let shared = Arc::new(wiring.shared(plugin, cache, (children, related), tenure, synced_rx, recorder));
+    let busy = events::Busy::default();
+    let (recorder, writing) = events::start(wiring.client.clone(), &name, wiring.per_object.clone(), &busy);
+    let shared = Arc::new(wiring.shared(
+        plugin,
+        cache,
+        (children, related),
+        tenure,
+        synced_rx,
+        (recorder, busy),
+    ));
     tracing::info!(plugin = %name, parent = %shared.parent.kind, child_kinds = shared.children.len(), related_kinds = shared.related.len(), "controller started");
     controller
         .graceful_shutdown_on(shutdown)
@@ -342,7 +352,7 @@ impl Wiring {
         (children, related): (Vec<ChildKind>, Vec<related::RelatedKind>),
         tenure: Tenure,
         synced: watch::Receiver<bool>,
-        events: events::Recorder,
+        (events, busy): (events::Recorder, events::Busy),
     ) -> Shared {
         let name = self.metadata.name;
         crate::ops::metrics::get()
@@ -365,6 +375,7 @@ impl Wiring {
             )),
             reporter,
             events,
+            busy,
             client: self.client,
             versions: version::Versions::new(plugin),
             parent: self.parent,

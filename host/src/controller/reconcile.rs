@@ -41,6 +41,8 @@ pub async fn reconcile(parent: Arc<Compact>, shared: Arc<Shared>) -> Result<Acti
             })
             .clone();
         workers.inc();
+        // The plugin's events make way for its reconciles.
+        let busy = shared.busy.write();
         tracing::debug!("reconcile started");
         let start = std::time::Instant::now();
         // The term this reconcile runs in: it ends with it, even if another begins.
@@ -50,6 +52,7 @@ pub async fn reconcile(parent: Arc<Compact>, shared: Arc<Shared>) -> Result<Acti
             ended = term.lost() => Err(ended),
         };
         workers.dec();
+        drop(busy);
         shared.queue.done(dequeued);
         let result = match result {
             Ok(r) => {

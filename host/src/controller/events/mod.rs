@@ -13,7 +13,7 @@ mod correlator;
 mod recorder;
 
 pub use correlator::Correlator;
-pub(crate) use recorder::{Recorder, Writing};
+pub(crate) use recorder::{Busy, Recorder, Writing};
 
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -29,13 +29,19 @@ use correlator::{Decision, Due};
 use recorder::Write;
 
 /// The plugin's event queue, and the task that writes it (sweeping the series kept in
-/// `memory`).
+/// `memory`) as the plugin's reconciles (`busy`) leave room.
 pub(super) fn start(
     client: kube::Client,
     plugin: &str,
     memory: std::sync::Arc<super::per_object::PerObject>,
+    busy: &Busy,
 ) -> (Recorder, Writing) {
-    Recorder::new(client, plugin, std::sync::Arc::new(move || memory.events.sweep()))
+    Recorder::new(
+        client,
+        plugin,
+        std::sync::Arc::new(move || memory.events.sweep()),
+        busy,
+    )
 }
 
 /// Record one of the host's own Warnings about the parent.

@@ -1,12 +1,16 @@
 //! Writing events off the reconcile's path, as client-go's recorder does: a reconcile
 //! queues its events after its children and status are written and goes on; one task per
-//! plugin writes them, a few at a time, so under load they take a small share of the API
-//! server and children and status the rest. A full queue drops the event and counts it
+//! plugin writes them. Children and status come first: while any of the plugin's
+//! reconciles runs ([`Busy`]), events wait — unless they have
+//! waited [`PATIENCE`] or half the queue is full — and the API server's capacity goes
+//! to the writes the parents wait for; the moment none is in flight, [`WRITERS`] events
+//! go at once. A full queue drops the event and counts it
 //! (`capstan_events_dropped_total{cause="queue"}`), and so does a write that fails; on
 //! shutdown the queue is written out within [`DRAIN`], and what is left is counted too.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -24,9 +28,10 @@ use crate::ops::metrics::EventsDroppedLabels;
 
 /// Events waiting to be written, per plugin.
 const QUEUE: usize = 8192;
-/// Event writes in flight at once, per plugin: a share of the API server well below the
-/// reconciles' (one write each, sixteen at once by default).
-const WRITERS: usize = 2;
+/// Event writes in flight at once, per plugin, when children and status leave room.
+const WRITERS: usize = 4;
+/// How long an event waits for children and status before one is written among them.
+const PATIENCE: Duration = Duration::from_secs(10);
 /// How often ended series are swept (and their last counts written).
 const SWEEP: Duration = Duration::from_secs(60);
 /// How long a stopping controller waits for its queued events.
@@ -51,14 +56,20 @@ pub(crate) struct Recorder {
 impl Recorder {
     /// A recorder and the task, spawned, that writes what it queues with `client`
     /// (and the counts of the series `sweep` ends).
-    pub(super) fn new(client: kube::Client, plugin: &str, sweep: Sweep) -> (Recorder, Writing) {
-        let (queue, rx) = mpsc::channel(QUEUE);
+    pub(super) fn new(client: kube::Client, plugin: &str, sweep: Sweep, busy: &Busy) -> (Recorder, Writing) {
+        let (queue, rx) = mpsc::channel(256);
         let (stop, stopped) = oneshot::channel();
         let recorder = Recorder {
             queue,
             plugin: plugin.to_string(),
         };
-        let task = tokio::spawn(write_all(rx, stopped, client, plugin.to_string(), sweep));
+        let writer = Writer {
+            client,
+            plugin: plugin.to_string(),
+            sweep,
+            busy: busy.0.subscribe(),
+        };
+        let task = tokio::spawn(writer.write_all(rx, stopped));
         let writing = Writing {
             task,
             stop,
@@ -110,34 +121,88 @@ pub(super) fn dropped(plugin: &str, cause: &str) {
         .inc();
 }
 
-/// Write what the queue brings, [`WRITERS`] at a time, and the ended series' counts.
-async fn write_all(
-    mut rx: mpsc::Receiver<Write>,
-    mut stopped: oneshot::Receiver<()>,
+/// How many of a plugin's reconciles are running.
+#[derive(Clone)]
+pub(crate) struct Busy(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Default for Busy {
+    fn default() -> Self {
+        Busy(Arc::new(tokio::sync::watch::Sender::new(0)))
+    }
+}
+
+impl Busy {
+    /// Count one reconcile running until the guard is dropped.
+    pub(crate) fn write(&self) -> impl Drop + use<> {
+        struct Guard(Arc<tokio::sync::watch::Sender<usize>>);
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                self.0.send_modify(|n| *n -= 1);
+            }
+        }
+        self.0.send_modify(|n| *n += 1);
+        Guard(self.0.clone())
+    }
+}
+
+/// The task writing one plugin's events.
+struct Writer {
     client: kube::Client,
     plugin: String,
     sweep: Sweep,
-) {
-    let mut in_flight = FuturesUnordered::new();
-    let mut swept = tokio::time::interval(SWEEP);
-    swept.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut backlog = Vec::new();
-    let mut open = true;
-    while open || !in_flight.is_empty() || !backlog.is_empty() {
-        while in_flight.len() < WRITERS
-            && let Some(write) = backlog.pop()
-        {
-            in_flight.push(write_one(client.clone(), plugin.clone(), write));
+    busy: tokio::sync::watch::Receiver<usize>,
+}
+
+impl Writer {
+    /// Write what the queue brings, as children and status leave room, and the ended
+    /// series' counts.
+    async fn write_all(mut self, mut rx: mpsc::Receiver<Write>, mut stopped: oneshot::Receiver<()>) {
+        let mut in_flight = FuturesUnordered::new();
+        let mut swept = tokio::time::interval(SWEEP);
+        swept.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut waiting: VecDeque<(Instant, Write)> = VecDeque::new();
+        let (mut open, mut counted) = (true, true);
+        while open || !in_flight.is_empty() || !waiting.is_empty() {
+            let room = self.room(waiting.front().map(|(at, _)| *at), waiting.len(), open);
+            while in_flight.len() < room
+                && let Some((_, write)) = waiting.pop_front()
+            {
+                in_flight.push(write_one(self.client.clone(), self.plugin.clone(), write));
+            }
+            // Wake when the oldest event's patience runs out, or check again soon.
+            let due = waiting
+                .front()
+                .map_or(SWEEP, |(at, _)| PATIENCE.saturating_sub(at.elapsed()))
+                .max(Duration::from_millis(10));
+            tokio::select! {
+                write = rx.recv(), if open && waiting.len() < QUEUE => match write {
+                    Some(write) => waiting.push_back((Instant::now(), write)),
+                    None => open = false,
+                },
+                Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+                // Gone with the reconciles: nothing is in flight any more.
+                changed = self.busy.changed(), if counted => counted = changed.is_ok(),
+                _ = tokio::time::sleep(due), if !waiting.is_empty() => {}
+                _ = swept.tick(), if open => {
+                    let now = Instant::now();
+                    waiting.extend((self.sweep)().into_iter().map(|due| (now, Write::Count(due))));
+                }
+                // What is queued is still written; nothing more is taken.
+                _ = &mut stopped, if open => rx.close(),
+            }
         }
-        tokio::select! {
-            write = rx.recv(), if open && in_flight.len() < WRITERS => match write {
-                Some(write) => in_flight.push(write_one(client.clone(), plugin.clone(), write)),
-                None => open = false,
-            },
-            Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
-            _ = swept.tick(), if open => backlog.extend(sweep().into_iter().map(Write::Count)),
-            // What is queued is still written; nothing more is taken.
-            _ = &mut stopped, if open => rx.close(),
+    }
+
+    /// How many event writes may be in flight now: all [`WRITERS`] when no reconcile
+    /// runs (or the controller is stopping), or when half the queue is
+    /// full; one when the oldest event has waited its patience; none otherwise.
+    fn room(&self, oldest: Option<Instant>, waiting: usize, open: bool) -> usize {
+        if !open || *self.busy.borrow() == 0 || waiting >= QUEUE / 2 {
+            WRITERS
+        } else if oldest.is_some_and(|at| at.elapsed() >= PATIENCE) {
+            1
+        } else {
+            0
         }
     }
 }
