@@ -7,9 +7,7 @@
 //! dropped a field since the last apply, which server-side apply would act on) and every
 //! desired value is still what is observed (nobody else has changed one).
 
-use kube::api::{
-    Api, DeleteParams, DynamicObject, PartialObjectMeta, Patch, PatchParams, Preconditions, PropagationPolicy,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy};
 use kube::core::Request;
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
@@ -170,12 +168,23 @@ pub(crate) async fn written(
     client: &Client,
     request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
 ) -> kube::Result<String> {
+    /// Only the version is read of the answer: its `managedFields` alone would cost
+    /// more to parse than the write's JSON to make.
+    #[derive(serde::Deserialize)]
+    struct Stored {
+        metadata: Version,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Version {
+        resource_version: Option<String>,
+    }
     let mut request = request.map_err(kube::Error::BuildRequest)?;
     request.headers_mut().insert(
         http::header::ACCEPT,
         http::HeaderValue::from_static(METADATA_ONLY),
     );
-    let stored: PartialObjectMeta<DynamicObject> = client.request(request).await?;
+    let stored: Stored = client.request(request).await?;
     Ok(stored.metadata.resource_version.unwrap_or_default())
 }
 

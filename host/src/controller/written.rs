@@ -64,8 +64,12 @@ pub(super) struct Written {
 }
 
 impl Written {
-    /// Keep one write of `parent`'s reconcile.
+    /// Keep one write of `parent`'s reconcile (one the server gave no version for can
+    /// never be seen, and is not kept).
     pub fn expect(&self, parent: &ObjectKey, write: Expected) {
+        if matches!(&write.seen, Seen::AtLeast(v) | Seen::Past(v) if v.is_empty()) {
+            return;
+        }
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let entry = pending
             .entry(parent.clone())
