@@ -131,6 +131,8 @@ pub struct Metrics {
     /// capstan_events_dropped_total: events not recorded, by cause: over their object's
     /// and reason's budget, a full queue, a failed write.
     pub events_dropped: Family<EventsDroppedLabels, Counter>,
+    /// capstan_events_written_total: Event creates and series updates written.
+    pub events_written: Family<PluginLabel, Counter>,
     /// capstan_status_conflicts_total: status writes not made because another plugin
     /// manages a field they set.
     pub status_conflicts: Family<PluginLabel, Counter>,
@@ -190,6 +192,7 @@ pub fn get() -> &'static Metrics {
             child_conflicts: Family::default(),
             plugin_up: Family::default(),
             events_dropped: Family::default(),
+            events_written: Family::default(),
             status_conflicts: Family::default(),
             write_loops: Family::default(),
             cached_objects: Family::default(),
@@ -330,7 +333,7 @@ fn register_capstan(r: &mut Registry, m: &Metrics) {
     );
     r.register(
         "capstan_api_writes",
-        "API writes (apply, delete, status, finalizer, event) made by reconciles",
+        "API writes (apply, delete, status, finalizer) made by reconciles; events are counted in capstan_events_written",
         m.api_writes.clone(),
     );
     r.register(
@@ -347,6 +350,11 @@ fn register_capstan(r: &mut Registry, m: &Metrics) {
         "capstan_events_dropped",
         "Events not recorded, by cause: budget (over the budget of their object and reason: 3, then 1 a minute), queue (the plugin's event queue full), failed (the write failed), shutdown (still queued when the controller stopped)",
         m.events_dropped.clone(),
+    );
+    r.register(
+        "capstan_events_written",
+        "Event creates and series updates written, off the reconciles' path",
+        m.events_written.clone(),
     );
     r.register(
         "capstan_status_conflicts",

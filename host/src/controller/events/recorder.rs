@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::correlator::Due;
 use crate::key::ObjectKey;
-use crate::ops::metrics::EventsDroppedLabels;
+use crate::ops::metrics::{EventsDroppedLabels, PluginLabel};
 
 /// Events waiting to be written, per plugin.
 const QUEUE: usize = 8192;
@@ -214,7 +214,13 @@ async fn write_one(client: kube::Client, plugin: String, write: Write) {
         Write::Count(due) => count(&client, due).await,
     };
     match result {
-        Ok(()) => super::super::outcome::count_write(&plugin),
+        Ok(()) => {
+            let label = PluginLabel { plugin };
+            crate::ops::metrics::get()
+                .events_written
+                .get_or_create(&label)
+                .inc();
+        }
         // The Event expired (its TTL) or was deleted: the series has nothing to count on.
         Err(kube::Error::Api(e)) if e.code == 404 => {}
         Err(e) => {
