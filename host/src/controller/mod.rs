@@ -221,7 +221,12 @@ pub async fn run(
     synced::tell(synced_rx.clone(), synced);
     let name = wiring.metadata.name.clone();
     let busy = events::Busy::default();
-    let (recorder, writing) = events::start(wiring.client.clone(), &name, wiring.per_object.clone(), &busy);
+    let (recorder, writing) = events::start(
+        wiring.client.clone(),
+        &name,
+        (wiring.per_object.clone(), |m| &m.events),
+        &busy,
+    );
     let shared = Arc::new(wiring.shared(
         plugin,
         cache,

@@ -29,19 +29,15 @@ use correlator::{Decision, Due};
 use recorder::Write;
 
 /// The plugin's event queue, and the task that writes it (sweeping the series kept in
-/// `memory`) as the plugin's reconciles (`busy`) leave room.
-pub(super) fn start(
+/// `memory`, where `correlator` finds them) as the plugin's reconciles (`busy`) leave room.
+pub(super) fn start<M: Send + Sync + 'static>(
     client: kube::Client,
     plugin: &str,
-    memory: std::sync::Arc<super::per_object::PerObject>,
+    (memory, correlator): (std::sync::Arc<M>, fn(&M) -> &Correlator),
     busy: &Busy,
 ) -> (Recorder, Writing) {
-    Recorder::new(
-        client,
-        plugin,
-        std::sync::Arc::new(move || memory.events.sweep()),
-        busy,
-    )
+    let sweep = std::sync::Arc::new(move || correlator(&memory).sweep());
+    Recorder::new(client, plugin, sweep, busy)
 }
 
 /// Record one of the host's own Warnings about the parent.
