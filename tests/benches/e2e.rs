@@ -389,10 +389,22 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
     let serve_mode = if replicas > 1 { "wasm" } else { mode };
     let before = requests(&client).await?;
     let plane_before = plane_cpu();
+    let bench_before = cpu_seconds(std::process::id());
     let start = Instant::now();
     let mut children = Vec::new();
     for replica in 0..replicas {
-        let mut command = tokio::process::Command::new(std::env::current_exe()?);
+        // `CAPSTAN_BENCH_WRAP="heaptrack -o /tmp/host"` runs each host under a profiler
+        // (its CPU and RSS are then the wrapper's).
+        let wrap = std::env::var("CAPSTAN_BENCH_WRAP").unwrap_or_default();
+        let mut words = wrap.split_whitespace();
+        let mut command = match words.next() {
+            Some(program) => {
+                let mut command = tokio::process::Command::new(program);
+                command.args(words).arg(std::env::current_exe()?);
+                command
+            }
+            None => tokio::process::Command::new(std::env::current_exe()?),
+        };
         command
             .args(["--serve", serve_mode, "--namespace", &ns, "--resync"])
             .arg(resync_for(n).as_secs().to_string())
@@ -446,9 +458,10 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
             }
             let so_far = so_far.traffic(&echo_resource().plural, &["jobs"]);
             println!(
-                "          until the last status: CPU of the API server {:.2}s, etcd {:.2}s; events written {}",
+                "          until the last status: CPU of the API server {:.2}s, etcd {:.2}s, the bench's watches {:.2}s; events written {}",
                 plane.0 - plane_before.0,
                 plane.1 - plane_before.1,
+                cpu_seconds(std::process::id()) - bench_before,
                 so_far.events
             );
         }
