@@ -166,7 +166,8 @@ pub use schemars;
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../wit",
+        // `sdk/wit` links to the repository's `wit/`, so the package carries the contract.
+        path: "wit",
         world: "reconciler",
         pub_export_macro: true,
         default_bindings_module: "capstan_sdk::bindings",
