@@ -17,6 +17,7 @@ pub mod layered;
 pub mod leader;
 pub mod lease;
 pub mod ops;
+pub mod project;
 pub mod reload;
 /// Splitting the watched objects between replicas by hash range.
 pub mod shard;

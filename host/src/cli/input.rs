@@ -34,8 +34,9 @@ pub fn all_documents(paths: &[impl AsRef<Path>]) -> anyhow::Result<Vec<serde_jso
 #[derive(clap::Args, Debug)]
 pub struct FixtureArgs {
     /// Parent object(s), YAML or JSON (`test` reconciles each document, `bench` the first).
+    /// Without it and without a plugin, `test` runs the project's cases.
     #[arg(long)]
-    pub parent: std::path::PathBuf,
+    pub parent: Option<std::path::PathBuf>,
     /// Observed children, YAML or JSON, one or more documents per file.
     #[arg(long, num_args = 1..)]
     pub children: Vec<std::path::PathBuf>,
@@ -49,7 +50,7 @@ pub struct FixtureArgs {
     pub now: k8s_openapi::jiff::Timestamp,
 }
 
-fn parse_now(text: &str) -> Result<k8s_openapi::jiff::Timestamp, String> {
+pub(crate) fn parse_now(text: &str) -> Result<k8s_openapi::jiff::Timestamp, String> {
     text.parse()
         .map_err(|e| format!("{text:?} is not an RFC 3339 time such as 2026-11-24T09:30:00Z: {e}"))
 }
@@ -90,11 +91,15 @@ pub fn request(
 impl FixtureArgs {
     /// The parent documents; at least one.
     pub fn parents(&self) -> anyhow::Result<Vec<serde_json::Value>> {
-        let parents = documents(&self.parent)?;
+        let parent = self
+            .parent
+            .as_ref()
+            .context("--parent is required: the parent object(s) to reconcile")?;
+        let parents = documents(parent)?;
         anyhow::ensure!(
             !parents.is_empty(),
             "{}: no parent object found",
-            self.parent.display()
+            parent.display()
         );
         Ok(parents)
     }

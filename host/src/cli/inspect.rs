@@ -67,17 +67,13 @@ fn helm_values(metadata: &Metadata, file: &str) -> anyhow::Result<String> {
 
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let plugin = args.plugin.load()?;
+    let (path, _) = args.plugin.component()?;
     if args.helm_values {
-        let file = args
-            .plugin
-            .plugin
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy();
+        let file = path.file_name().unwrap_or_default().to_string_lossy();
         print!("{}", helm_values(plugin.metadata(), &file)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let size_bytes = std::fs::metadata(&args.plugin.plugin)?.len();
+    let size_bytes = std::fs::metadata(&path)?.len();
     let report = Report {
         wit: format!("capstan:reconciler@{}", plugin.contract_version()),
         size_bytes,

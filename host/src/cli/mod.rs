@@ -1,14 +1,16 @@
 //! The `capstan` command line: thin clap wrappers over the library.
 
 mod bench;
+mod build;
 #[cfg(feature = "dev")]
 mod dev;
 mod input;
 mod inspect;
+mod new;
 mod run;
 mod test;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -40,8 +42,13 @@ enum LogFormat {
 enum Command {
     /// Show a plugin's metadata and contract version.
     Inspect(inspect::InspectArgs),
-    /// Run a plugin offline on fixture files and print (or check) its response.
+    /// Run a plugin offline on fixture files and print (or check) its response; in a
+    /// plugin project without arguments, run its golden cases.
     Test(test::TestArgs),
+    /// Build the plugin project here, as its capstan.toml says.
+    Build(build::BuildArgs),
+    /// Make a new plugin project (Rust, Python or JavaScript) that builds and passes its tests.
+    New(new::NewArgs),
     /// Measure dispatch latency and throughput of a plugin.
     Bench(bench::BenchArgs),
     /// Reconcile objects in a cluster with the plugins in a directory.
@@ -98,14 +105,15 @@ impl CacheArgs {
 /// Options shared by commands that load one plugin.
 #[derive(Args, Debug)]
 struct PluginArgs {
-    /// The plugin component (`.wasm`).
-    plugin: PathBuf,
+    /// The plugin component (`.wasm`) [default: what the plugin project here builds, as
+    /// its capstan.toml says].
+    plugin: Option<PathBuf>,
     /// Wall-clock deadline per call, e.g. `1s`, `250ms`.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     deadline: Duration,
-    /// Linear memory cap per call, in MiB.
-    #[arg(long, default_value_t = 64)]
-    memory_mib: usize,
+    /// Linear memory cap per call, in MiB [default: the project's `memory-mib`, or 64].
+    #[arg(long)]
+    memory_mib: Option<usize>,
     /// The plugin's settings (a YAML or JSON mapping), checked by the plugin as at load.
     #[arg(long, value_name = "FILE")]
     settings: Option<PathBuf>,
@@ -113,22 +121,46 @@ struct PluginArgs {
     cache: CacheArgs,
 }
 
+/// Linear memory per call when neither the command line nor the project says.
+const MEMORY_MIB: usize = 64;
+
 impl PluginArgs {
+    /// The component to load and its memory cap: the one given, or the project's output.
+    fn component(&self) -> anyhow::Result<(PathBuf, usize)> {
+        match &self.plugin {
+            Some(path) => Ok((path.clone(), self.memory_mib.unwrap_or(MEMORY_MIB))),
+            None => {
+                let project = crate::project::Project::find(Path::new("."))?;
+                let memory = self
+                    .memory_mib
+                    .or(project.plugin.memory_mib)
+                    .unwrap_or(MEMORY_MIB);
+                Ok((project.output(), memory))
+            }
+        }
+    }
+
     fn load(&self) -> anyhow::Result<Plugin> {
+        let (path, memory) = self.component()?;
+        self.load_from(&path, memory, self.settings.as_deref())
+    }
+
+    /// Load `path` with these limits and the settings in `settings`.
+    fn load_from(&self, path: &Path, memory_mib: usize, settings: Option<&Path>) -> anyhow::Result<Plugin> {
         let engine = self.cache.engine()?;
         let limits = Limits {
             deadline: self.deadline,
-            memory: self.memory_mib << 20,
+            memory: memory_mib << 20,
             ..Limits::default()
         };
-        let settings = match &self.settings {
+        let settings = match settings {
             Some(path) => settings_file(path)?,
             None => serde_json::Value::Null,
         };
         engine
-            .load_file(&self.plugin, limits)
+            .load_file(path, limits)
             .and_then(|p| p.with_settings(&settings))
-            .map_err(|e| anyhow::anyhow!("{}: {e}", self.plugin.display()))
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
     }
 }
 
@@ -151,6 +183,8 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Test(args) => test::run(args),
+        Command::Build(args) => build::run(args),
+        Command::New(args) => new::run(args),
         Command::Bench(args) => bench::run(args),
         #[cfg(feature = "dev")]
         Command::Dev(args) => dev::run(args),
@@ -182,7 +216,11 @@ impl Command {
             Command::Run(_) => RUN_LOG_FILTER,
             #[cfg(feature = "dev")]
             Command::Dev(_) => QUIET_LOG_FILTER,
-            Command::Inspect(_) | Command::Test(_) | Command::Bench(_) => QUIET_LOG_FILTER,
+            Command::Inspect(_)
+            | Command::Test(_)
+            | Command::Bench(_)
+            | Command::Build(_)
+            | Command::New(_) => QUIET_LOG_FILTER,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `capstan test`: run a compiled plugin offline, in the real sandbox, on fixture files —
 //! what `kwctl run` and `crossplane render` are for their ecosystems.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -9,7 +9,7 @@ use clap::Args;
 use serde_json::{Value, json};
 
 use super::input;
-use crate::engine::{DispatchError, Metadata, Response};
+use crate::engine::{DispatchError, Metadata, Plugin, Response};
 use crate::validate::{self, Allowances};
 
 /// Arguments of `capstan test`.
@@ -51,47 +51,22 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     for ns in &args.allow_namespaces {
         validate::dns1123_label(ns).map_err(|e| anyhow::anyhow!("--allow-namespace {e}"))?;
     }
+    if args.plugin.plugin.is_none() && args.fixtures.parent.is_none() {
+        return cases(&args);
+    }
+    let (path, _) = args.plugin.component()?;
     let plugin = args.plugin.load()?;
-    let allow = Allowances {
-        cluster_kinds: args.allow_cluster_kinds,
-        namespaces: args.allow_namespaces,
-        own_namespace: args.allow_own_namespace,
-        secrets: args.allow_secrets,
-        own_kind: args.allow_own_kind,
+    let check = Check {
+        plugin: &plugin,
+        path: &path,
+        finalizing: args.finalizing,
+        allow: &args.allowances(),
     };
-    // What `capstan run` refuses at load and at discovery, in its words.
-    capstan_contract::declared::offline(plugin.metadata(), &allow)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.plugin.plugin.display()))?;
-    let parents = args.fixtures.parents()?;
-    let children = args.fixtures.children()?;
-    let related = args.fixtures.related()?;
-    let outcomes: Vec<Value> = parents
-        .into_iter()
-        .map(|parent| {
-            let made = input::request(
-                &plugin,
-                parent.clone(),
-                children.clone(),
-                &related,
-                args.fixtures.now,
-                args.finalizing,
-                &allow,
-            );
-            match made {
-                Ok(request) => outcome(plugin.metadata(), &parent, plugin.reconcile(&request), &allow),
-                Err(input::Unrequestable::Dispatch(e)) => outcome(plugin.metadata(), &parent, Err(e), &allow),
-                Err(input::Unrequestable::Refused(m)) => {
-                    Ok(json!({ "error": { "refused": format!("related: {m}") } }))
-                }
-            }
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let actual = to_yaml(&outcomes)?;
-    print!("{actual}");
-
-    let Some(expect) = args.expect else {
+    let actual = check.outcomes(&args.fixtures)?;
+    print!("{}", to_yaml(&actual)?);
+    let Some(expect) = &args.expect else {
         // A refused response is a plugin bug: `capstan run` would write nothing of it.
-        let refused = outcomes
+        let refused = actual
             .iter()
             .filter(|o| o["error"]["refused"].is_string())
             .count();
@@ -101,17 +76,151 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let expected = input::documents(&expect)?;
-    if canonical(expected.clone()) == canonical(outcomes) {
-        eprintln!("ok: output matches {}", expect.display());
-        return Ok(ExitCode::SUCCESS);
+    Ok(match compare(expect, actual)? {
+        None => {
+            eprintln!("ok: output matches {}", expect.display());
+            ExitCode::SUCCESS
+        }
+        Some(diff) => {
+            eprintln!("mismatch: output differs from {}\n{diff}", expect.display());
+            ExitCode::from(1)
+        }
+    })
+}
+
+impl TestArgs {
+    fn allowances(&self) -> Allowances {
+        Allowances {
+            cluster_kinds: self.allow_cluster_kinds.clone(),
+            namespaces: self.allow_namespaces.clone(),
+            own_namespace: self.allow_own_namespace,
+            secrets: self.allow_secrets,
+            own_kind: self.allow_own_kind,
+        }
     }
-    let diff = similar::TextDiff::from_lines(&to_yaml(&expected)?, &actual)
-        .unified_diff()
-        .header(&expect.display().to_string(), "actual")
-        .to_string();
-    eprintln!("mismatch: output differs from {}\n{diff}", expect.display());
-    Ok(ExitCode::from(1))
+}
+
+/// `capstan test` in a plugin project: every case of its capstan.toml against the
+/// component its build wrote; one line per case, the diff of each that differs.
+fn cases(args: &TestArgs) -> anyhow::Result<ExitCode> {
+    let project = crate::project::Project::find(Path::new("."))?;
+    anyhow::ensure!(
+        !project.cases.is_empty(),
+        "{}: no [[case]] to run (or give --parent)",
+        project.dir.join(crate::project::FILE).display()
+    );
+    let path = project.output();
+    anyhow::ensure!(
+        path.is_file(),
+        "{} is not built yet: run `capstan build`",
+        path.display()
+    );
+    let memory = args
+        .plugin
+        .memory_mib
+        .or(project.plugin.memory_mib)
+        .unwrap_or(super::MEMORY_MIB);
+    let mut failed = 0;
+    for case in &project.cases {
+        let plugin = args.plugin.load_from(&path, memory, case.settings.as_deref())?;
+        let fixtures = input::FixtureArgs {
+            parent: Some(case.parent.clone()),
+            children: case.children.clone(),
+            related: case.related.clone(),
+            now: match &case.now {
+                Some(now) => input::parse_now(now).map_err(|e| anyhow::anyhow!("case {}: {e}", case.name))?,
+                None => capstan_contract::FIXTURE_NOW.parse()?,
+            },
+        };
+        let check = Check {
+            plugin: &plugin,
+            path: &path,
+            finalizing: case.finalizing || args.finalizing,
+            allow: &args.allowances(),
+        };
+        let actual = check
+            .outcomes(&fixtures)
+            .with_context(|| format!("case {}", case.name))?;
+        match compare(&case.expect, actual)? {
+            None => println!("ok: {}", case.name),
+            Some(diff) => {
+                failed += 1;
+                println!(
+                    "mismatch: {} differs from {}\n{diff}",
+                    case.name,
+                    case.expect.display()
+                );
+            }
+        }
+    }
+    println!(
+        "{} cases: {} passed, {failed} failed",
+        project.cases.len(),
+        project.cases.len() - failed
+    );
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// One plugin checked on fixtures as `capstan run` would call and judge it.
+struct Check<'a> {
+    plugin: &'a Plugin,
+    path: &'a Path,
+    finalizing: bool,
+    allow: &'a Allowances,
+}
+
+impl Check<'_> {
+    /// The plugin's outcome for each parent of `fixtures`.
+    fn outcomes(&self, fixtures: &input::FixtureArgs) -> anyhow::Result<Vec<Value>> {
+        let (plugin, allow) = (self.plugin, self.allow);
+        // What `capstan run` refuses at load and at discovery, in its words.
+        capstan_contract::declared::offline(plugin.metadata(), allow)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", self.path.display()))?;
+        let children = fixtures.children()?;
+        let related = fixtures.related()?;
+        fixtures
+            .parents()?
+            .into_iter()
+            .map(|parent| {
+                let made = input::request(
+                    plugin,
+                    parent.clone(),
+                    children.clone(),
+                    &related,
+                    fixtures.now,
+                    self.finalizing,
+                    allow,
+                );
+                match made {
+                    Ok(request) => outcome(plugin.metadata(), &parent, plugin.reconcile(&request), allow),
+                    Err(input::Unrequestable::Dispatch(e)) => {
+                        outcome(plugin.metadata(), &parent, Err(e), allow)
+                    }
+                    Err(input::Unrequestable::Refused(m)) => {
+                        Ok(json!({ "error": { "refused": format!("related: {m}") } }))
+                    }
+                }
+            })
+            .collect()
+    }
+}
+
+/// `None` when `actual` means what the file `expect` holds; else their unified diff.
+fn compare(expect: &Path, actual: Vec<Value>) -> anyhow::Result<Option<String>> {
+    let expected = input::documents(expect)?;
+    if canonical(expected.clone()) == canonical(actual.clone()) {
+        return Ok(None);
+    }
+    Ok(Some(
+        similar::TextDiff::from_lines(&to_yaml(&expected)?, &to_yaml(&actual)?)
+            .unified_diff()
+            .header(&expect.display().to_string(), "actual")
+            .to_string(),
+    ))
 }
 
 /// A response the host would accept, or the error as data so fixtures can expect

@@ -1,0 +1,317 @@
+//! A plugin project: its `capstan.toml` names the plugin, its language, how to build it,
+//! where the build puts the component and which golden cases it must pass, so `capstan
+//! build` and `capstan test` work the same for a plugin in any language (as `spin build`
+//! does for Spin apps).
+//!
+//! ```toml
+//! [plugin]
+//! name = "echo"
+//! language = "python"            # rust | python | js
+//! build = "sh build.sh"          # run with `sh -c` in the project's directory
+//! output = "build/echo.wasm"     # what the build writes
+//! memory-mib = 128               # linear memory per call for `capstan test` and `bench`
+//! cases = "golden/cases.toml"    # more [[case]] entries, paths relative to that file
+//!
+//! [[case]]
+//! name = "new"
+//! parent = "fixtures/echo.yaml"
+//! children = []                  # observed children, as `capstan test --children`
+//! related = []                   # objects the plugin may read, as `--related`
+//! settings = "fixtures/settings.yaml"
+//! now = "2026-11-24T09:30:00Z"
+//! expect = "golden/new.yaml"
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::Deserialize;
+
+/// The project file's name, looked for in the working directory and its parents.
+pub const FILE: &str = "capstan.toml";
+
+/// A plugin's language: what `capstan new` scaffolds and how a project builds by default.
+#[derive(Deserialize, Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    /// Rust with `capstan-sdk`, built by cargo for `wasm32-wasip2`.
+    Rust,
+    /// Python with the `capstan_sdk` package, built by componentize-py.
+    Python,
+    /// JavaScript with `@capstan/sdk`, built by componentize-js.
+    Js,
+}
+
+/// The `[plugin]` table.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Plugin {
+    /// The plugin's name, as its metadata gives it.
+    pub name: String,
+    /// The language it is written in.
+    pub language: Language,
+    /// The build command; Rust projects default to cargo's plugin build.
+    pub build: Option<String>,
+    /// The component the build writes, relative to the project.
+    pub output: PathBuf,
+    /// Linear memory per call when testing or benchmarking, in MiB.
+    pub memory_mib: Option<usize>,
+    /// A file of more `[[case]]` entries.
+    pub cases: Option<PathBuf>,
+}
+
+/// One golden case: `capstan test` of these fixtures must answer `expect`.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    /// What the case is called in `capstan test`'s output.
+    pub name: String,
+    /// The parent object(s).
+    pub parent: PathBuf,
+    /// Observed children.
+    #[serde(default)]
+    pub children: Vec<PathBuf>,
+    /// Objects the plugin may read.
+    #[serde(default)]
+    pub related: Vec<PathBuf>,
+    /// The plugin's settings.
+    pub settings: Option<PathBuf>,
+    /// The time the plugin is told it is (RFC 3339).
+    pub now: Option<String>,
+    /// Reconcile as if the parent were being deleted.
+    #[serde(default)]
+    pub finalizing: bool,
+    /// The expected output.
+    pub expect: PathBuf,
+}
+
+impl Case {
+    /// The case with its paths made relative to `dir` (the file that holds it).
+    fn under(mut self, dir: &Path) -> Case {
+        let join = |p: &PathBuf| dir.join(p);
+        self.parent = join(&self.parent);
+        self.children = self.children.iter().map(join).collect();
+        self.related = self.related.iter().map(join).collect();
+        self.settings = self.settings.as_ref().map(join);
+        self.expect = join(&self.expect);
+        self
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProjectFile {
+    plugin: Plugin,
+    #[serde(default)]
+    case: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CasesFile {
+    #[serde(default)]
+    case: Vec<Case>,
+}
+
+/// A loaded `capstan.toml`, its paths resolved.
+#[derive(Debug)]
+pub struct Project {
+    /// The directory holding `capstan.toml`.
+    pub dir: PathBuf,
+    /// The `[plugin]` table.
+    pub plugin: Plugin,
+    /// Every case, inline and from `cases`.
+    pub cases: Vec<Case>,
+}
+
+impl Project {
+    /// The project whose `capstan.toml` is in `start` or the nearest of its parents.
+    pub fn find(start: &Path) -> anyhow::Result<Project> {
+        let start =
+            std::path::absolute(start).with_context(|| format!("cannot resolve {}", start.display()))?;
+        start
+            .ancestors()
+            .map(|dir| dir.join(FILE))
+            .find(|file| file.is_file())
+            .map_or_else(
+                || {
+                    anyhow::bail!(
+                        "no {FILE} in {} or its parents: give the plugin's .wasm, or run in a plugin project (`capstan new`)",
+                        start.display()
+                    )
+                },
+                |file| Project::load(&file),
+            )
+    }
+
+    /// The project described by the file at `path`.
+    pub fn load(path: &Path) -> anyhow::Result<Project> {
+        let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let file: ProjectFile = read(path)?;
+        let mut cases: Vec<Case> = file.case.into_iter().map(|c| c.under(&dir)).collect();
+        if let Some(more) = &file.plugin.cases {
+            let more = dir.join(more);
+            let listed: CasesFile = read(&more)?;
+            let base = more.parent().unwrap_or(Path::new("."));
+            cases.extend(listed.case.into_iter().map(|c| c.under(base)));
+        }
+        if let Some(name) = first_duplicate(&cases) {
+            anyhow::bail!("{}: two cases are named {name:?}", path.display());
+        }
+        Ok(Project {
+            dir,
+            plugin: file.plugin,
+            cases,
+        })
+    }
+
+    /// The component the build writes.
+    pub fn output(&self) -> PathBuf {
+        self.dir.join(&self.plugin.output)
+    }
+
+    /// The command that builds the plugin.
+    pub fn build_command(&self) -> anyhow::Result<String> {
+        match (&self.plugin.build, self.plugin.language) {
+            (Some(command), _) => Ok(command.clone()),
+            (None, Language::Rust) => Ok(RUST_BUILD.to_string()),
+            (None, language) => anyhow::bail!(
+                "{}: a {language:?} plugin needs `build` in [plugin]",
+                self.dir.join(FILE).display()
+            ),
+        }
+    }
+
+    /// Run the build in the project's directory; the component it wrote.
+    pub fn build(&self) -> anyhow::Result<PathBuf> {
+        let command = self.build_command()?;
+        let output = self.output();
+        // A stale component must not pass for a fresh one when the build writes nothing.
+        let before = std::fs::metadata(&output).and_then(|m| m.modified()).ok();
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&command)
+            .current_dir(&self.dir)
+            .status()
+            .with_context(|| format!("cannot run `sh -c {command:?}`"))?;
+        anyhow::ensure!(status.success(), "`{command}` failed ({status})");
+        let after = std::fs::metadata(&output)
+            .and_then(|m| m.modified())
+            .map_err(|_| anyhow::anyhow!("`{command}` wrote no {}", output.display()))?;
+        anyhow::ensure!(
+            before.is_none_or(|b| after > b),
+            "`{command}` left {} as it was",
+            output.display()
+        );
+        Ok(output)
+    }
+}
+
+/// Cargo's build of a Rust plugin: the profile `capstan new` writes, for WASI 0.2.
+const RUST_BUILD: &str = "cargo build --profile plugin --target wasm32-wasip2";
+
+fn read<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    toml::from_str(&text).map_err(|e| {
+        let line = e.message().lines().next().unwrap_or_default().to_string();
+        let at = e.span().map(|s| text[..s.start].lines().count().max(1));
+        match at {
+            Some(n) => anyhow::anyhow!("{}:{n}: {line}", path.display()),
+            None => anyhow::anyhow!("{}: {line}", path.display()),
+        }
+    })
+}
+
+fn first_duplicate(cases: &[Case]) -> Option<&str> {
+    let mut seen = std::collections::HashSet::new();
+    cases
+        .iter()
+        .map(|c| c.name.as_str())
+        .find(|name| !seen.insert(*name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn cases_from_a_shared_file_resolve_against_that_file() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "shared/cases.toml",
+            "[[case]]\nname = \"new\"\nparent = \"p.yaml\"\nexpect = \"g/new.yaml\"\n",
+        );
+        let file = write(
+            dir.path(),
+            "proj/capstan.toml",
+            "[plugin]\nname = \"echo\"\nlanguage = \"js\"\nbuild = \"true\"\noutput = \"b/e.wasm\"\ncases = \"../shared/cases.toml\"\n\n[[case]]\nname = \"own\"\nparent = \"f/p.yaml\"\nchildren = [\"f/c.yaml\"]\nexpect = \"f/g.yaml\"\n",
+        );
+        let project = Project::find(&dir.path().join("proj/sub")).unwrap();
+        assert_eq!(project.plugin.language, Language::Js);
+        assert_eq!(project.output(), dir.path().join("proj/b/e.wasm"));
+        let names: Vec<_> = project.cases.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["own", "new"]);
+        assert_eq!(project.cases[0].children, [dir.path().join("proj/f/c.yaml")]);
+        assert_eq!(
+            project.cases[1].expect,
+            dir.path().join("proj/../shared/g/new.yaml")
+        );
+        assert_eq!(Project::load(&file).unwrap().cases.len(), 2);
+    }
+
+    #[test]
+    fn mistakes_are_one_line_with_the_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = write(
+            dir.path(),
+            "capstan.toml",
+            "[plugin]\nname = \"x\"\nlanguage = \"cobol\"\noutput = \"x.wasm\"\n",
+        );
+        let e = Project::load(&file).unwrap_err().to_string();
+        assert!(e.contains("capstan.toml:3: unknown variant `cobol`"), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+        let file = write(
+            dir.path(),
+            "capstan.toml",
+            "[plugin]\nname = \"x\"\nlanguage = \"python\"\noutput = \"x.wasm\"\n",
+        );
+        let e = Project::load(&file)
+            .unwrap()
+            .build_command()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a Python plugin needs `build`"), "{e}");
+        let e = Project::find(&dir.path().join(".."))
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no capstan.toml in"), "{e}");
+    }
+
+    #[test]
+    fn a_build_that_writes_nothing_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = write(
+            dir.path(),
+            "capstan.toml",
+            "[plugin]\nname = \"x\"\nlanguage = \"js\"\nbuild = \"true\"\noutput = \"x.wasm\"\n",
+        );
+        let e = Project::load(&file).unwrap().build().unwrap_err().to_string();
+        assert!(e.contains("wrote no"), "{e}");
+        let file = write(
+            dir.path(),
+            "capstan.toml",
+            "[plugin]\nname = \"x\"\nlanguage = \"js\"\nbuild = \"echo c > x.wasm\"\noutput = \"x.wasm\"\n",
+        );
+        let built = Project::load(&file).unwrap().build().unwrap();
+        assert_eq!(std::fs::read_to_string(built).unwrap(), "c\n");
+    }
+}
