@@ -9,9 +9,11 @@
 # CAPSTAN_TOOLCHAIN_CACHE (instead of ~/.cache/capstan, or $XDG_CACHE_HOME/capstan).
 set -eu
 
-# componentize-js 0.23 embeds StarlingMonkey with the WASI 0.2 imports the host links;
-# jco 1.35 reads the WIT for `jco types` (the SDK's generated declarations).
-JCO_VERSION="${CAPSTAN_JCO_VERSION:-1.35.0}"
+# componentize-js 0.23 is the newest; with `--disable` of every WASI feature its components
+# import only capstan:reconciler. jco generates the SDK's declarations from the WIT (`jco
+# guest-types`); not 1.35.0, whose preview2-shim 0.26 preopens no directory by default, so
+# its `types` and `guest-types` cannot read any WIT file ("No such file or directory").
+JCO_VERSION="${CAPSTAN_JCO_VERSION:-1.34.0}"
 CJS_VERSION="${CAPSTAN_COMPONENTIZE_JS_VERSION:-0.23.0}"
 
 cache="${CAPSTAN_TOOLCHAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/capstan}"
