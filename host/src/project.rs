@@ -289,10 +289,8 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("a Python plugin needs `build`"), "{e}");
-        let e = Project::find(&dir.path().join(".."))
-            .map(|_| ())
-            .unwrap_err()
-            .to_string();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let e = Project::find(elsewhere.path()).map(|_| ()).unwrap_err().to_string();
         assert!(e.contains("no capstan.toml in"), "{e}");
     }
 
