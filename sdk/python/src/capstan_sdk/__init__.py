@@ -35,11 +35,25 @@ from .related import Related
 from .response import Event, EventType, Response
 from .settings import Settings, SettingsError, setting
 
+__version__ = "0.1.0"
+"""This SDK's version: the same for the Rust, Python and JavaScript SDKs."""
+
 WIT_PACKAGE = "capstan:reconciler@0.2.0"
 """The WIT package this SDK implements."""
 
+
+def wit_dir() -> str:
+    """The directory of the WIT this SDK implements (:data:`WIT_PACKAGE`), shipped in the
+    package, for componentize-py's ``-d``: a plugin builds against the WIT of the SDK it
+    uses, wherever that is installed."""
+    import os
+
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "wit")
+
 __all__ = [
     "WIT_PACKAGE",
+    "__version__",
+    "wit_dir",
     "Condition",
     "Conditions",
     "Context",
