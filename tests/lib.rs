@@ -5,6 +5,7 @@
 pub mod governance;
 pub mod host;
 pub mod requests;
+pub mod toolchains;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,0 +1,75 @@
+//! Echo in Rust, Python and JavaScript is one plugin: each is built by `capstan build`
+//! from its capstan.toml and passes the same golden cases with `capstan test`; the
+//! Python and JavaScript SDKs and Echos pass their own native unit tests (pytest and
+//! node's test runner, no Wasm).
+
+use std::sync::OnceLock;
+
+use capstan_tests::toolchains::{python, run_in, succeeded};
+use capstan_tests::{arg, capstan_bin, plugin, workspace};
+
+/// `npm ci` in the JS SDK and Echo, once: two at a time in one tree would collide.
+fn npm_installed() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        for dir in ["sdk/js", "plugins/echo-js"] {
+            let out = run_in(&workspace().join(dir), "npm", &["ci", "--no-audit", "--no-fund"]);
+            succeeded(&format!("npm ci in {dir}"), &out);
+        }
+    });
+}
+
+/// `capstan build` then `capstan test` in `dir`: every case of tests/golden/echo passes.
+fn builds_and_passes_the_echo_goldens(dir: &str) {
+    let dir = workspace().join(dir);
+    let capstan = capstan_bin();
+    succeeded("capstan build", &run_in(&dir, arg(&capstan), &["build"]));
+    let out = succeeded("capstan test", &run_in(&dir, arg(&capstan), &["test"]));
+    let cases = std::fs::read_to_string(workspace().join("tests/golden/echo/cases.toml")).unwrap();
+    let n = cases.matches("[[case]]").count();
+    assert!(out.contains(&format!("{n} cases: {n} passed, 0 failed")), "{out}");
+}
+
+#[test]
+fn echo_in_python_passes_the_echo_goldens() {
+    builds_and_passes_the_echo_goldens("plugins/echo-py");
+}
+
+#[test]
+fn echo_in_javascript_passes_the_echo_goldens() {
+    npm_installed();
+    builds_and_passes_the_echo_goldens("plugins/echo-js");
+}
+
+#[test]
+fn echo_in_rust_passes_the_same_goldens() {
+    plugin("echo");
+    let dir = workspace().join("plugins/echo");
+    let out = succeeded("capstan test", &run_in(&dir, arg(&capstan_bin()), &["test"]));
+    assert!(out.contains("passed, 0 failed"), "{out}");
+}
+
+#[test]
+fn the_python_sdk_and_echo_pass_their_native_tests() {
+    let python = python();
+    for dir in ["sdk/python", "plugins/echo-py"] {
+        let out = run_in(
+            &workspace().join(dir),
+            arg(&python),
+            &["-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        );
+        let stdout = succeeded(&format!("pytest in {dir}"), &out);
+        assert!(stdout.contains(" passed"), "{dir}: {stdout}");
+    }
+}
+
+#[test]
+fn the_javascript_sdk_and_echo_pass_their_native_tests() {
+    npm_installed();
+    for dir in ["sdk/js", "plugins/echo-js"] {
+        let dir = workspace().join(dir);
+        let out = run_in(&dir, "node", &["--test", "test/"]);
+        let stdout = succeeded(&format!("node --test in {}", dir.display()), &out);
+        assert!(stdout.contains("# fail 0"), "{stdout}");
+    }
+}

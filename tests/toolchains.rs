@@ -1,0 +1,63 @@
+//! The Python and JavaScript toolchains the polyglot tests build with, installed by the
+//! repository's scripts from PyPI and npm into `~/.cache/capstan`, keyed by version.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use crate::workspace;
+
+fn script(name: &str) -> PathBuf {
+    let out = Command::new(workspace().join("scripts").join(name))
+        .output()
+        .unwrap_or_else(|e| panic!("{name} runs: {e}"));
+    assert!(
+        out.status.success(),
+        "{name} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// The componentize-py executable (its venv also holds pytest and PyYAML).
+pub fn componentize_py() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| script("toolchain-python.sh"))
+}
+
+/// The Python of componentize-py's venv, which runs the plugins' native tests.
+pub fn python() -> PathBuf {
+    componentize_py().with_file_name("python")
+}
+
+/// The `node_modules/.bin` holding componentize-js and rolldown.
+pub fn js_toolchain() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| script("toolchain-js.sh"))
+}
+
+/// `program args` in `dir` with both toolchains in the environment, as a user who
+/// installed them would have them.
+pub fn run_in(dir: &Path, program: &str, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .env("COMPONENTIZE_PY", componentize_py())
+        .env("CAPSTAN_JS_TOOLCHAIN", js_toolchain())
+        .env("CAPSTAN_CACHE_DIR", crate::compile_cache())
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap_or_else(|e| panic!("{program} runs: {e}"))
+}
+
+/// Assert `out` succeeded, showing what it printed if not; returns its stdout.
+pub fn succeeded(what: &str, out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
