@@ -290,7 +290,10 @@ mod tests {
             .to_string();
         assert!(e.contains("a Python plugin needs `build`"), "{e}");
         let elsewhere = tempfile::tempdir().unwrap();
-        let e = Project::find(elsewhere.path()).map(|_| ()).unwrap_err().to_string();
+        let e = Project::find(elsewhere.path())
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no capstan.toml in"), "{e}");
     }
 
