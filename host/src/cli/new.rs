@@ -45,15 +45,58 @@ const RUST: &[File] = &[
     ("golden/new.yaml", include_str!("new/rust/golden/new.yaml")),
 ];
 
+const PYTHON: &[File] = &[
+    ("capstan.toml", include_str!("new/python/capstan.toml")),
+    ("pyproject.toml", include_str!("new/python/pyproject.toml")),
+    ("README.md", include_str!("new/python/README.md")),
+    (".gitignore", include_str!("new/python/.gitignore")),
+    ("build.sh", include_str!("new/python/build.sh")),
+    ("app.py", include_str!("new/python/app.py")),
+    ("{{crate}}.py", include_str!("new/python/{{crate}}.py")),
+    ("conftest.py", include_str!("new/python/conftest.py")),
+    (
+        "tests/test_{{crate}}.py",
+        include_str!("new/python/tests/test_{{crate}}.py"),
+    ),
+    ("crd.yaml", include_str!("new/python/crd.yaml")),
+    (
+        "fixtures/{{name}}.yaml",
+        include_str!("new/python/fixtures/{{name}}.yaml"),
+    ),
+    ("golden/new.yaml", include_str!("new/python/golden/new.yaml")),
+];
+
+const JS: &[File] = &[
+    ("capstan.toml", include_str!("new/js/capstan.toml")),
+    ("package.json", include_str!("new/js/package.json")),
+    ("README.md", include_str!("new/js/README.md")),
+    (".gitignore", include_str!("new/js/.gitignore")),
+    ("build.sh", include_str!("new/js/build.sh")),
+    ("rolldown.config.mjs", include_str!("new/js/rolldown.config.mjs")),
+    ("src/component.js", include_str!("new/js/src/component.js")),
+    ("src/{{name}}.js", include_str!("new/js/src/{{name}}.js")),
+    (
+        "test/{{name}}.test.js",
+        include_str!("new/js/test/{{name}}.test.js"),
+    ),
+    ("crd.yaml", include_str!("new/js/crd.yaml")),
+    (
+        "fixtures/{{name}}.yaml",
+        include_str!("new/js/fixtures/{{name}}.yaml"),
+    ),
+    ("golden/new.yaml", include_str!("new/js/golden/new.yaml")),
+];
+
 pub fn run(args: NewArgs) -> anyhow::Result<ExitCode> {
     crate::validate::dns1123_label(&args.name).map_err(|e| anyhow::anyhow!("plugin name {e}"))?;
     let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from(&args.name));
     let empty = std::fs::read_dir(&dir).map_or(true, |mut d| d.next().is_none());
     anyhow::ensure!(empty, "{} exists and is not empty", dir.display());
-    let names = Names::of(&args.name, sdk_source(args.lang, args.sdk.as_deref())?);
+    let names = Names::of(&args.name, &sdk_source(args.sdk.as_deref())?);
     let files = match args.lang {
         Language::Rust => RUST,
-        Language::Python | Language::Js => anyhow::bail!("--lang {:?} is not scaffolded yet", args.lang),
+        Language::Python => PYTHON,
+        Language::Js => JS,
     };
     for (path, text) in files {
         let path = dir.join(names.fill(path));
@@ -67,17 +110,17 @@ pub fn run(args: NewArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// How a project depends on the SDK: by version, or on a checkout's copy.
-fn sdk_source(lang: Language, checkout: Option<&Path>) -> anyhow::Result<(String, String)> {
+/// Where a project's SDK comes from: the published packages of this version, or the
+/// `sdk` directory of a checkout.
+struct Sdk {
+    version: &'static str,
+    path: Option<String>,
+}
+
+fn sdk_source(checkout: Option<&Path>) -> anyhow::Result<Sdk> {
     let version = env!("CARGO_PKG_VERSION");
     let Some(checkout) = checkout else {
-        return Ok(match lang {
-            Language::Rust => (
-                format!("capstan-sdk = \"{version}\""),
-                format!("capstan-sdk = {{ version = \"{version}\", features = [\"testing\"] }}"),
-            ),
-            Language::Python | Language::Js => (version.to_string(), version.to_string()),
-        });
+        return Ok(Sdk { version, path: None });
     };
     let checkout = std::path::absolute(checkout)?;
     anyhow::ensure!(
@@ -86,14 +129,38 @@ fn sdk_source(lang: Language, checkout: Option<&Path>) -> anyhow::Result<(String
         checkout.display()
     );
     let sdk = checkout.join("sdk");
-    let sdk = sdk.to_str().context("the checkout's path is not UTF-8")?;
-    Ok(match lang {
-        Language::Rust => (
-            format!("capstan-sdk = {{ version = \"{version}\", path = {sdk:?} }}"),
-            format!("capstan-sdk = {{ version = \"{version}\", path = {sdk:?}, features = [\"testing\"] }}"),
-        ),
-        Language::Python | Language::Js => (sdk.to_string(), sdk.to_string()),
+    let path = sdk
+        .to_str()
+        .context("the checkout's path is not UTF-8")?
+        .to_string();
+    Ok(Sdk {
+        version,
+        path: Some(path),
     })
+}
+
+impl Sdk {
+    /// The Rust dependency lines: (dependencies, dev-dependencies).
+    fn rust(&self) -> (String, String) {
+        let version = self.version;
+        let path = self
+            .path
+            .as_ref()
+            .map(|p| format!(", path = {p:?}"))
+            .unwrap_or_default();
+        (
+            format!("capstan-sdk = {{ version = \"{version}\"{path} }}"),
+            format!("capstan-sdk = {{ version = \"{version}\"{path}, features = [\"testing\"] }}"),
+        )
+    }
+
+    /// The JS dependency's version range or `file:` source.
+    fn js(&self) -> String {
+        match &self.path {
+            Some(path) => format!("file:{path}/js"),
+            None => format!("^{}", self.version),
+        }
+    }
 }
 
 /// The placeholders of a template and their values.
@@ -102,7 +169,8 @@ struct Names {
 }
 
 impl Names {
-    fn of(name: &str, (sdk, sdk_testing): (String, String)) -> Names {
+    fn of(name: &str, sdk: &Sdk) -> Names {
+        let (rust, rust_testing) = sdk.rust();
         let kind: String = name
             .split('-')
             .map(|word| {
@@ -119,8 +187,11 @@ impl Names {
                 ("{{plural}}", format!("{}s", kind.to_ascii_lowercase())),
                 ("{{kind}}", kind.to_ascii_lowercase()),
                 ("{{Kind}}", kind),
-                ("{{sdk}}", sdk),
-                ("{{sdk-testing}}", sdk_testing),
+                ("{{sdk}}", rust),
+                ("{{sdk-testing}}", rust_testing),
+                ("{{sdk-path}}", sdk.path.clone().unwrap_or_default()),
+                ("{{js-sdk}}", sdk.js()),
+                ("{{version}}", sdk.version.to_string()),
             ],
         }
     }
@@ -138,10 +209,24 @@ mod tests {
 
     #[test]
     fn names_make_a_kind_a_crate_and_a_plural() {
-        let names = Names::of("ping-pong", ("s".into(), "t".into()));
+        let published = Sdk {
+            version: "1.2.3",
+            path: None,
+        };
+        let names = Names::of("ping-pong", &published);
         assert_eq!(
-            names.fill("{{name}} {{crate}} {{Kind}} {{kind}} {{plural}} {{sdk}}"),
-            "ping-pong ping_pong PingPong pingpong pingpongs s"
+            names.fill("{{name}} {{crate}} {{Kind}} {{kind}} {{plural}} {{js-sdk}} [{{sdk-path}}]"),
+            "ping-pong ping_pong PingPong pingpong pingpongs ^1.2.3 []"
+        );
+        assert_eq!(names.fill("{{sdk}}"), r#"capstan-sdk = { version = "1.2.3" }"#);
+        let checkout = Sdk {
+            version: "1.2.3",
+            path: Some("/src/capstan/sdk".into()),
+        };
+        let names = Names::of("a", &checkout);
+        assert_eq!(
+            names.fill("{{sdk-testing}} {{js-sdk}}"),
+            r#"capstan-sdk = { version = "1.2.3", path = "/src/capstan/sdk", features = ["testing"] } file:/src/capstan/sdk/js"#
         );
     }
 }
