@@ -15,7 +15,6 @@ This module runs natively (pytest) and in the Wasm build; app.py exports it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +35,7 @@ from capstan_sdk import (
 )
 from capstan_sdk.kinds import CONFIG_MAP, JOB
 from capstan_sdk.names import dns1123_subdomain, rust_debug
+from capstan_sdk.reconciler import to_json
 
 VERSION = "0.1.0"
 ECHO = KindRef("capstan.dev", "v1alpha1", "Echo", "echoes", namespaced=True)
@@ -198,7 +198,7 @@ def desired_job(echo: dict[str, Any], text: str, settings: EchoSettings) -> dict
     inputs: dict[str, str] = {"message": text}
     if settings.image != IMAGE:
         inputs["image"] = settings.image
-    digest = spec_hash(json.dumps(inputs, separators=(",", ":"), ensure_ascii=False).encode())
+    digest = spec_hash(to_json(inputs).encode())
     prefix = name[: MAX_JOB_NAME - len(digest) - 1].rstrip("-.")
     metadata: dict[str, Any] = {"name": f"{prefix}-{digest}"}
     namespace = objects.namespace(echo)

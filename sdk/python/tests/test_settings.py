@@ -89,3 +89,42 @@ def test_plain_schemas_check_too():
         check({}, schema)
     with pytest.raises(SettingsError, match="unknown variant"):
         check({"a": "z"}, schema)
+
+
+def test_a_settings_text_parses_once_and_answers_the_same_each_time(monkeypatch):
+    import json
+
+    from capstan_sdk import settings as module
+    from capstan_sdk.context import Context
+
+    calls = []
+    real_check = module.check
+    monkeypatch.setattr(module, "check", lambda value, schema: (calls.append(1), real_check(value, schema)))
+    monkeypatch.setattr(module, "_PARSED", set())
+    text = '{"salutation":"hi","tags":["a"],"inner":{"port":8080},"maxLength":3}'
+
+    def parsed():
+        return Context(raw_settings=json.loads(text), settings_text=text).settings(GreeterSettings)
+
+    first, second = parsed(), parsed()
+    assert first == second == GreeterSettings.parse(json.loads(text))
+    assert len(calls) == 2, "checked when first parsed (and by parse itself), not again"
+    assert first is not second and first.tags is not second.tags and first.inner is not second.inner
+    first.tags.append("changed")
+    assert parsed().tags == ["a"], "a call's settings are its own"
+
+    # A text that fails is checked (and fails) every time.
+    bad = '{"salutation":" "}'
+    for _ in range(2):
+        with pytest.raises(Exception, match="salutation must not be empty"):
+            Context(raw_settings=json.loads(bad), settings_text=bad).settings(GreeterSettings)
+    assert Metadata("g", "1", parent=PARENT).settings(GreeterSettings).validate_settings(bad) == "salutation must not be empty"
+
+
+def test_the_texts_remembered_are_bounded(monkeypatch):
+    from capstan_sdk import settings as module
+
+    monkeypatch.setattr(module, "_PARSED", set())
+    for n in range(module._PARSED_MAX * 2):
+        module.parse_text(GreeterSettings, f'{{"maxLength":{n}}}', {"maxLength": n})
+    assert len(module._PARSED) <= module._PARSED_MAX

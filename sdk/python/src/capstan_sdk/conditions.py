@@ -14,7 +14,7 @@ The same semantics as the Rust SDK's ``capstan_sdk::conditions``::
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
@@ -133,14 +133,12 @@ class Conditions:
         """Set the condition of ``type_``: its reason, message and observed generation
         always, its transition time only when its status changes (or it is new)."""
         status_text = Status.of(status).value
-        new = Condition(type_, status_text, reason, message, self._now, self._generation)
         for i, old in enumerate(self._list):
             if old.type == type_:
-                if old.status == status_text:
-                    new = replace(new, last_transition_time=old.last_transition_time)
-                self._list[i] = new
+                since = old.last_transition_time if old.status == status_text else self._now
+                self._list[i] = Condition(type_, status_text, reason, message, since, self._generation)
                 return self
-        self._list.append(new)
+        self._list.append(Condition(type_, status_text, reason, message, self._now, self._generation))
         return self
 
     def ready(self, status: Status | bool | str, reason: str, message: str = "") -> "Conditions":

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from .errors import Fatal
 from .kinds import KindRef
-from .settings import Settings, SettingsError, load_json
+from .settings import Settings, SettingsError, load_json, parse_text
 from .timefmt import EPOCH
 
 S = TypeVar("S", bound=Settings)
@@ -32,12 +32,17 @@ class Context:
     ``related`` it is the Unix epoch: queries must not depend on time."""
     finalizing: bool = False
     """The parent is being deleted and still carries the plugin's finalizer."""
+    settings_text: str | None = field(default=None, repr=False, compare=False)
+    """The settings' JSON text as the host sent it, when known: :meth:`settings` checks a
+    text once, not on every call."""
 
     def settings(self, settings_type: type[S]) -> S:
         """The settings as ``settings_type`` (usually the one declared in the metadata).
         The host has already validated them, so an error here is a plugin bug: fatal."""
         try:
-            return settings_type.parse(self.raw_settings)
+            if self.settings_text is None:
+                return settings_type.parse(self.raw_settings)
+            return parse_text(settings_type, self.settings_text, self.raw_settings)
         except SettingsError as e:
             raise Fatal(f"settings: {e}") from None
 

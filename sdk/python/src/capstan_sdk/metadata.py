@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .kinds import KindRef
-from .settings import Settings, SettingsError, check_no_settings, load_json
+from .settings import Settings, SettingsError, check_no_settings, load_json, parse_text
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,8 @@ class Metadata:
             value = load_json(settings) if isinstance(settings, str) else (settings or {})
             if self.settings_type is None:
                 check_no_settings(self.name, value)
+            elif isinstance(settings, str):
+                parse_text(self.settings_type, settings, value)
             else:
                 self.settings_type.parse(value)
         except SettingsError as e:

@@ -16,6 +16,7 @@ from .errors import Fatal, ReconcileError
 from .metadata import Metadata
 from .related import Related
 from .response import Response
+from .settings import SettingsError, parse_text
 from .timefmt import parse_time
 
 
@@ -54,7 +55,25 @@ class Request:
 
 def to_json(value: Any) -> str:
     """Compact JSON, non-ASCII as is: what serde_json writes."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)
+
+
+# What json.dumps(value, separators=(",", ":"), ensure_ascii=False) makes afresh on every call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def warm(r: Reconciler) -> None:
+    """Do once what every call would otherwise do first: derive the settings' schema and
+    how to build them, and parse the empty settings (``{}``, what the host sends when the
+    operator gives none). The Wasm entry calls this while componentize-py builds the
+    component, whose snapshot of the module state every instance then starts from."""
+    settings_type = r.metadata().settings_type
+    if settings_type is not None:
+        settings_type.schema()
+        try:
+            parse_text(settings_type, "{}", {})
+        except SettingsError:
+            pass  # required settings: none parse until the operator gives them
 
 
 def validate_settings(r: Reconciler, settings: str) -> str | None:
@@ -66,7 +85,7 @@ def related(r: Reconciler, parent: str, settings: str) -> list[Related]:
     """The ``related`` export."""
     try:
         obj = _parse_parent(parent)
-        ctx = Context(raw_settings=settings_from_text(settings))
+        ctx = Context(raw_settings=settings_from_text(settings), settings_text=settings)
         return list(r.related(obj, ctx))
     except ReconcileError as e:
         # `reconcile` reports the same error as fatal; no queries until it is fixed.
@@ -85,6 +104,7 @@ def reconcile(r: Reconciler, request: Request) -> Response:
         children=_parse_all("child", request.children),
         related=_parse_all("related object", request.related),
         raw_settings=settings_from_text(request.settings),
+        settings_text=request.settings,
         now=now,
         finalizing=request.finalizing,
     )

@@ -76,13 +76,7 @@ class Settings:
         if value is None:
             value = {}
         check(value, cls.schema())
-        hints = typing.get_type_hints(cls)
-        kwargs = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            key = camel(f.name)
-            if key in value:
-                kwargs[f.name] = _build(hints[f.name], value[key])
-        settings = cls(**kwargs)
+        settings = _construct(cls, value)
         try:
             settings.validate()
         except ValueError as e:
@@ -104,9 +98,72 @@ class Settings:
         return out
 
 
+def parse_text(cls: type[S], text: str, value: Any) -> S:
+    """``cls.parse(value)`` where ``value`` is ``text`` decoded (afresh: the settings
+    returned own it): the same answer, but once a text has parsed, later calls with it
+    only construct the dataclass. Checking against the schema and :meth:`Settings.validate`
+    are deterministic, so they passed for this text before and would pass again; what a
+    call gets is a new object all the same, which it may change freely.
+
+    A Wasm instance keeps module state between calls, so a plugin reused for many
+    reconciles checks its settings once, not on every call."""
+    key = (cls, text)
+    if key in _PARSED:
+        return _construct(cls, {} if value is None else value)
+    settings = cls.parse(value)
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED.add(key)
+    return settings
+
+
+# (settings class, settings text) pairs that parsed; bounded, as settings change seldom.
+_PARSED: set[tuple[type, str]] = set()
+_PARSED_MAX = 64
+
+
+def _construct(cls: type[S], value: dict[str, Any]) -> S:
+    """The dataclass of already checked decoded JSON."""
+    kwargs = {}
+    for name, key, build in _fields(cls):
+        if key in value:
+            v = value[key]
+            kwargs[name] = v if build is None else build(v)
+    return cls(**kwargs)
+
+
+_FIELDS: dict[type, tuple[tuple[str, str, Any], ...]] = {}
+
+
+def _fields(cls: type) -> tuple[tuple[str, str, Any], ...]:
+    """Each field's name, JSON key and how to build its value from JSON (None: as is),
+    derived once per class: resolving type hints is the slow part of parsing."""
+    out = _FIELDS.get(cls)
+    if out is None:
+        hints = typing.get_type_hints(cls)
+        out = tuple(
+            (f.name, camel(f.name), _builder(hints[f.name]))
+            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        )
+        _FIELDS[cls] = out
+    return out
+
+
+_AS_IS = (str, int, bool, Any)
+
+
+def _builder(t: Any) -> Any:
+    """None when JSON's value is already the field's (``_build`` would return it as is),
+    else a function building it."""
+    inner = _optional_inner(t)
+    if (inner if inner is not None else t) in _AS_IS:
+        return None
+    return lambda v: _build(t, v)
+
+
 def load_json(text: str) -> Any:
     """Settings text as the host sends it; no settings at all reads as ``{}``."""
-    if text.strip() in ("", "null"):
+    if text == "{}" or text.strip() in ("", "null"):
         return {}
     try:
         return json.loads(text)
@@ -218,8 +275,7 @@ def _build(t: Any, v: Any) -> Any:
         _, value = typing.get_args(t) or (str, Any)
         return {k: _build(value, x) for k, x in v.items()}
     if dataclasses.is_dataclass(t):
-        hints = typing.get_type_hints(t)
-        return t(**{f.name: _build(hints[f.name], v[camel(f.name)]) for f in dataclasses.fields(t) if camel(f.name) in v})
+        return _construct(t, v)
     if t is float and isinstance(v, int):
         return float(v)
     return v

@@ -31,7 +31,11 @@ def format_time(t: datetime) -> str:
     """``t`` as Kubernetes writes ``metav1.Time``: UTC, whole seconds, ``Z``."""
     if t.tzinfo is None:
         t = t.replace(tzinfo=timezone.utc)
-    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    t = t.astimezone(timezone.utc)
+    if t.year < 1000:
+        return t.strftime("%Y-%m-%dT%H:%M:%SZ")  # how the C library pads such a year
+    # What strftime writes for four-digit years, without its cost on every condition.
+    return f"{t.year}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}Z"
 
 
 def format_time_precise(t: datetime) -> str:

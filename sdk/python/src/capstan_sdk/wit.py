@@ -40,6 +40,7 @@ def export(reconciler: Reconciler) -> type:
     """The class componentize-py exports as ``capstan:reconciler/plugin``; bind it to the
     name ``Plugin`` in the entry module."""
     log.set_sink(_host_log)
+    glue.warm(reconciler)
 
     class Plugin(exports.Plugin):
         def metadata(self) -> wit.PluginMetadata:
