@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use capstan::dev::Plane;
 use capstan::dev::image::{build_binary, capstan_image};
-use capstan_tests::host::{echo_resource, eventually};
+use capstan_tests::host::{Host, echo_resource, eventually, install_plugin_crd};
 use capstan_tests::plugin;
+use capstan_tests::toolchains::built;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -410,5 +411,32 @@ async fn the_node_is_ready_and_kwoks_node_takes_no_pods() -> Result<()> {
         taints.iter().any(|t| t.effect == "NoSchedule"),
         "kwok's node is tainted: {taints:?}"
     );
+    Ok(())
+}
+
+/// Echo in Python and in JavaScript, run by `capstan run` on this machine against the
+/// plane (their components are too large for the chart's ConfigMap): each Echo's Job
+/// really runs on the node and prints its message, as the Rust Echo's does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_in_python_and_javascript_run_jobs_on_the_real_node() -> Result<()> {
+    let _turn = TURN.lock().await;
+    let plane = Plane::shared_real_node().await?;
+    install_plugin_crd(plane, "echo").await?;
+    let admin = plane.client().await?;
+    for (lang, project) in [("python", "plugins/echo-py"), ("js", "plugins/echo-js")] {
+        let wasm = tokio::task::spawn_blocking(move || built(project)).await?;
+        let ns = plane.namespace(&format!("polyglot-{lang}")).await?;
+        let dir = tempfile::tempdir()?;
+        let plugins = dir.path().join("plugins");
+        std::fs::create_dir_all(&plugins)?;
+        std::fs::copy(&wasm, plugins.join("echo.wasm"))?;
+        let args = ["--plugins", plugins.to_str().unwrap(), "--namespace", &ns];
+        let _host = Host::start(plane, &args, &dir.path().join("host.log"), &[])?;
+        let message = format!("hello from {lang}");
+        let log = echo_runs(&admin, &ns, "hello", &message).await;
+        let log =
+            log.with_context(|| std::fs::read_to_string(dir.path().join("host.log")).unwrap_or_default())?;
+        ensure!(log.trim() == message, "{lang}: the pod printed {log:?}");
+    }
     Ok(())
 }

@@ -61,3 +61,26 @@ pub fn succeeded(what: &str, out: &Output) -> String {
     );
     stdout
 }
+
+/// The component `capstan build` makes of the project in `dir` (relative to the
+/// workspace), once per test binary.
+pub fn built(dir: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, path)) = built.iter().find(|(d, _)| d == dir) {
+        return path.clone();
+    }
+    let out = run_in(
+        &workspace().join(dir),
+        crate::arg(&crate::capstan_bin()),
+        &["build"],
+    );
+    let stdout = succeeded(&format!("capstan build in {dir}"), &out);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("built "))
+        .unwrap_or_else(|| panic!("capstan build printed no `built` line: {stdout}"));
+    let path = PathBuf::from(line.rsplit_once(" (").map_or(line, |(p, _)| p));
+    built.push((dir.to_string(), path.clone()));
+    path
+}
