@@ -13,6 +13,10 @@ fi
 # for the chart tests.
 scripts/node-packages.sh
 scripts/k8s-build.sh all node helm >/dev/null
+# The Python and JavaScript plugins' toolchains (componentize-py from PyPI, componentize-js
+# and jco from npm) into ~/.cache/capstan, keyed by version; the tests find them there.
+scripts/toolchain-python.sh >/dev/null
+scripts/toolchain-js.sh >/dev/null
 cargo build --profile plugin --target wasm32-wasip2 -p echo -p hostile -p scheduled-echo -p tenant -p broken-metadata -p greedy -p echo-canary -p hostile-twin -p namespace-defaults -p misdeclared -p misdeclared-orphans
 
 # cargo prints one result line per test binary; finish with the total on one line.
