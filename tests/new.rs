@@ -107,3 +107,79 @@ fn a_bad_name_or_a_full_directory_is_one_line_and_exit_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not empty"));
 }
+
+#[test]
+fn the_sdks_package_for_use_outside_the_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    // Cargo builds the packed crates from the .crate files alone: the WIT must be inside.
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = run_in(
+        workspace(),
+        &cargo,
+        &[
+            "package",
+            "-p",
+            "capstan-contract",
+            "-p",
+            "capstan-sdk",
+            "--allow-dirty",
+            "--quiet",
+        ],
+    );
+    succeeded("cargo package", &out);
+    let listed = run_in(
+        workspace(),
+        &cargo,
+        &[
+            "package",
+            "-p",
+            "capstan-sdk",
+            "--allow-dirty",
+            "--list",
+            "--quiet",
+        ],
+    );
+    let files = succeeded("cargo package --list", &listed);
+    assert!(files.lines().any(|f| f == "wit/reconciler.wit"), "{files}");
+
+    let out = run_in(
+        workspace(),
+        arg(&python()),
+        &[
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--quiet",
+            "-w",
+            arg(dir.path()),
+            "sdk/python",
+        ],
+    );
+    succeeded("pip wheel", &out);
+    let wheel = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(".whl"))
+        .expect("a wheel");
+    let name = wheel.file_name().to_string_lossy().to_string();
+    assert!(
+        name.starts_with(&format!("capstan_sdk-{}-", env!("CARGO_PKG_VERSION"))),
+        "{name}"
+    );
+
+    let out = run_in(
+        &workspace().join("sdk/js"),
+        "npm",
+        &["pack", "--dry-run", "--json"],
+    );
+    let packed: serde_json::Value = serde_json::from_str(&succeeded("npm pack", &out)).unwrap();
+    let files: Vec<&str> = packed[0]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["path"].as_str())
+        .collect();
+    assert!(files.iter().any(|f| f.ends_with("reconciler.wit")), "{files:?}");
+    assert_eq!(packed[0]["version"], env!("CARGO_PKG_VERSION"));
+}
