@@ -193,8 +193,11 @@ export function desiredJob(echo, text, s) {
   if (typeof name !== 'string') throw fatal('Echo has no metadata.name');
   // The bytes the Rust Echo hashes: serde_json of `{"message": …}`, plus `"image"` only
   // for another image than the default, so Jobs keep their names across implementations.
-  const hash = specHash(JSON.stringify({ message: text, image: s.image !== IMAGE ? s.image : undefined }));
-  const prefix = [...name].slice(0, MAX_JOB_NAME - hash.length - 1).join('').replace(/[-.]+$/, '');
+  const hash = specHashOf(JSON.stringify({ message: text, image: s.image !== IMAGE ? s.image : undefined }));
+  const room = MAX_JOB_NAME - hash.length - 1;
+  // Cut by code points; a name no longer than that in UTF-16 units needs no cutting.
+  const cut = name.length <= room ? name : [...name].slice(0, room).join('');
+  const prefix = cut.replace(/[-.]+$/, '');
   const metadata = {
     labels: { 'app.kubernetes.io/managed-by': 'capstan', 'capstan.dev/plugin': 'echo' },
     name: `${prefix}-${hash}`,
@@ -223,6 +226,19 @@ export function phaseOf(jobStatus) {
   return Phase.Pending;
 }
 
+const encoder = new TextEncoder();
+
+/** specHash, remembering the last answer: an Echo is reconciled again and again. */
+let lastHashed;
+let lastHash;
+function specHashOf(text) {
+  if (text !== lastHashed) {
+    lastHash = specHash(text);
+    lastHashed = text;
+  }
+  return lastHash;
+}
+
 /**
  * 8 hex digits of 64-bit FNV-1a over the UTF-8 of `text`, folded to 32 bits (high ^ low):
  * the Rust Echo's `spec_hash`. The 64-bit product is kept as two 32-bit halves, since a
@@ -231,11 +247,12 @@ export function phaseOf(jobStatus) {
 export function specHash(text) {
   let hi = 0xcbf29ce4;
   let lo = 0x84222325;
-  for (const byte of new TextEncoder().encode(text)) {
-    lo ^= byte;
+  const bytes = encoder.encode(text);
+  for (let i = 0; i < bytes.length; i++) {
+    lo ^= bytes[i];
     // × 0x100000001b3 = × 0x1b3 + (× 1 << 40); the shifted part lands in the high half only.
     const loProduct = (lo >>> 0) * 0x1b3;
-    const carry = Math.floor(loProduct / 0x100000000);
+    const carry = (loProduct / 0x100000000) >>> 0; // < 0x1b3, so the cut is a floor
     hi = ((hi >>> 0) * 0x1b3 + carry + ((lo << 8) >>> 0)) >>> 0;
     lo = loProduct >>> 0;
   }

@@ -46,7 +46,8 @@ export class Conditions {
    * @param {Date | string} now usually `ctx.now`
    */
   constructor(previous, generation, now) {
-    this.list = (Array.isArray(previous) ? previous : []).map(normalized);
+    this.list = [];
+    if (Array.isArray(previous)) for (let i = 0; i < previous.length; i++) this.list.push(normalized(previous[i]));
     this.generation = typeof generation === 'number' ? generation : undefined;
     this.now = timeText(now);
   }
@@ -61,8 +62,9 @@ export class Conditions {
       lastTransitionTime: this.now,
     };
     if (this.generation !== undefined) condition.observedGeneration = this.generation;
-    const i = this.list.findIndex((c) => c.type === type);
-    if (i < 0) {
+    let i = 0;
+    while (i < this.list.length && this.list[i].type !== type) i++;
+    if (i === this.list.length) {
       this.list.push(condition);
     } else {
       if (this.list[i].status === condition.status) {
@@ -85,13 +87,20 @@ export class Conditions {
 
   /** The conditions, to put into the status. */
   toArray() {
-    return this.list.map((c) => ({ ...c }));
+    const out = [];
+    for (let i = 0; i < this.list.length; i++) out.push({ ...this.list[i] });
+    return out;
   }
 }
 
 /** The condition of `type` in `conditions`, if any. */
 export function find(conditions, type) {
-  return (Array.isArray(conditions) ? conditions : []).find((c) => c && c.type === type);
+  if (!Array.isArray(conditions)) return undefined;
+  for (let i = 0; i < conditions.length; i++) {
+    const c = conditions[i];
+    if (c && c.type === type) return c;
+  }
+  return undefined;
 }
 
 /** JSON Schema of a list of conditions as Kubernetes' own types declare it. */

@@ -3,7 +3,7 @@
 // JSON values; `childrenOf(kind)` and `relatedOf(kind)` are the typed views by kind.
 
 import { fatal } from './errors.js';
-import { ofKind } from './kinds.js';
+import { isKind, ofKind } from './kinds.js';
 import { formatTime } from './time.js';
 
 export class Context {
@@ -35,7 +35,12 @@ export class Context {
 
   /** The observed child of `kind` named `name`, if any. */
   child(kind, name) {
-    return this.childrenOf(kind).find((c) => c?.metadata?.name === name);
+    const children = this.children;
+    for (let i = 0; i < children.length; i++) {
+      const c = children[i];
+      if (isKind(kind, c) && c?.metadata?.name === name) return c;
+    }
+    return undefined;
   }
 }
 

@@ -3,7 +3,9 @@
 
 /** @param {{group?: string, version: string, kind: string, plural: string, namespaced: boolean}} k */
 export function kindRef({ group = '', version, kind, plural, namespaced }) {
-  for (const [field, value] of Object.entries({ version, kind, plural })) {
+  const fields = { version, kind, plural };
+  for (const field in fields) {
+    const value = fields[field];
     if (typeof value !== 'string' || value === '') {
       throw new TypeError(`kind ${kind ?? '?'}: ${field} must be a non-empty string`);
     }
@@ -31,7 +33,9 @@ export function isKind(kind, object) {
 
 /** The objects among `objects` of `kind`. */
 export function ofKind(kind, objects) {
-  return objects.filter((o) => isKind(kind, o));
+  const out = [];
+  for (let i = 0; i < objects.length; i++) if (isKind(kind, objects[i])) out.push(objects[i]);
+  return out;
 }
 
 /** A new object of `kind`: `apiVersion`, `kind` and these fields. */

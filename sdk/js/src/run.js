@@ -1,13 +1,20 @@
 // The plugin's four calls on the WIT's records, plain JavaScript in and out: what the Wasm
 // adapter (guest.js) exports and what the testing fixtures run, so a test goes through the
 // same text path as the component does.
+//
+// A call is cheap when it does little JavaScript: the component runs SpiderMonkey's
+// interpreter (no JIT), where each function call, iterator step (for-of, spread, array
+// destructuring) and self-hosted builtin (map, filter, find) counts. So what cannot change
+// between calls is worked out once per instance and kept in module state, which a reused
+// instance keeps: the reconciler's Metadata, and its settings, by their text (the host
+// sends the same text on every call).
 
 import { Context, parseJson } from './context.js';
 import { ReconcileError, fatal } from './errors.js';
 import { kindRef } from './kinds.js';
 import { warn } from './log.js';
 import { Metadata } from './metadata.js';
-import { SettingsError } from './settings.js';
+import { SettingsError, freezeDeep } from './settings.js';
 import { parseTime } from './time.js';
 
 /**
@@ -15,9 +22,45 @@ import { parseTime } from './time.js';
  * `reconcile(parent, ctx)`, which returns a Response or throws a ReconcileError.
  */
 function metadataOf(reconciler) {
-  const m = reconciler.metadata();
-  if (!(m instanceof Metadata)) throw new TypeError('reconciler.metadata() must return a Metadata');
-  return m;
+  return stateOf(reconciler).metadata;
+}
+
+/** What is kept per reconciler: its Metadata, and the settings last checked. */
+const states = new WeakMap();
+
+function stateOf(reconciler) {
+  let state = states.get(reconciler);
+  if (state === undefined) {
+    const m = reconciler.metadata();
+    if (!(m instanceof Metadata)) throw new TypeError('reconciler.metadata() must return a Metadata');
+    state = { metadata: m, settingsText: undefined, settings: undefined, refusal: undefined };
+    states.set(reconciler, state);
+  }
+  return state;
+}
+
+/**
+ * The settings in `text`, checked: the value (frozen, since every call shares it), or a
+ * SettingsError thrown. The last text's outcome is kept, so a call with the same settings
+ * as the one before checks nothing.
+ */
+function checkedSettings(reconciler, text) {
+  const state = stateOf(reconciler);
+  if (typeof text !== 'string') return state.metadata.validateSettings(text);
+  if (state.settingsText !== text) {
+    state.settingsText = undefined;
+    try {
+      state.settings = freezeDeep(state.metadata.validateSettings(text));
+      state.refusal = undefined;
+    } catch (e) {
+      if (!(e instanceof SettingsError)) throw e;
+      state.settings = undefined;
+      state.refusal = e.message;
+    }
+    state.settingsText = text;
+  }
+  if (state.refusal !== undefined) throw new SettingsError(state.refusal);
+  return state.settings;
 }
 
 /** The `metadata` export's record. */
@@ -38,7 +81,7 @@ export function metadata(reconciler) {
 /** The `validate-settings` export: undefined, or the one-line refusal. */
 export function validateSettings(reconciler, settings) {
   try {
-    metadataOf(reconciler).validateSettings(settings);
+    checkedSettings(reconciler, settings);
     return undefined;
   } catch (e) {
     if (e instanceof SettingsError) return e.message;
@@ -49,7 +92,7 @@ export function validateSettings(reconciler, settings) {
 /** The settings as the plugin reads them; the host already accepted them, so a refusal here is fatal. */
 function settingsOf(reconciler, text) {
   try {
-    return metadataOf(reconciler).validateSettings(text);
+    return checkedSettings(reconciler, text);
   } catch (e) {
     if (e instanceof SettingsError) throw fatal(`settings: ${e.message}`);
     throw e;
@@ -91,12 +134,19 @@ export function reconcile(reconciler, request) {
   } catch (e) {
     return { err: errorRecord(e) };
   }
+  const children = [];
+  for (let i = 0; i < response.children.length; i++) children.push(JSON.stringify(response.children[i]));
+  const events = [];
+  for (let i = 0; i < response.events.length; i++) {
+    const e = response.events[i];
+    events.push({ eventType: e.type, reason: e.reason, message: e.message });
+  }
   return {
     ok: {
-      children: response.children.map((c) => JSON.stringify(c)),
+      children,
       status: response.status === undefined ? undefined : JSON.stringify(response.status),
       requeueAfterMs: response.requeueAfterMs === undefined ? undefined : BigInt(response.requeueAfterMs),
-      events: response.events.map((e) => ({ eventType: e.type, reason: e.reason, message: e.message })),
+      events,
       finalized: response.finalized,
     },
   };
@@ -108,8 +158,8 @@ export function reconcileRaw(reconciler, request) {
   if (!now) throw fatal(`the request's now ${JSON.stringify(request.now)} is not an RFC 3339 time`);
   const parent = parseJson('parent', request.parent);
   const ctx = new Context({
-    children: request.children.map((c) => parseJson('child', c)),
-    related: request.related.map((c) => parseJson('related object', c)),
+    children: parseAll('child', request.children),
+    related: parseAll('related object', request.related),
     settings: settingsOf(reconciler, request.settings),
     now,
     nowText: request.now,
@@ -120,6 +170,12 @@ export function reconcileRaw(reconciler, request) {
     throw new TypeError('reconcile must return a Response');
   }
   return response;
+}
+
+function parseAll(what, texts) {
+  const out = [];
+  for (let i = 0; i < texts.length; i++) out.push(parseJson(what, texts[i]));
+  return out;
 }
 
 /** The WIT reconcile-error variant for what a reconcile threw. */

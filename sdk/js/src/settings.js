@@ -222,3 +222,12 @@ function describe(value) {
 function oneOf(names) {
   return names.length === 1 ? names[0] : `one of ${names.join(', ')}`;
 }
+
+/** `value` with it and everything in it frozen; returns it. */
+export function freezeDeep(value) {
+  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const key of Object.keys(value)) freezeDeep(value[key]);
+  }
+  return value;
+}
