@@ -44,9 +44,7 @@ fn echo_in_javascript_passes_the_echo_goldens() {
 #[test]
 fn echo_in_rust_passes_the_same_goldens() {
     plugin("echo");
-    let dir = workspace().join("plugins/echo");
-    let out = succeeded("capstan test", &run_in(&dir, arg(&capstan_bin()), &["test"]));
-    assert!(out.contains("passed, 0 failed"), "{out}");
+    builds_and_passes_the_echo_goldens("plugins/echo");
 }
 
 #[test]
