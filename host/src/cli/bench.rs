@@ -35,7 +35,7 @@ fn at_least_one(value: &str) -> Result<usize, String> {
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.iterations > 0, "-n must be at least 1");
-    let plugin = args.plugin.load()?;
+    let (_, plugin) = args.plugin.load()?;
     let parent = args.fixtures.parents()?.swap_remove(0);
     let related = args.fixtures.related()?;
     let request = match input::request(

@@ -66,8 +66,7 @@ fn helm_values(metadata: &Metadata, file: &str) -> anyhow::Result<String> {
 }
 
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
-    let plugin = args.plugin.load()?;
-    let (path, _) = args.plugin.component()?;
+    let (path, plugin) = args.plugin.load()?;
     if args.helm_values {
         let file = path.file_name().unwrap_or_default().to_string_lossy();
         print!("{}", helm_values(plugin.metadata(), &file)?);

@@ -140,9 +140,11 @@ impl PluginArgs {
         }
     }
 
-    fn load(&self) -> anyhow::Result<Plugin> {
+    /// The plugin loaded, and the file it came from (found once: a project is a lookup).
+    fn load(&self) -> anyhow::Result<(PathBuf, Plugin)> {
         let (path, memory) = self.component()?;
-        self.load_from(&path, memory, self.settings.as_deref())
+        let plugin = self.load_from(&path, memory, self.settings.as_deref())?;
+        Ok((path, plugin))
     }
 
     /// Load `path` with these limits and the settings in `settings`.

@@ -54,8 +54,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     if args.plugin.plugin.is_none() && args.fixtures.parent.is_none() {
         return cases(&args);
     }
-    let (path, _) = args.plugin.component()?;
-    let plugin = args.plugin.load()?;
+    let (path, plugin) = args.plugin.load()?;
     let check = Check {
         plugin: &plugin,
         path: &path,
