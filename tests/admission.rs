@@ -1,7 +1,7 @@
 //! Which plugin files a running host admits, at start and by hot reload, under one set of
 //! rules: a second file of a plugin name is refused alone, with a line naming both files,
-//! and a plugin whose concurrency the engine's pool no longer holds is refused alone; the
-//! other plugins keep serving.
+//! and a plugin whose measured memory the host's budget no longer holds is refused alone;
+//! the other plugins keep serving. Concurrency is no rule: plugins share the instance pool.
 
 use std::time::Duration;
 
@@ -24,20 +24,24 @@ fn refusal(log: &[Value], message: &str, needle: &str) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_file_of_a_name_or_too_much_concurrency_is_refused_alone() -> Result<()> {
+async fn a_second_file_of_a_name_or_one_over_the_memory_budget_is_refused_alone() -> Result<()> {
     let plane = Plane::shared().await?;
     install_plugin_crd(plane, "echo").await?;
     let ns = plane.namespace("admission").await?;
     let dir = std::env::temp_dir().join(format!("capstan-admission-{ns}"));
     std::fs::create_dir_all(&dir)?;
     std::fs::copy(plugin("echo"), dir.join("echo2.wasm"))?;
-    // Each plugin gets the default concurrency of 16: two fit a pool of 40, three do not.
+    // Each plugin reserves what one instance was measured to hold, about 5 MiB (most of it
+    // the lift allowance of a 4 MiB response): two fit 12 MiB, three do not. Their
+    // concurrency (16 each) adds up to more than the pool of 40, which they share.
     let extra = [
         "--hot-reload",
         "--reload-interval",
         "300ms",
         "--max-instances",
         "40",
+        "--memory-budget",
+        "12Mi",
     ];
     let mut host = start_host_with(plane, &["echo"], &ns, &dir, &extra)?;
     let (first, again) = (dir.join("echo.wasm"), dir.join("echo2.wasm"));
@@ -61,8 +65,8 @@ async fn a_second_file_of_a_name_or_too_much_concurrency_is_refused_alone() -> R
     .await?;
     ensure!(http_get(&health, "/healthz")?.0.contains("200"), "the host runs");
 
-    // Hot reload: a third echo (its name is taken), then two plugins of 16 each (the
-    // first fits beside echo's 16, the second does not).
+    // Hot reload: a third echo (its name is taken), then two plugins (the first fits
+    // beside echo in the memory budget, the second does not).
     let put = |from: &str, to: &str| -> Result<()> {
         let tmp = dir.join(format!(".{to}.tmp"));
         std::fs::copy(plugin(from), &tmp)?;
@@ -80,10 +84,13 @@ async fn a_second_file_of_a_name_or_too_much_concurrency_is_refused_alone() -> R
     .await?;
     put("hostile", "hostile.wasm")?;
     let crowded = eventually("hostile refused", Duration::from_secs(60), async || {
-        Ok(refusal(&host.log(), REFUSED_LATER, "concurrency adds up to 48"))
+        Ok(refusal(&host.log(), REFUSED_LATER, "plugin hostile needs"))
     })
     .await?;
-    ensure!(crowded.contains("more than the 40 instances"), "{crowded}");
+    ensure!(
+        crowded.contains("the host's memory budget of 12 MiB has") && crowded.contains("reserved by echo "),
+        "{crowded}"
+    );
     let third = dir.join("echo3.wasm").display().to_string();
     let log = host.log();
     let taken = refusal(&log, REFUSED_LATER, &third).unwrap_or_default();
@@ -92,7 +99,7 @@ async fn a_second_file_of_a_name_or_too_much_concurrency_is_refused_alone() -> R
         "{taken}"
     );
     let (status, body) = http_get(&health, "/readyz")?;
-    ensure!(body.contains("concurrency adds up to 48"), "{status}\n{body}");
+    ensure!(body.contains("plugin hostile needs"), "{status}\n{body}");
     host.signal(libc::SIGTERM);
     ensure!(
         host.wait(Duration::from_secs(30))?.code() == Some(0),

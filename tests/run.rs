@@ -238,16 +238,14 @@ async fn bad_plugins_or_unserved_kinds_are_one_line_and_exit_2() -> Result<()> {
         "12s",
     ];
     expect_one_line_exit_2(plane, &overlap, "must be shorter than --lease-duration")?;
-    // More concurrency than the instance pool holds.
-    let crowded = [
-        "--plugins",
-        plugins,
-        "--concurrency",
-        "16",
-        "--max-instances",
-        "8",
-    ];
-    expect_one_line_exit_2(plane, &crowded, "concurrency adds up to 16")?;
+    // A plugin whose measured instance does not fit the memory budget, and nothing else to
+    // run. (More concurrency than the instance pool is no error: plugins share the pool.)
+    let crowded = ["--plugins", plugins, "--memory-budget", "1Mi"];
+    expect_one_line_exit_2(
+        plane,
+        &crowded,
+        "the host's memory budget of 1 MiB has 1 MiB left",
+    )?;
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }

@@ -46,8 +46,8 @@ pub struct RunArgs {
     /// below the pod's terminationGracePeriodSeconds).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
     shutdown_timeout: Duration,
-    /// Plugin instances that may exist at once across all plugins (the engine's pool);
-    /// the plugins' concurrency must add up to no more.
+    /// Plugin instances that may exist at once across all plugins (the engine's pool),
+    /// shared fairly: a plugin alone may use all of it, plugins in contention get equal shares.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     max_instances: u32,
     /// Linear memory all plugins may hold together (bytes, or a quantity such as

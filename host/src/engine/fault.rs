@@ -17,6 +17,10 @@ pub enum Fault {
     /// Its live instances together reached the plugin's memory total.
     #[error("reached, with its other calls, the plugin's memory total of {0} bytes")]
     PluginMemory(usize),
+    /// Needed more than its floor in the host budget (what one instance was measured to
+    /// hold, in bytes) while the rest of the budget was in use.
+    #[error("needed more than its reserved {} MiB while the host's memory budget had nothing unreserved left", .0 >> 20)]
+    HostMemory(usize),
     /// Overflowed the Wasm stack.
     #[error("overflowed its stack")]
     StackOverflow,
@@ -59,7 +63,7 @@ impl Fault {
     pub fn cause(&self) -> &'static str {
         match self {
             Fault::Deadline(_) => "deadline",
-            Fault::OutOfMemory(_) | Fault::PluginMemory(_) => "out_of_memory",
+            Fault::OutOfMemory(_) | Fault::PluginMemory(_) | Fault::HostMemory(_) => "out_of_memory",
             Fault::StackOverflow => "stack_overflow",
             Fault::Panic(_) => "panic",
             Fault::Trap(_) => "trap",

@@ -27,6 +27,11 @@ pub struct Instance {
 }
 
 impl Instance {
+    /// What this instance holds of its plugin's memory now.
+    pub(super) fn footprint(&self) -> usize {
+        self.store.data().limiter.held()
+    }
+
     pub(super) fn metadata(&mut self) -> Result<Result<Metadata, LoadError>, Fault> {
         deadline::arm(&mut self.store, self.limits.deadline);
         let result = self.bindings.metadata(&mut self.store);

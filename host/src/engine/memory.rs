@@ -1,20 +1,30 @@
 //! Memory governance at two levels. Each plugin's live instances share one total
 //! (`limits.memoryTotal`): a plugin running many calls at once cannot hold concurrency ×
-//! its per-call cap, and when it reaches its total only its own calls fault. And every
-//! loaded plugin reserves that total from the host's budget (`--memory-budget`) when it is
-//! loaded: a plugin that does not fit is refused at load, so the host's own worst case is
-//! known before anything runs.
+//! its per-call cap, and when it reaches its total only its own calls fault. And the
+//! host's budget (`--memory-budget`) is shared by what plugins are measured to use, not
+//! by their worst case: each plugin reserves, at load, what one of its instances was
+//! measured to hold (its floor, always there for it); memory above the floor is taken
+//! from what no one has reserved while an instance holds it, and given back when it ends.
+//! A plugin that finds that spare memory gone faults alone; the others keep their floors.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Linear memory held by one plugin's live instances, against its total.
 pub(crate) struct PluginMemory {
     limit: usize,
-    used: AtomicUsize,
-    /// This plugin's share of the host budget, given back when the last holder is dropped.
-    _reservation: Option<Reservation>,
+    used: Mutex<usize>,
+    /// This plugin's floor in the host budget, given back when the last holder is dropped.
+    reservation: Option<Reservation>,
+}
+
+/// Why memory was not given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Denied {
+    /// The plugin's live instances would pass its own total.
+    Total,
+    /// Above its floor, and the host budget has nothing unreserved left.
+    Budget,
 }
 
 impl PluginMemory {
@@ -22,8 +32,8 @@ impl PluginMemory {
     pub fn new(limit: usize, reservation: Option<Reservation>) -> Arc<Self> {
         Arc::new(PluginMemory {
             limit,
-            used: AtomicUsize::new(0),
-            _reservation: reservation,
+            used: Mutex::new(0),
+            reservation,
         })
     }
 
@@ -32,51 +42,113 @@ impl PluginMemory {
         self.limit
     }
 
-    /// Take `bytes` more if the total allows.
-    pub fn try_grow(&self, bytes: usize) -> bool {
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(bytes).filter(|&n| n <= self.limit)
-            })
-            .is_ok()
+    /// The part of the host budget reserved for this plugin.
+    pub fn floor(&self) -> usize {
+        self.reservation.as_ref().map_or(0, |r| r.floor)
     }
 
-    /// Take as much of `bytes` as the total has left, and say how much that was.
+    fn lock(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.used.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Take `bytes` more if the total, and above the floor the host budget, allow.
+    pub fn try_grow(&self, bytes: usize) -> Result<(), Denied> {
+        let mut used = self.lock();
+        let grown = used
+            .checked_add(bytes)
+            .filter(|&n| n <= self.limit)
+            .ok_or(Denied::Total)?;
+        self.above_floor(*used, grown)?;
+        *used = grown;
+        Ok(())
+    }
+
+    /// Take as much of `bytes` as the total (and above the floor the budget) have left;
+    /// how much that was.
     pub fn take_up_to(&self, bytes: usize) -> usize {
-        let mut taken = 0;
-        let _ = self
-            .used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                taken = bytes.min(self.limit.saturating_sub(used));
-                Some(used + taken)
-            });
+        let mut used = self.lock();
+        let wanted = bytes.min(self.limit.saturating_sub(*used));
+        let taken = match &self.reservation {
+            None => wanted,
+            Some(r) => {
+                let extra = over(*used + wanted, r.floor) - over(*used, r.floor);
+                wanted - extra + r.budget.take_spare_up_to(extra)
+            }
+        };
+        *used += taken;
         taken
     }
 
     /// Give back `bytes` an instance held.
     pub fn release(&self, bytes: usize) {
-        self.used.fetch_sub(bytes, Ordering::AcqRel);
+        let mut used = self.lock();
+        let left = used.saturating_sub(bytes);
+        if let Some(r) = &self.reservation {
+            r.budget.give_back(over(*used, r.floor) - over(left, r.floor));
+        }
+        *used = left;
+    }
+
+    /// What growing from `from` to `to` bytes takes above the floor, taken from the budget.
+    fn above_floor(&self, from: usize, to: usize) -> Result<(), Denied> {
+        let Some(r) = &self.reservation else {
+            return Ok(());
+        };
+        let extra = over(to, r.floor) - over(from, r.floor);
+        let got = r.budget.take_spare_up_to(extra);
+        if got == extra {
+            return Ok(());
+        }
+        r.budget.give_back(got);
+        Err(Denied::Budget)
     }
 
     /// Bytes held now.
     #[cfg(test)]
     fn used(&self) -> usize {
-        self.used.load(Ordering::Acquire)
+        *self.lock()
     }
 }
 
-/// The host-wide budget the loaded plugins' totals must fit in.
-pub(crate) struct Budget {
-    total: usize,
-    /// Per plugin name: live holders, and the largest total any of them reserved. Versions
-    /// of one plugin (hot reload keeps the old one until the new one runs) share a share.
-    held: Mutex<HashMap<String, (usize, usize)>>,
+/// Bytes of `used` above `floor`.
+fn over(used: usize, floor: usize) -> usize {
+    used.saturating_sub(floor)
 }
 
-/// One loaded plugin version's claim on the budget; released when dropped.
+/// The host-wide budget: plugins' floors, and what instances hold above them.
+pub(crate) struct Budget {
+    total: usize,
+    held: Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    /// Per plugin name: live holders, and the largest floor any of them reserved. Versions
+    /// of one plugin (hot reload keeps the old one until the new one runs) share a floor.
+    floors: HashMap<String, (usize, usize)>,
+    /// Bytes instances hold above their plugins' floors.
+    spare_in_use: usize,
+}
+
+impl Held {
+    fn floors_but(&self, name: &str) -> usize {
+        self.floors
+            .iter()
+            .filter(|(n, _)| n.as_str() != name)
+            .map(|(_, (_, b))| b)
+            .sum()
+    }
+
+    fn reserved(&self) -> usize {
+        self.floors.values().map(|(_, b)| b).sum::<usize>() + self.spare_in_use
+    }
+}
+
+/// One loaded plugin version's floor in the budget; released when dropped.
 pub(crate) struct Reservation {
     budget: Arc<Budget>,
     name: String,
+    floor: usize,
 }
 
 impl Budget {
@@ -88,50 +160,69 @@ impl Budget {
         })
     }
 
-    /// Reserve `bytes` for plugin `name`, or say why it does not fit.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reserve a floor of `bytes` for plugin `name`, or say why it does not fit.
     pub fn reserve(self: &Arc<Self>, name: &str, bytes: usize) -> Result<Reservation, String> {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let others: usize = held
-            .iter()
-            .filter(|(n, _)| n.as_str() != name)
-            .map(|(_, (_, b))| b)
-            .sum();
-        let mine = held.get(name).map_or(0, |(_, b)| *b).max(bytes);
+        let mut held = self.lock();
+        let others = held.floors_but(name) + held.spare_in_use;
+        let mine = held.floors.get(name).map_or(0, |(_, b)| *b).max(bytes);
         if others + mine > self.total {
             let mut holders: Vec<String> = held
+                .floors
                 .iter()
                 .filter(|(n, _)| n.as_str() != name)
                 .map(|(n, (_, b))| format!("{n} {}", mib(*b)))
                 .collect();
             holders.sort();
+            let plugins = match holders.len() {
+                0 => "no plugin".to_string(),
+                n if n > 5 => format!("{n} plugins, the first {}", holders[..5].join(", ")),
+                _ => holders.join(", "),
+            };
             return Err(format!(
-                "memoryTotal {} of plugin {name} does not fit the host's memory budget of {} ({} reserved by {}); raise --memory-budget or lower limits.memoryTotal",
+                "plugin {name} needs {} (what one instance was measured to hold) and the host's memory budget of {} has {} left ({} reserved by {plugins}, {} in use above floors); raise --memory-budget",
                 mib(bytes),
                 mib(self.total),
-                mib(others),
-                if holders.is_empty() {
-                    "nobody".into()
-                } else {
-                    holders.join(", ")
-                },
+                mib(self.total.saturating_sub(others)),
+                mib(held.floors_but(name)),
+                mib(held.spare_in_use),
             ));
         }
-        let entry = held.entry(name.to_string()).or_insert((0, 0));
+        let entry = held.floors.entry(name.to_string()).or_insert((0, 0));
         *entry = (entry.0 + 1, mine);
         Ok(Reservation {
             budget: self.clone(),
             name: name.to_string(),
+            floor: bytes,
         })
+    }
+
+    /// Take up to `bytes` of what no floor reserves .
+    fn take_spare_up_to(&self, bytes: usize) -> usize {
+        let mut held = self.lock();
+        let taken = bytes.min(self.total.saturating_sub(held.reserved()));
+        held.spare_in_use += taken;
+        taken
+    }
+
+    fn give_back(&self, bytes: usize) {
+        if bytes > 0 {
+            let mut held = self.lock();
+            held.spare_in_use = held.spare_in_use.saturating_sub(bytes);
+        }
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        let mut held = self.budget.held.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(entry) = held.get_mut(&self.name) {
+        let mut held = self.budget.lock();
+        if let Some(entry) = held.floors.get_mut(&self.name) {
             entry.0 -= 1;
             if entry.0 == 0 {
-                held.remove(&self.name);
+                held.floors.remove(&self.name);
             }
         }
     }
@@ -149,11 +240,11 @@ mod tests {
     #[test]
     fn a_plugin_total_is_shared_by_its_instances() {
         let pool = PluginMemory::new(10, None);
-        assert!(pool.try_grow(6));
-        assert!(!pool.try_grow(5), "6 + 5 is over 10");
-        assert!(pool.try_grow(4));
+        assert_eq!(pool.try_grow(6), Ok(()));
+        assert_eq!(pool.try_grow(5), Err(Denied::Total), "6 + 5 is over 10");
+        assert_eq!(pool.try_grow(4), Ok(()));
         pool.release(6);
-        assert!(pool.try_grow(5));
+        assert_eq!(pool.try_grow(5), Ok(()));
         assert_eq!(pool.used(), 9);
         assert_eq!(pool.take_up_to(5), 1, "only what is left");
         assert_eq!(pool.take_up_to(5), 0);
@@ -161,24 +252,53 @@ mod tests {
     }
 
     #[test]
-    fn totals_must_fit_the_budget_and_versions_of_one_plugin_share_theirs() {
+    fn floors_must_fit_the_budget_and_versions_of_one_plugin_share_theirs() {
         let budget = Budget::new(300 << 20);
         let echo = budget.reserve("echo", 128 << 20).unwrap();
         let echo_v2 = budget.reserve("echo", 128 << 20).unwrap();
         let other = budget.reserve("other", 128 << 20).unwrap();
         let refused = budget.reserve("third", 128 << 20).err().expect("over the budget");
         assert!(
-            refused.contains("--memory-budget") && refused.contains("echo 128 MiB, other 128 MiB"),
+            refused.contains("has 44 MiB left (256 MiB reserved by echo 128 MiB, other 128 MiB, 0 MiB in use above floors); raise --memory-budget"),
             "{refused}"
         );
         drop(echo);
         assert!(
             budget.reserve("third", 128 << 20).is_err(),
-            "echo's second version still holds its share"
+            "echo's second version still holds its floor"
         );
         drop(echo_v2);
         let third = budget.reserve("third", 128 << 20).unwrap();
         drop((other, third));
-        assert!(budget.held.lock().unwrap().is_empty());
+        assert!(budget.lock().floors.is_empty());
+    }
+
+    /// Above its floor a plugin borrows what no one reserved, while it holds it; when that
+    /// is gone it is refused, and the other plugin's floor is still there for it.
+    #[test]
+    fn above_its_floor_a_plugin_uses_spare_budget_and_never_another_floor() {
+        let budget = Budget::new(100);
+        let small = PluginMemory::new(50, Some(budget.reserve("small", 10).unwrap()));
+        let bomb = PluginMemory::new(1000, Some(budget.reserve("bomb", 10).unwrap()));
+        assert_eq!(bomb.try_grow(90), Ok(()), "its floor of 10 and all 80 spare");
+        assert_eq!(bomb.try_grow(1), Err(Denied::Budget), "nothing spare is left");
+        assert_eq!(
+            small.try_grow(10),
+            Ok(()),
+            "the other plugin's floor is untouched"
+        );
+        assert_eq!(small.try_grow(1), Err(Denied::Budget));
+        assert!(
+            budget.reserve("late", 1).is_err(),
+            "spare memory in use counts at load"
+        );
+        bomb.release(90);
+        assert_eq!(budget.lock().spare_in_use, 0, "given back when the instance ends");
+        assert_eq!(small.try_grow(40), Ok(()));
+        assert_eq!(small.try_grow(1), Err(Denied::Total));
+        assert_eq!(bomb.take_up_to(60), 50, "what is left: its floor and 40 spare");
+        small.release(50);
+        bomb.release(50);
+        assert_eq!(budget.lock().spare_in_use, 0);
     }
 }

@@ -21,6 +21,7 @@
 mod bindings;
 mod cache;
 mod clocks;
+mod compiled;
 mod deadline;
 mod fault;
 mod instance;
@@ -60,7 +61,9 @@ const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// The longest retry delay a plugin may ask for.
 pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
 
-/// The host's memory budget unless configured: eight plugins at the default total.
+/// The host's memory budget unless configured: floors of about 190 plugins of Echo's size
+/// (5.2 MiB, most of it the lift allowance of a 4 MiB response), or eight at the default
+/// `memoryTotal` in full.
 pub const DEFAULT_MEMORY_BUDGET: usize = 1 << 30;
 
 /// Engine-wide settings, fixed at start-up.
@@ -97,6 +100,8 @@ pub struct Engine {
     cache: Option<cache::CompileCache>,
     slots: Arc<slots::Slots>,
     budget: Arc<memory::Budget>,
+    /// Code shared by plugins loaded from the same bytes.
+    compiled: Arc<compiled::Compiled>,
     /// The deadline clock, ticking while instances live.
     clock: Arc<deadline::Clock>,
 }
@@ -147,6 +152,7 @@ impl Engine {
             linker: Arc::new(linker),
             slots: slots::Slots::new(config.max_instances),
             budget: memory::Budget::new(config.memory_budget),
+            compiled: Arc::default(),
             config,
             cache,
         })
@@ -162,8 +168,10 @@ impl Engine {
     /// Load, validate and precompile a plugin from bytes, and read its metadata.
     pub fn load(&self, bytes: &[u8], limits: Limits) -> Result<Plugin, LoadError> {
         self.check_limits(&limits)?;
-        let (component, version) = load::compile(&self.inner, self.cache.as_ref(), bytes)?;
-        let pre = versions::Pre::new(&self.linker, &self.inner, &component, version)?;
+        let pre = self.compiled.get_or_link(bytes, || {
+            let (component, version) = load::compile(&self.inner, self.cache.as_ref(), bytes)?;
+            versions::Pre::new(&self.linker, &self.inner, &component, version)
+        })?;
         let mut plugin = Plugin {
             engine: self.clone(),
             pre,
@@ -174,6 +182,7 @@ impl Engine {
             name: Arc::from("<loading>"),
             metadata: None,
             settings: Arc::from(NO_SETTINGS),
+            footprint: 0,
         };
         let mut instance = plugin
             .instantiate("<metadata>")
@@ -181,9 +190,10 @@ impl Engine {
         let mut metadata = instance
             .metadata()
             .map_err(|f| LoadError::Metadata(f.to_string()))??;
+        plugin.footprint = instance.footprint();
         drop(instance);
         load::validate_metadata(&mut metadata)?;
-        plugin.memory = self.reserve(&metadata.name, &plugin.limits)?;
+        plugin.memory = self.reserve(&metadata.name, &plugin.limits, plugin.footprint)?;
         plugin.name = Arc::from(metadata.name.as_str());
         plugin.metadata = Some(metadata);
         Ok(plugin)
@@ -212,11 +222,17 @@ impl Engine {
         Ok(())
     }
 
-    /// The plugin's memory total, reserved from the host's budget.
-    fn reserve(&self, name: &str, limits: &Limits) -> Result<Arc<memory::PluginMemory>, LoadError> {
+    /// The plugin's memory: its total, with a floor in the host's budget of what one
+    /// instance was measured to hold (`footprint`), within the total.
+    fn reserve(
+        &self,
+        name: &str,
+        limits: &Limits,
+        footprint: usize,
+    ) -> Result<Arc<memory::PluginMemory>, LoadError> {
         let reservation = self
             .budget
-            .reserve(name, limits.memory_total)
+            .reserve(name, footprint.min(limits.memory_total))
             .map_err(LoadError::Limits)?;
         Ok(memory::PluginMemory::new(limits.memory_total, Some(reservation)))
     }
@@ -226,7 +242,7 @@ impl Engine {
 #[derive(Clone)]
 pub struct Plugin {
     engine: Engine,
-    pre: versions::Pre,
+    pre: Arc<versions::Pre>,
     limits: Limits,
     /// What its live instances hold together, against `limits.memory_total`.
     memory: Arc<memory::PluginMemory>,
@@ -236,6 +252,8 @@ pub struct Plugin {
     logs: Arc<logs::LogBudget>,
     /// Its settings as JSON text, accepted by the plugin.
     settings: Arc<str>,
+    /// What one instance was measured to hold at load (linear memory and lift fuel).
+    footprint: usize,
 }
 
 /// Settings of a plugin the operator configured none for.
@@ -288,11 +306,21 @@ impl Plugin {
         &self.limits
     }
 
+    /// What one instance was measured to hold at load, in bytes.
+    pub fn footprint(&self) -> usize {
+        self.footprint
+    }
+
+    /// Its floor in the host's memory budget, in bytes: always there for it.
+    pub fn reserved(&self) -> usize {
+        self.memory.floor()
+    }
+
     /// The same compiled plugin under other limits.
     pub fn with_limits(&self, limits: Limits) -> Result<Plugin, LoadError> {
         self.engine.check_limits(&limits)?;
         Ok(Plugin {
-            memory: self.engine.reserve(&self.name, &limits)?,
+            memory: self.engine.reserve(&self.name, &limits, self.footprint)?,
             logs: Arc::new(logs::LogBudget::new(limits.log_bytes_per_second)),
             limits,
             ..self.clone()
@@ -351,7 +379,7 @@ impl Plugin {
     }
 
     fn instance_for(&self, object: String) -> Result<Instance, Fault> {
-        let slot = self.engine.slots.take();
+        let slot = self.engine.slots.take(&self.name);
         let ticking = self.engine.clock.ticking();
         let state = State::new(
             self.name.clone(),

@@ -228,6 +228,13 @@ impl Limiter {
     }
 }
 
+impl Limiter {
+    /// What this instance holds of the plugin's total: its linear memory and lift fuel.
+    pub(crate) fn held(&self) -> usize {
+        self.held
+    }
+}
+
 impl wasmtime::ResourceLimiter for Limiter {
     // Also called for a memory's initial size (`current` 0), so `held` is all of it.
     fn memory_growing(
@@ -241,8 +248,11 @@ impl wasmtime::ResourceLimiter for Limiter {
             return Ok(false);
         }
         let more = desired.saturating_sub(current);
-        if !self.plugin.try_grow(more) {
-            self.denied = Some(super::Fault::PluginMemory(self.plugin.limit()));
+        if let Err(denied) = self.plugin.try_grow(more) {
+            self.denied = Some(match denied {
+                super::memory::Denied::Total => super::Fault::PluginMemory(self.plugin.limit()),
+                super::memory::Denied::Budget => super::Fault::HostMemory(self.plugin.floor()),
+            });
             return Ok(false);
         }
         self.held += more;

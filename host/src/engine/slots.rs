@@ -1,42 +1,108 @@
-//! Back-pressure on the instance pool: a call waits for a free slot instead of failing to
-//! instantiate. An exhausted pool is the host's limit, never a fault of the object being
-//! reconciled.
+//! The instance pool, shared fairly by every plugin: a call waits for a free slot instead
+//! of failing to instantiate, and when plugins wait together the next free slot goes to
+//! the one holding fewest. A plugin alone may use the whole pool; under contention each
+//! gets at least its fair share (the pool over the plugins wanting slots), so a busy
+//! plugin slows only itself. An exhausted pool is the host's limit, never a fault of the
+//! object being reconciled.
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-/// Counts the free slots of the engine's pool.
+/// The engine's pool of instance slots.
 pub(crate) struct Slots {
-    free: Mutex<u32>,
+    pool: Mutex<Pool>,
     freed: Condvar,
 }
 
+/// Free slots, and per plugin the slots it holds and the calls it has waiting.
+#[derive(Default)]
+struct Pool {
+    free: u32,
+    held: HashMap<Arc<str>, u32>,
+    waiting: HashMap<Arc<str>, u32>,
+}
+
+impl Pool {
+    fn held(&self, owner: &str) -> u32 {
+        self.held.get(owner).copied().unwrap_or(0)
+    }
+
+    /// A slot is free and no other plugin waiting holds fewer than `owner` (ties share).
+    fn turn_of(&self, owner: &str) -> bool {
+        let mine = self.held(owner);
+        self.free > 0
+            && !self
+                .waiting
+                .keys()
+                .any(|other| other.as_ref() != owner && self.held(other) < mine)
+    }
+}
+
 /// One taken slot; given back when dropped (after the instance that used it).
-pub(crate) struct Slot(Arc<Slots>);
+pub(crate) struct Slot {
+    slots: Arc<Slots>,
+    owner: Arc<str>,
+}
 
 impl Slots {
     /// `n` free slots.
     pub fn new(n: u32) -> Arc<Slots> {
         Arc::new(Slots {
-            free: Mutex::new(n),
+            pool: Mutex::new(Pool {
+                free: n,
+                ..Pool::default()
+            }),
             freed: Condvar::new(),
         })
     }
 
-    /// Take a slot, blocking this (blocking-pool) thread until one is free.
-    pub fn take(self: &Arc<Self>) -> Slot {
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        while *free == 0 {
-            free = self.freed.wait(free).unwrap_or_else(|e| e.into_inner());
+    fn lock(&self) -> MutexGuard<'_, Pool> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Take a slot for plugin `owner`, blocking this (blocking-pool) thread until it is
+    /// the plugin's turn.
+    pub fn take(self: &Arc<Self>, owner: &Arc<str>) -> Slot {
+        let mut pool = self.lock();
+        if !pool.turn_of(owner) {
+            *pool.waiting.entry(owner.clone()).or_default() += 1;
+            while !pool.turn_of(owner) {
+                pool = self.freed.wait(pool).unwrap_or_else(|e| e.into_inner());
+            }
+            if let Some(n) = pool.waiting.get_mut(owner) {
+                *n -= 1;
+                if *n == 0 {
+                    pool.waiting.remove(owner);
+                }
+            }
         }
-        *free -= 1;
-        Slot(self.clone())
+        pool.free -= 1;
+        *pool.held.entry(owner.clone()).or_default() += 1;
+        // Whom this call's turn held back (it held fewer) may go now.
+        if pool.free > 0 && !pool.waiting.is_empty() {
+            self.freed.notify_all();
+        }
+        Slot {
+            slots: self.clone(),
+            owner: owner.clone(),
+        }
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        self.0.freed.notify_one();
+        let mut pool = self.slots.lock();
+        pool.free += 1;
+        if let Some(n) = pool.held.get_mut(&self.owner) {
+            *n -= 1;
+            if *n == 0 {
+                pool.held.remove(&self.owner);
+            }
+        }
+        if !pool.waiting.is_empty() {
+            // Every waiter checks whether the slot is its turn: the fewest-holding one takes it.
+            self.slots.freed.notify_all();
+        }
     }
 }
 
@@ -44,17 +110,19 @@ impl Drop for Slot {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
 
     #[test]
     fn never_more_holders_than_slots() {
         let slots = Slots::new(2);
         let (held, peak) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
         let threads: Vec<_> = (0..8)
-            .map(|_| {
+            .map(|i| {
                 let (slots, held, peak) = (slots.clone(), held.clone(), peak.clone());
+                let owner: Arc<str> = Arc::from(format!("plugin-{}", i % 3));
                 std::thread::spawn(move || {
                     for _ in 0..200 {
-                        let _slot = slots.take();
+                        let _slot = slots.take(&owner);
                         let now = held.fetch_add(1, Ordering::SeqCst) + 1;
                         peak.fetch_max(now, Ordering::SeqCst);
                         std::thread::yield_now();
@@ -67,6 +135,51 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(peak.load(Ordering::SeqCst), 2);
-        assert_eq!(*slots.free.lock().unwrap(), 2, "every slot given back");
+        let pool = slots.lock();
+        assert_eq!(pool.free, 2, "every slot given back");
+        assert!(pool.held.is_empty() && pool.waiting.is_empty());
+    }
+
+    #[test]
+    fn one_plugin_alone_may_take_the_whole_pool() {
+        let slots = Slots::new(4);
+        let busy: Arc<str> = Arc::from("busy");
+        let taken: Vec<Slot> = (0..4).map(|_| slots.take(&busy)).collect();
+        assert_eq!(slots.lock().held("busy"), 4);
+        drop(taken);
+        assert_eq!(slots.lock().free, 4);
+    }
+
+    /// A plugin holding the whole pool, with more calls queued, does not starve another:
+    /// each slot it gives back goes to the plugin holding fewer until both hold half.
+    #[test]
+    fn under_contention_a_freed_slot_goes_to_the_plugin_holding_fewest() {
+        let slots = Slots::new(4);
+        let (busy, quiet): (Arc<str>, Arc<str>) = (Arc::from("busy"), Arc::from("quiet"));
+        let mut held: Vec<Slot> = (0..4).map(|_| slots.take(&busy)).collect();
+        let waiter = |owner: &Arc<str>| {
+            let (slots, owner) = (slots.clone(), owner.clone());
+            std::thread::spawn(move || slots.take(&owner))
+        };
+        let more_busy: Vec<_> = (0..4).map(|_| waiter(&busy)).collect();
+        let quiet_calls: Vec<_> = (0..2).map(|_| waiter(&quiet)).collect();
+        while slots.lock().waiting.values().sum::<u32>() < 6 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Two slots come back: both go to the plugin holding none, not to the busy one
+        // that queued first.
+        held.truncate(2);
+        let quiet_slots: Vec<Slot> = quiet_calls.into_iter().map(|t| t.join().unwrap()).collect();
+        let pool = slots.lock();
+        assert_eq!((pool.held("quiet"), pool.held("busy")), (2, 2));
+        assert_eq!(pool.waiting.get("busy"), Some(&4), "the busy plugin's calls wait");
+        drop(pool);
+        drop((held, quiet_slots));
+        let rest: Vec<Slot> = more_busy.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(
+            rest.len(),
+            4,
+            "with the pool free again the busy plugin takes it all"
+        );
     }
 }

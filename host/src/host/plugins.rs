@@ -18,9 +18,8 @@ pub(super) struct Loaded {
     pub broken: Vec<(PathBuf, String)>,
 }
 
-/// Load every configured plugin; fails only when nothing is left to run, or when the
-/// plugins together want more concurrency than the engine pools. A second file of a
-/// plugin name is refused like a file that does not load.
+/// Load every configured plugin; fails only when nothing is left to run. A second file
+/// of a plugin name is refused like a file that does not load.
 pub(super) fn load(
     engine: &Engine,
     config: Option<&PathBuf>,
@@ -51,7 +50,7 @@ pub(super) fn load(
     {
         anyhow::bail!("{}: {err}", path.display());
     }
-    check_together(&mut loaded, engine)?;
+    one_file_per_name(&mut loaded);
     Ok(loaded)
 }
 
@@ -111,9 +110,9 @@ fn options(e: &PluginConfig, defaults: &Options) -> anyhow::Result<Options> {
     Ok(options)
 }
 
-/// Rules over all loaded plugins: one plugin per name (a later file of a name already
-/// loaded is refused alone, naming both files), and concurrency the engine's pool holds.
-fn check_together(loaded: &mut Loaded, engine: &Engine) -> anyhow::Result<()> {
+/// One plugin per name: a later file of a name already loaded is refused alone, naming
+/// both files. Concurrency is not summed against the pool: plugins share it fairly.
+fn one_file_per_name(loaded: &mut Loaded) {
     let mut kept: Vec<(PathBuf, Plugin, Options)> = Vec::new();
     for (path, plugin, options) in std::mem::take(&mut loaded.plugins) {
         let name = plugin.metadata().name.as_str();
@@ -126,10 +125,4 @@ fn check_together(loaded: &mut Loaded, engine: &Engine) -> anyhow::Result<()> {
         }
     }
     loaded.plugins = kept;
-    let wanted: u32 = loaded
-        .plugins
-        .iter()
-        .map(|(_, _, o)| u32::from(o.concurrency))
-        .sum();
-    supervisor::concurrency_fits(wanted, engine.max_instances()).map_err(anyhow::Error::msg)
 }

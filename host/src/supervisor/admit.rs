@@ -1,7 +1,8 @@
 //! Admitting a plugin file that appears (or is fixed) while the host runs, under the
-//! rules the host applies to its plugins at start: one plugin per name, and concurrency
-//! the engine's pool holds. A file that breaks a rule is refused alone, with a line
-//! naming why (and, for a name, both files); everything else keeps running.
+//! rules the host applies to its plugins at start: one plugin per name, its kinds
+//! granted, its memory within the host's budget. A file that breaks a rule is refused
+//! alone, with a line naming why (and, for a name, both files); everything else keeps
+//! running. Concurrency is not a rule: plugins share the instance pool fairly.
 
 use std::path::{Path, PathBuf};
 
@@ -16,16 +17,6 @@ pub(crate) fn name_taken(name: &str, holder: &str, refused: &Path) -> String {
         "plugin name {name} is taken by {holder}; {} is refused (rename one plugin)",
         refused.display()
     )
-}
-
-/// Whether plugins wanting `wanted` instances at once fit the engine's pool of `pool`.
-pub(crate) fn concurrency_fits(wanted: u32, pool: u32) -> Result<(), String> {
-    if wanted <= pool {
-        return Ok(());
-    }
-    Err(format!(
-        "the plugins' concurrency adds up to {wanted}, more than the {pool} instances the engine pools (--max-instances)"
-    ))
 }
 
 impl Supervisor {
@@ -44,10 +35,6 @@ impl Supervisor {
             return self.refuse(&name, &path, name_taken(&name, &holder, &path));
         }
         if let Err(why) = capstan_contract::declared::declared(plugin.metadata(), &options.allow) {
-            return self.refuse(&name, &path, why);
-        }
-        let wanted = self.concurrency() + u32::from(options.concurrency);
-        if let Err(why) = concurrency_fits(wanted, self.engine.max_instances()) {
             return self.refuse(&name, &path, why);
         }
         tracing::info!(plugin = %name, path = %path.display(), "new plugin started");
@@ -70,15 +57,5 @@ impl Supervisor {
             || "a built-in reconciler".to_string(),
             |w| w.path().display().to_string(),
         ))
-    }
-
-    /// Instances the running plugin files may use at once (built-in reconcilers use none
-    /// of the engine's pool).
-    fn concurrency(&self) -> u32 {
-        self.units
-            .iter()
-            .filter(|u| u.watch.is_some())
-            .map(|u| u32::from(u.options.concurrency))
-            .sum()
     }
 }

@@ -19,7 +19,7 @@ use crate::lease::Tenure;
 use crate::ops::health::{Health, PluginState};
 use crate::ops::metrics::{self, ReloadLabels};
 use crate::reload::{self, FileWatch};
-pub(crate) use admit::{concurrency_fits, name_taken};
+pub(crate) use admit::name_taken;
 pub use serve::{Handle, Shards};
 use unit::{stop_within, unit};
 
@@ -129,6 +129,7 @@ impl Supervisor {
 
     /// Run `plugin`, loaded from `path`, in a unit of its own.
     pub fn start(&mut self, path: PathBuf, plugin: Plugin, options: Options) {
+        given(&plugin, &options, self.engine.max_instances());
         let limits = plugin.limits().clone();
         self.run(Some(FileWatch::new(path)), limits, Arc::new(plugin), options);
     }
@@ -270,6 +271,7 @@ impl Supervisor {
         }
         if same_kinds(old.metadata(), new.metadata()) {
             tracing::info!(plugin = %name, path = %path.display(), version = %new.metadata().version, "plugin reloaded");
+            given(&new, &self.units[i].options, self.engine.max_instances());
             count(&name, "reloaded");
             let _ = self.units[i].version.send(Arc::new(new) as Arc<dyn Reconcile>);
             return;
@@ -349,4 +351,18 @@ fn count(plugin: &str, result: &str) {
 fn refused(plugin: &str, path: &Path, why: &str) {
     tracing::error!(plugin, path = %path.display(), error = why, "new plugin file refused; the running version keeps serving");
     count(plugin, "refused");
+}
+
+/// Say, once per plugin version, what it was given of the host's shared limits and why.
+fn given(plugin: &Plugin, options: &Options, pool: u32) {
+    let mib = |bytes: usize| format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20));
+    tracing::info!(
+        plugin = %plugin.metadata().name,
+        memory_reserved = %mib(plugin.reserved()),
+        memory_measured = %mib(plugin.footprint()),
+        memory_total = %mib(plugin.limits().memory_total),
+        concurrency = options.concurrency,
+        instance_pool = pool,
+        "plugin given: memory reserved as measured in one instance, more up to memoryTotal while the budget has room; instances from the shared pool, fairly under contention"
+    );
 }
