@@ -16,8 +16,8 @@ use capstan_tests::host::eventually;
 use capstan_tests::{arg, capstan_bin, compile_cache, echo_fixture, plugin};
 use serde_json::json;
 
-/// The host's memory budget in these cases: the least that loads Echo and hostile at
-/// their default totals (128 MiB each).
+/// The host's memory budget in these cases: room for Echo and hostile each to use its
+/// whole default total (128 MiB) above the floors they reserve at load.
 const MEMORY_BUDGET_MIB: f64 = 256.0;
 /// A plugin's log budget by default: a burst, then a rate.
 const LOG_BURST: u64 = 256 << 10;

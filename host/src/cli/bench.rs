@@ -22,6 +22,11 @@ pub struct BenchArgs {
     /// Threads for the concurrent measurement (default: available cores).
     #[arg(long, value_parser = at_least_one)]
     threads: Option<usize>,
+    /// Instead of dispatch latency, load the plugin this many times under distinct names
+    /// (comma-separated, e.g. `1,10,100,300`), reconcile the fixture once in each copy, and
+    /// print the host's RSS and what each added plugin cost.
+    #[arg(long, value_delimiter = ',', value_parser = at_least_one)]
+    copies: Vec<usize>,
 }
 
 /// A count of 1 or more (clap refuses 0 with this message).
@@ -57,6 +62,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Err(DispatchError::Fault(f)) => anyhow::bail!("plugin faulted on the fixture: {f}"),
         Err(e) => eprintln!("note: the fixture reconciles to an error ({e}); measuring that path"),
         Ok(_) => {}
+    }
+    if !args.copies.is_empty() {
+        return copies(&plugin, &request, args.copies);
     }
     let n = args.iterations;
     let threads = args
@@ -98,6 +106,54 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     );
     if let Some(related) = related {
         related.print("related (fresh instance)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Load copies of `plugin` under distinct names up to each count in `counts`, one
+/// reconcile each, and print RSS per count; a copy the memory budget refuses ends it with
+/// the host's one-line reason.
+fn copies(plugin: &Plugin, request: &Request, mut counts: Vec<usize>) -> anyhow::Result<ExitCode> {
+    counts.sort_unstable();
+    counts.dedup();
+    let rss_mib = || crate::dev::rss_bytes(std::process::id()) as f64 / f64::from(1 << 20);
+    let name = &plugin.metadata().name;
+    println!(
+        "plugin {name}: copies under distinct names, one reconcile each; measured at load {:.1} MiB an instance",
+        plugin.footprint() as f64 / f64::from(1 << 20)
+    );
+    println!(
+        "{:>8} {:>12} {:>20} {:>16}",
+        "copies", "host RSS", "per added copy", "reserved (all)"
+    );
+    let (mut loaded, mut reserved) = (Vec::new(), 0usize);
+    let mut first: Option<f64> = None;
+    for count in counts {
+        while loaded.len() < count {
+            let copy = match plugin.renamed(&format!("{name}-{}", loaded.len())) {
+                Ok(copy) => copy,
+                Err(e) => {
+                    println!("copy {} refused: {e}", loaded.len() + 1);
+                    return Ok(ExitCode::SUCCESS);
+                }
+            };
+            if let Err(DispatchError::Fault(f)) = copy.reconcile(request) {
+                anyhow::bail!("copy {} faulted on the fixture: {f}", loaded.len() + 1);
+            }
+            reserved += copy.reserved();
+            loaded.push(copy);
+        }
+        let rss = rss_mib();
+        let base = *first.get_or_insert(rss);
+        let per = match count {
+            1 => "".to_string(),
+            n => format!("{:.0} KiB", (rss - base) * 1024.0 / (n - 1) as f64),
+        };
+        println!(
+            "{count:>8} {:>12} {per:>20} {:>16}",
+            format!("{rss:.1} MiB"),
+            format!("{:.0} MiB", reserved as f64 / f64::from(1 << 20))
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

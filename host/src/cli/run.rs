@@ -51,8 +51,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     max_instances: u32,
     /// Linear memory all plugins may hold together (bytes, or a quantity such as
-    /// `512Mi`); each plugin reserves its `memoryTotal` from it when loaded, and one that
-    /// does not fit is refused.
+    /// `512Mi`); each plugin reserves what one instance was measured to hold when loaded
+    /// (one that does not fit is refused), and borrows the unreserved rest while it has room.
     #[arg(long, value_parser = parse_size, default_value_t = crate::engine::DEFAULT_MEMORY_BUDGET)]
     memory_budget: usize,
     /// How often hot reload looks at the plugin files.

@@ -16,7 +16,8 @@ pub struct Limits {
     /// Linear memory cap of one call, in bytes.
     pub memory: usize,
     /// Linear memory all the plugin's calls running at once may hold together, in bytes;
-    /// reserved from the host's `--memory-budget` at load.
+    /// the most it may take of the host's `--memory-budget` (it reserves only what one
+    /// instance was measured to hold).
     pub memory_total: usize,
     /// Cap on the total bytes of JSON in one response.
     pub response_bytes: usize,

@@ -51,6 +51,9 @@ pub enum LoadError {
     /// The configured limits are not allowed.
     #[error("invalid limits: {0}")]
     Limits(String),
+    /// What the plugin was measured to need does not fit the host's memory budget.
+    #[error("{0}")]
+    Budget(String),
 }
 
 /// Check what the bytes are, then compile the component (or take it from `cache`); with

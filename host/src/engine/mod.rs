@@ -233,7 +233,7 @@ impl Engine {
         let reservation = self
             .budget
             .reserve(name, footprint.min(limits.memory_total))
-            .map_err(LoadError::Limits)?;
+            .map_err(LoadError::Budget)?;
         Ok(memory::PluginMemory::new(limits.memory_total, Some(reservation)))
     }
 }
@@ -323,6 +323,21 @@ impl Plugin {
             memory: self.engine.reserve(&self.name, &limits, self.footprint)?,
             logs: Arc::new(logs::LogBudget::new(limits.log_bytes_per_second)),
             limits,
+            ..self.clone()
+        })
+    }
+
+    /// The same plugin run under another name (its own budget floor, labels and
+    /// metrics): one file deployed twice, with other settings or for a benchmark.
+    pub fn renamed(&self, name: &str) -> Result<Plugin, LoadError> {
+        let mut metadata = self.metadata().clone();
+        metadata.name = name.to_string();
+        load::validate_metadata(&mut metadata)?;
+        Ok(Plugin {
+            memory: self.engine.reserve(name, &self.limits, self.footprint)?,
+            name: Arc::from(name),
+            metadata: Some(metadata),
+            logs: Arc::new(logs::LogBudget::new(self.limits.log_bytes_per_second)),
             ..self.clone()
         })
     }
