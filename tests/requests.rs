@@ -44,6 +44,37 @@ pub async fn requests(client: &kube::Client) -> Result<Requests> {
     Ok(Requests(counts))
 }
 
+/// Watches open on the API server now, by (resource, scope): its
+/// `apiserver_longrunning_requests` gauge for the verb `WATCH`.
+pub async fn watches(client: &kube::Client) -> Result<HashMap<(String, String), f64>> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let body = client
+        .request_text(request)
+        .await
+        .context("reading the API server's /metrics")?;
+    let mut open = HashMap::new();
+    for line in body.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_longrunning_requests{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|l| l.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        if label("verb") == "WATCH" {
+            *open.entry((label("resource"), label("scope"))).or_insert(0.0) +=
+                value.parse::<f64>().unwrap_or(0.0);
+        }
+    }
+    Ok(open)
+}
+
 impl Requests {
     /// What was served since `before`.
     pub fn since(&self, before: &Requests) -> Requests {

@@ -4,6 +4,7 @@
 //! ```yaml
 //! plugins:
 //!   - path: echo.wasm            # relative to this file
+//!     name: echo-blue              # run under this name instead of the plugin's own
 //!     concurrency: 8
 //!     resync: 5m
 //!     limits: { deadline: 500ms, memory: 33554432, memoryTotal: 134217728, responseBytes: 1048576, maxChildren: 10 }
@@ -38,6 +39,10 @@ pub struct Config {
 pub struct PluginConfig {
     /// The `.wasm` file, relative to the config file.
     pub path: PathBuf,
+    /// The name to run the plugin under instead of its own, so one file may run twice
+    /// (with other settings); its children are labelled and its metrics named with it.
+    #[serde(default)]
+    pub name: Option<String>,
     /// Sandbox limits of each call.
     #[serde(default)]
     pub limits: Limits,
@@ -71,6 +76,7 @@ impl PluginConfig {
     pub fn at(path: PathBuf) -> Self {
         PluginConfig {
             path,
+            name: None,
             limits: Limits::default(),
             concurrency: None,
             resync: None,

@@ -26,6 +26,16 @@ pub fn selector(plugin: &str) -> String {
     format!("{}={},{PLUGIN_LABEL}={plugin}", MANAGED_BY.0, MANAGED_BY.1)
 }
 
+/// Label selector for the children of every plugin (one shared watch per kind).
+pub fn selector_all() -> String {
+    format!("{}={},{PLUGIN_LABEL}", MANAGED_BY.0, MANAGED_BY.1)
+}
+
+/// Whether `object` carries `plugin`'s label: one of its children, or was.
+pub fn made_by(object: &impl kube::Resource, plugin: &str) -> bool {
+    object.labels().get(PLUGIN_LABEL).map(String::as_str) == Some(plugin)
+}
+
 /// What every plugin's field manager starts with.
 pub const MANAGER_PREFIX: &str = "capstan/";
 
@@ -96,7 +106,7 @@ pub fn unchanged(desired: &Value, observed: &Value) -> bool {
 /// owner reference names the parent and its label names the plugin. Anything else belongs
 /// to someone else and is never adopted.
 pub fn controlled_by(object: &impl kube::Resource, parent_uid: &str, plugin: &str) -> bool {
-    object.labels().get(PLUGIN_LABEL).map(String::as_str) == Some(plugin)
+    made_by(object, plugin)
         && object
             .owner_references()
             .iter()

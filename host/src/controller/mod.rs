@@ -12,6 +12,7 @@ mod discovery;
 mod dispatch;
 mod events;
 mod finalizer;
+mod informer;
 mod outcome;
 mod owned;
 mod per_object;
@@ -36,8 +37,8 @@ use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use kube::runtime::controller::{Config, Controller};
 use kube::runtime::events::Reporter;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 
 use kube::ResourceExt;
 use tokio::sync::watch;
@@ -47,6 +48,7 @@ use crate::key::ObjectKey;
 
 use crate::lease::Tenure;
 pub use discovery::served;
+pub use informer::Informers;
 pub use per_object::Memory;
 use per_object::PerObject;
 
@@ -73,6 +75,10 @@ pub struct Options {
     pub settings: serde_json::Value,
     /// On a sharded host, the hash ranges this replica reconciles.
     pub shard: Option<crate::shard::Filter>,
+    /// The host's watches, shared by every plugin that reads the same kind.
+    pub informers: Informers,
+    /// The name to run the plugin under instead of its own (one file run twice).
+    pub name: Option<String>,
 }
 
 impl Default for Options {
@@ -88,6 +94,8 @@ impl Default for Options {
             finalizer_timeout: limits.finalizer_timeout,
             settings: serde_json::Value::Null,
             shard: None,
+            informers: Informers::default(),
+            name: None,
         }
     }
 }
@@ -251,32 +259,30 @@ pub async fn run(
 }
 
 impl Wiring {
-    /// The parent watch (mirrored into the queue, forgetting deleted objects) and its cache.
+    /// The parent watch (mirrored into the queue, forgetting deleted objects) and its
+    /// cache, both the host's, shared with every plugin of the same parent kind.
     fn parents(&self) -> (Controller<compact::Compact>, Store<compact::Compact>) {
-        let writer = reflector::store::Writer::new(self.parent.clone());
-        let cache = writer.as_reader();
         let namespace = self
             .options
             .namespace
             .as_deref()
             .filter(|_| self.metadata.parent.namespaced);
+        let informer = self.informer(&self.parent, namespace, None, sharded::Role::Parent);
+        let cache = informer.store();
         let (tracked, per_object, listed) = (self.queue.clone(), self.per_object.clone(), self.sync.mark());
         let (size, cached_parents) = (self.gauge(&self.parent), cache.clone());
         let mut listing = std::collections::HashSet::new();
-        let role = sharded::Role::Parent;
-        let client = sharded::client(&self.client, self.shard.as_ref(), &self.parent, &role);
-        let watch = watcher(api(&client, &self.parent, namespace), watcher::Config::default());
-        let watch = sharded::only_mine(watch, self.shard.clone(), role);
-        let parents = reflector::reflector(writer, watch.modify(cached(&self.parent)).map_ok(compact::event))
-            .inspect_ok(move |event| match event {
-                watcher::Event::Apply(o) => tracked.add(ObjectKey::of(o)),
+        let parents = informer
+            .subscribe()
+            .inspect(move |event| match event {
+                watcher::Event::Apply(o) => tracked.add(ObjectKey::of(&**o)),
                 watcher::Event::InitApply(o) => {
-                    let key = ObjectKey::of(o);
+                    let key = ObjectKey::of(&**o);
                     listing.insert(key.clone());
                     tracked.add(key);
                 }
                 watcher::Event::Delete(o) => {
-                    let key = ObjectKey::of(o);
+                    let key = ObjectKey::of(&**o);
                     per_object.forget(&key);
                     tracked.forget(&key);
                 }
@@ -286,13 +292,41 @@ impl Wiring {
                 }
                 watcher::Event::Init => listing.clear(),
             })
-            .inspect_ok(move |_| {
+            .inspect(move |_| {
                 size.set(cached_parents.len() as i64);
             })
-            .applied_objects();
-        let controller = Controller::for_stream_with(parents, cache.clone(), self.parent.clone())
+            .filter_map(|event| {
+                futures::future::ready(match event {
+                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) => Some(o),
+                    _ => None,
+                })
+            });
+        let controller = Controller::for_shared_stream_with(parents, cache.clone(), self.parent.clone())
             .with_config(Config::default().concurrency(self.options.concurrency));
         (controller, cache)
+    }
+
+    /// The host's informer of `resource` in `namespace` with `labels`, filtered to the
+    /// replica's ranges for `role` on a sharded host.
+    fn informer(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        labels: Option<String>,
+        role: sharded::Role,
+    ) -> Arc<informer::Informer> {
+        let key = informer::Key {
+            api_version: resource.api_version.clone(),
+            plural: resource.plural.clone(),
+            namespace: namespace.map(String::from),
+            labels,
+            shard: self.shard.as_ref().map(|f| format!("{f:?} {role:?}")),
+        };
+        let client = sharded::client(&self.client, self.shard.as_ref(), resource, &role);
+        let shard = self.shard.clone();
+        self.options.informers.get_or_start(key.clone(), resource, || {
+            sharded::only_mine(informer::watch_of(client, resource, &key), shard, role)
+        })
     }
 
     /// One child kind's watch (by the plugin's label), its cache, and the stream of
@@ -302,11 +336,10 @@ impl Wiring {
         kind: &Kind,
     ) -> anyhow::Result<(
         ChildKind,
-        impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static,
+        impl futures::Stream<Item = Result<compact::Compact, watcher::Error>> + Send + 'static,
     )> {
         let resource = discovery::resolve(&self.client, kind).await?;
         let cache = owned::Owned::default();
-        let config = watcher::Config::default().labels(&crate::apply::selector(&self.metadata.name));
         let ns = self.options.namespace.as_deref().filter(|_| kind.namespaced);
         let (tracked, owner, listed) = (self.queue.clone(), self.parent.clone(), self.sync.mark());
         let namespaced = self.metadata.parent.namespaced;
@@ -314,11 +347,21 @@ impl Wiring {
         let role = sharded::Role::Child {
             parent_namespaced: namespaced,
         };
-        let client = sharded::client(&self.client, self.shard.as_ref(), &resource, &role);
-        let watch = watcher(api(&client, &resource, ns), config);
-        let stream = sharded::only_mine(watch, self.shard.clone(), role)
-            .modify(cached(&resource))
-            .map_ok(move |event| {
+        // One watch of every plugin's children of this kind; this plugin's are those
+        // carrying its name.
+        let informer = self.informer(&resource, ns, Some(crate::apply::selector_all()), role);
+        let mine = self.metadata.name.clone();
+        let stream = informer
+            .subscribe()
+            .filter(move |event| {
+                futures::future::ready(match event {
+                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o) => {
+                        crate::apply::made_by(&**o, &mine)
+                    }
+                    watcher::Event::Init | watcher::Event::InitDone => true,
+                })
+            })
+            .map(move |event| {
                 fed.apply(&event);
                 size.set(fed.len() as i64);
                 if matches!(event, watcher::Event::InitDone) {
@@ -326,9 +369,15 @@ impl Wiring {
                 }
                 event
             })
-            .default_backoff()
-            .touched_objects()
-            .inspect_ok(move |child| {
+            .filter_map(|event| {
+                futures::future::ready(match event {
+                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o) => {
+                        Some(Ok::<_, watcher::Error>((*o).clone()))
+                    }
+                    watcher::Event::Init | watcher::Event::InitDone => None,
+                })
+            })
+            .inspect_ok(move |child: &compact::Compact| {
                 let ns = child.namespace().filter(|_| namespaced);
                 for r in child.owner_references() {
                     if r.kind == owner.kind && r.api_version == owner.api_version {

@@ -9,7 +9,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 use kube::ResourceExt;
-use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 
 use super::compact::Compact;
@@ -71,16 +70,13 @@ struct Cache {
 
 impl Owned {
     /// Take in one watcher event.
-    pub(super) fn apply(&self, event: &Event<DynamicObject>) {
+    pub(super) fn apply(&self, event: &Event<Arc<Compact>>) {
         let mut cache = self.inner.write().unwrap_or_else(|e| e.into_inner());
         match event {
-            Event::Apply(o) => cache.current.insert(Arc::new(Compact::of(o))),
-            Event::Delete(o) => cache.current.remove(&ObjectKey::of(o)),
+            Event::Apply(o) => cache.current.insert(o.clone()),
+            Event::Delete(o) => cache.current.remove(&ObjectKey::of(&**o)),
             Event::Init => cache.relist = Some(Index::default()),
-            Event::InitApply(o) => cache
-                .relist
-                .get_or_insert_with(Index::default)
-                .insert(Arc::new(Compact::of(o))),
+            Event::InitApply(o) => cache.relist.get_or_insert_with(Index::default).insert(o.clone()),
             Event::InitDone => {
                 if let Some(listed) = cache.relist.take() {
                     cache.current = listed;
@@ -121,9 +117,9 @@ impl Owned {
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-    use kube::api::ObjectMeta;
+    use kube::api::{DynamicObject, ObjectMeta};
 
-    fn child(name: &str, owner: Option<&str>) -> DynamicObject {
+    fn child(name: &str, owner: Option<&str>) -> Arc<Compact> {
         let mut o = DynamicObject {
             types: None,
             metadata: ObjectMeta {
@@ -140,7 +136,7 @@ mod tests {
                 ..OwnerReference::default()
             }]);
         }
-        o
+        Arc::new(Compact::of(&o))
     }
 
     fn names(children: Vec<Arc<Compact>>) -> Vec<String> {

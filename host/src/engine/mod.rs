@@ -342,6 +342,14 @@ impl Plugin {
         })
     }
 
+    /// This plugin under the name an operator configured, if any.
+    pub fn named(self, name: Option<&str>) -> Result<Plugin, LoadError> {
+        match name {
+            Some(name) if name != self.name.as_ref() => self.renamed(name),
+            _ => Ok(self),
+        }
+    }
+
     /// The contract version the plugin was built against.
     pub fn contract_version(&self) -> &'static str {
         self.pre.version()

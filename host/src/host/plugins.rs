@@ -31,7 +31,10 @@ pub(super) fn load(
     for e in entries {
         let options = options(&e, defaults)?;
         let loading = engine.load_file(&e.path, e.limits.clone());
-        let plugin = match loading.and_then(|p| p.with_settings(&options.settings)) {
+        let plugin = loading
+            .and_then(|p| p.with_settings(&options.settings))
+            .and_then(|p| p.named(options.name.as_deref()));
+        let plugin = match plugin {
             Ok(plugin) => plugin,
             Err(err) => {
                 loaded.broken.push((e.path, err.to_string()));
@@ -81,6 +84,7 @@ fn entries(config: Option<&PathBuf>, dir: Option<&PathBuf>) -> anyhow::Result<Ve
 /// One entry's options: the host's defaults with the entry's own settings over them.
 fn options(e: &PluginConfig, defaults: &Options) -> anyhow::Result<Options> {
     let mut options = defaults.clone();
+    options.name.clone_from(&e.name);
     options.concurrency = e.concurrency.unwrap_or(options.concurrency);
     options.resync = e.resync.unwrap_or(options.resync);
     options.cpu_millicores = e.limits.cpu_millicores;

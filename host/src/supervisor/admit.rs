@@ -24,7 +24,7 @@ impl Supervisor {
     pub(super) async fn add(&mut self, path: PathBuf, bytes: Vec<u8>) {
         let options = self.dir.as_ref().map(|(_, d)| d.clone()).unwrap_or_default();
         let plugin = match self
-            .load(bytes, Limits::default(), options.settings.clone())
+            .load(bytes, Limits::default(), (options.settings.clone(), None))
             .await
         {
             Ok(plugin) => plugin,

@@ -65,6 +65,8 @@ pub struct Supervisor {
     broken: Vec<FileWatch>,
     /// On a sharded host, the ranges every unit runs.
     shard: Option<crate::shard::Filter>,
+    /// The watches every unit shares.
+    informers: controller::Informers,
 }
 
 impl Supervisor {
@@ -87,6 +89,7 @@ impl Supervisor {
             dir: None,
             broken: Vec::new(),
             shard: None,
+            informers: controller::Informers::default(),
         }
     }
 
@@ -149,6 +152,8 @@ impl Supervisor {
         if self.shard.is_some() {
             options.shard.clone_from(&self.shard);
         }
+        // Whatever options a unit came with, it watches through the host's informers.
+        options.informers = self.informers.clone();
         let (version, rx) = watch::channel(plugin);
         let stop = self.stopping.child_token();
         let memory = controller::Memory::default();
@@ -234,13 +239,14 @@ impl Supervisor {
         &self,
         bytes: Vec<u8>,
         limits: Limits,
-        settings: serde_json::Value,
+        (settings, name): (serde_json::Value, Option<String>),
     ) -> Result<Plugin, String> {
         let engine = self.engine.clone();
         let load = move || {
             engine
                 .load(&bytes, limits)
                 .and_then(|p| p.with_settings(&settings))
+                .and_then(|p| p.named(name.as_deref()))
         };
         let loaded = tokio::select! {
             loaded = tokio::task::spawn_blocking(load) => loaded,
@@ -258,11 +264,12 @@ impl Supervisor {
         let Some(path) = self.units[i].watch.as_ref().map(|w| w.path().to_path_buf()) else {
             return;
         };
-        let (limits, settings) = (
+        let (limits, settings, named) = (
             self.units[i].limits.clone(),
             self.units[i].options.settings.clone(),
+            self.units[i].options.name.clone(),
         );
-        let new = match self.load(bytes, limits, settings).await {
+        let new = match self.load(bytes, limits, (settings, named)).await {
             Ok(new) => new,
             Err(e) => return refused(&name, &path, &e),
         };
