@@ -29,6 +29,7 @@ mod limits;
 mod load;
 mod logs;
 mod memory;
+mod rename;
 mod sandbox;
 mod slots;
 mod text;
@@ -183,6 +184,7 @@ impl Engine {
             metadata: None,
             settings: Arc::from(NO_SETTINGS),
             footprint: 0,
+            declared: None,
         };
         let mut instance = plugin
             .instantiate("<metadata>")
@@ -254,6 +256,8 @@ pub struct Plugin {
     settings: Arc<str>,
     /// What one instance was measured to hold at load (linear memory and lift fuel).
     footprint: usize,
+    /// The name the plugin declares, when it runs under another ([`Plugin::renamed`]).
+    declared: Option<Arc<str>>,
 }
 
 /// Settings of a plugin the operator configured none for.
@@ -327,29 +331,6 @@ impl Plugin {
         })
     }
 
-    /// The same plugin run under another name (its own budget floor, labels and
-    /// metrics): one file deployed twice, with other settings or for a benchmark.
-    pub fn renamed(&self, name: &str) -> Result<Plugin, LoadError> {
-        let mut metadata = self.metadata().clone();
-        metadata.name = name.to_string();
-        load::validate_metadata(&mut metadata)?;
-        Ok(Plugin {
-            memory: self.engine.reserve(name, &self.limits, self.footprint)?,
-            name: Arc::from(name),
-            metadata: Some(metadata),
-            logs: Arc::new(logs::LogBudget::new(self.limits.log_bytes_per_second)),
-            ..self.clone()
-        })
-    }
-
-    /// This plugin under the name an operator configured, if any.
-    pub fn named(self, name: Option<&str>) -> Result<Plugin, LoadError> {
-        match name {
-            Some(name) if name != self.name.as_ref() => self.renamed(name),
-            _ => Ok(self),
-        }
-    }
-
     /// The contract version the plugin was built against.
     pub fn contract_version(&self) -> &'static str {
         self.pre.version()
@@ -393,7 +374,11 @@ impl Plugin {
     pub fn reconcile(&self, request: &Request) -> Result<Response, DispatchError> {
         let key = object_key(&request.parent);
         let _span = tracing::debug_span!("dispatch", plugin = %self.name, object = %key).entered();
-        self.instance_for(key)?.reconcile(request)
+        let mut response = self.instance_for(key)?.reconcile(request)?;
+        if let Some(declared) = &self.declared {
+            rename::relabel(&mut response.children, declared, &self.name);
+        }
+        Ok(response)
     }
 
     /// A fresh instance; reused across calls only by benchmarks.
