@@ -63,8 +63,19 @@ impl Host {
     /// otherwise) written to `log`, metrics and probes on free loopback ports, and the
     /// tests' own compile cache ([`compile_cache`]).
     pub fn start(plane: &Plane, args: &[&str], log: &Path, env: &[(&str, &str)]) -> Result<Host> {
+        Host::start_binary(&capstan_bin(), plane, args, log, env)
+    }
+
+    /// [`Host::start`] with another `capstan` binary (a benchmark's release build).
+    pub fn start_binary(
+        binary: &Path,
+        plane: &Plane,
+        args: &[&str],
+        log: &Path,
+        env: &[(&str, &str)],
+    ) -> Result<Host> {
         let file = std::fs::File::create(log)?;
-        let mut command = Command::new(capstan_bin());
+        let mut command = Command::new(binary);
         command
             .arg("run")
             .args(args)

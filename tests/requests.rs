@@ -16,30 +16,36 @@ use kube::discovery::ApiResource;
 #[derive(Clone, Debug, Default)]
 pub struct Requests(HashMap<(String, String, String), f64>);
 
-/// Read `apiserver_request_total` from the API server's `/metrics`.
-pub async fn requests(client: &kube::Client) -> Result<Requests> {
+/// The samples of `metric` on the API server's `/metrics`: each one's labels and value.
+async fn samples(client: &kube::Client, metric: &str) -> Result<Vec<(HashMap<String, String>, f64)>> {
     let request = http::Request::get("/metrics").body(Vec::new())?;
     let body = client
         .request_text(request)
         .await
         .context("reading the API server's /metrics")?;
-    let mut counts = HashMap::new();
-    for line in body.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
-            continue;
-        };
-        let Some((labels, value)) = rest.rsplit_once("} ") else {
-            continue;
-        };
-        let label = |name: &str| {
-            labels
+    let prefix = format!("{metric}{{");
+    let samples = body
+        .lines()
+        .filter_map(|line| line.strip_prefix(&prefix)?.rsplit_once("} "))
+        .map(|(labels, value)| {
+            let labels = labels
                 .split(',')
-                .find_map(|l| l.strip_prefix(&format!("{name}=\"")))
-                .map(|v| v.trim_end_matches('"').to_string())
-                .unwrap_or_default()
-        };
+                .filter_map(|l| l.split_once("=\""))
+                .map(|(k, v)| (k.to_string(), v.trim_end_matches('"').to_string()))
+                .collect();
+            (labels, value.parse::<f64>().unwrap_or(0.0))
+        })
+        .collect();
+    Ok(samples)
+}
+
+/// Read `apiserver_request_total` from the API server's `/metrics`.
+pub async fn requests(client: &kube::Client) -> Result<Requests> {
+    let mut counts = HashMap::new();
+    for (labels, value) in samples(client, "apiserver_request_total").await? {
+        let label = |name: &str| labels.get(name).cloned().unwrap_or_default();
         let key = (label("verb"), label("resource"), label("subresource"));
-        *counts.entry(key).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+        *counts.entry(key).or_insert(0.0) += value;
     }
     Ok(Requests(counts))
 }
@@ -47,29 +53,11 @@ pub async fn requests(client: &kube::Client) -> Result<Requests> {
 /// Watches open on the API server now, by (resource, scope): its
 /// `apiserver_longrunning_requests` gauge for the verb `WATCH`.
 pub async fn watches(client: &kube::Client) -> Result<HashMap<(String, String), f64>> {
-    let request = http::Request::get("/metrics").body(Vec::new())?;
-    let body = client
-        .request_text(request)
-        .await
-        .context("reading the API server's /metrics")?;
     let mut open = HashMap::new();
-    for line in body.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_longrunning_requests{") else {
-            continue;
-        };
-        let Some((labels, value)) = rest.rsplit_once("} ") else {
-            continue;
-        };
-        let label = |name: &str| {
-            labels
-                .split(',')
-                .find_map(|l| l.strip_prefix(&format!("{name}=\"")))
-                .map(|v| v.trim_end_matches('"').to_string())
-                .unwrap_or_default()
-        };
+    for (labels, value) in samples(client, "apiserver_longrunning_requests").await? {
+        let label = |name: &str| labels.get(name).cloned().unwrap_or_default();
         if label("verb") == "WATCH" {
-            *open.entry((label("resource"), label("scope"))).or_insert(0.0) +=
-                value.parse::<f64>().unwrap_or(0.0);
+            *open.entry((label("resource"), label("scope"))).or_insert(0.0) += value;
         }
     }
     Ok(open)

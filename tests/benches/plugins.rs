@@ -1,0 +1,150 @@
+//! Many plugins in one host, with default flags: N copies of Echo (`name:` in the config,
+//! each with its own image so each makes its own Job) reconcile the same E Echos on the
+//! local plane. Printed per N: whether all loaded, the time until every copy's Jobs
+//! exist, the host's peak RSS and what each added plugin cost, and the watches the API
+//! server has open in the namespace (one per kind, whatever N).
+//!
+//! `cargo bench -p capstan-tests --bench plugins`; `CAPSTAN_BENCH_PLUGINS=1,10,100,300`
+//! picks the counts (default `1,10,100`), `CAPSTAN_BENCH_ECHOES` the Echos (default 5).
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use capstan::dev::Plane;
+use capstan_tests::governance::usage;
+use capstan_tests::host::{Host, echo, echo_resource, install_plugin_crd, mount};
+use capstan_tests::requests::watches;
+use capstan_tests::workspace;
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+
+/// One host's run with `copies` plugins and `echoes` parents.
+struct Run {
+    loaded: usize,
+    refused: usize,
+    converged: Duration,
+    peak_rss_mib: f64,
+    watches: (f64, f64),
+}
+
+fn counts(var: &str, default: &str) -> Result<Vec<usize>> {
+    std::env::var(var)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .map(|n| {
+            n.trim()
+                .parse::<usize>()
+                .with_context(|| format!("{var}: {n} is not a count"))
+        })
+        .collect()
+}
+
+/// The release `capstan` binary, built now (a bench measures what operators run).
+fn release_capstan() -> Result<std::path::PathBuf> {
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--release", "-p", "capstan", "--bin", "capstan"])
+        .current_dir(workspace())
+        .status()?;
+    if !status.success() {
+        bail!("building the release capstan failed");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace().join("target"), Into::into);
+    Ok(std::path::Path::new(&target).join("release/capstan"))
+}
+
+async fn run(plane: &Plane, binary: &std::path::Path, copies: usize, echoes: usize) -> Result<Run> {
+    let ns = plane.namespace(&format!("plugins-{copies}")).await?;
+    let dir = std::env::temp_dir().join(format!("capstan-bench-{ns}"));
+    mount(&["echo"], &dir)?;
+    let entries: String = (0..copies)
+        .map(|i| {
+            format!("- path: echo.wasm\n  name: echo-{i}\n  settings: {{image: \"busybox:copy-{i}\"}}\n")
+        })
+        .collect();
+    let config = dir.join("capstan.yaml");
+    std::fs::write(&config, format!("plugins:\n{entries}"))?;
+    let log = dir.join("host.log");
+    let args = ["--config", config.to_str().context("utf-8")?, "--namespace", &ns];
+    let mut host = Host::start_binary(binary, plane, &args, &log, &[])?;
+    let client = plane.client().await?;
+    let parents: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
+    let start = Instant::now();
+    for i in 0..echoes {
+        parents
+            .create(&PostParams::default(), &echo(&format!("e{i}"), "many plugins")?)
+            .await?;
+    }
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let given = |log: &[serde_json::Value], prefix: &str| {
+        log.iter()
+            .filter(|l| l["message"].as_str().is_some_and(|m| m.starts_with(prefix)))
+            .count()
+    };
+    let (loaded, converged) = loop {
+        let loaded = given(&host.log(), "plugin given");
+        let made = jobs.list(&ListParams::default()).await?.items.len();
+        if loaded > 0 && made >= loaded * echoes {
+            break (loaded, start.elapsed());
+        }
+        if start.elapsed() > Duration::from_secs(900) {
+            bail!("{copies} plugins: {made} of {} Jobs after 900 s", loaded * echoes);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let open = watches(&client).await?;
+    let namespaced = |r: &str| {
+        open.get(&(r.to_string(), "namespace".into()))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let peak_rss_mib = usage(host.pid())?.peak_rss_mib;
+    let refused = given(&host.log(), "plugin not loaded");
+    host.signal(libc::SIGTERM);
+    host.wait(Duration::from_secs(60))?;
+    std::fs::remove_dir_all(dir).ok();
+    Ok(Run {
+        loaded,
+        refused,
+        converged,
+        peak_rss_mib,
+        watches: (namespaced(&echo_resource().plural), namespaced("jobs")),
+    })
+}
+
+fn main() -> Result<()> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    let copies = counts("CAPSTAN_BENCH_PLUGINS", "1,10,100")?;
+    let echoes = counts("CAPSTAN_BENCH_ECHOES", "5")?.first().copied().unwrap_or(5);
+    let binary = release_capstan()?;
+    runtime.block_on(async {
+        let plane = Plane::shared().await?;
+        install_plugin_crd(plane, "echo").await?;
+        println!(
+            "{echoes} Echos; default flags (--memory-budget 1Gi, --max-instances 256, concurrency 16 each)"
+        );
+        println!(
+            "{:>8} {:>8} {:>8} {:>12} {:>14} {:>18} {:>16}",
+            "plugins", "loaded", "refused", "all Jobs", "host peak RSS", "per added plugin", "watches E / J"
+        );
+        let mut first: Option<(usize, f64)> = None;
+        for n in copies {
+            let r = run(plane, &binary, n, echoes).await?;
+            let (n0, rss0) = *first.get_or_insert((r.loaded, r.peak_rss_mib));
+            let per = if r.loaded > n0 {
+                format!("{:.2} MiB", (r.peak_rss_mib - rss0) / (r.loaded - n0) as f64)
+            } else {
+                String::new()
+            };
+            println!(
+                "{n:>8} {:>8} {:>8} {:>12} {:>14} {per:>18} {:>16}",
+                r.loaded,
+                r.refused,
+                format!("{:.1}s", r.converged.as_secs_f64()),
+                format!("{:.1} MiB", r.peak_rss_mib),
+                format!("{} / {}", r.watches.0, r.watches.1),
+            );
+        }
+        Ok(())
+    })
+}
