@@ -35,6 +35,9 @@ pub(super) struct Key {
     pub namespace: Option<String>,
     pub labels: Option<String>,
     pub shard: Option<String>,
+    /// Keep kube-runtime's `Store` (parents: the controller reads them from it); else a
+    /// map whose objects the subscribers' indexes share (children).
+    pub store: bool,
 }
 
 /// The host's live watches; cheap to clone, shared by every plugin's controller.
@@ -89,15 +92,20 @@ impl Informers {
 pub(super) struct Informer {
     state: Arc<Mutex<State>>,
     /// The cache as kube-runtime's controller reads it (the parent's object at reconcile).
-    store: Store<Compact>,
+    store: Option<Store<Compact>>,
     task: tokio::task::AbortHandle,
+}
+
+/// The objects an informer keeps, once: in kube-runtime's store, or in a map.
+enum Cache {
+    Store(Writer<Compact>),
+    Map(HashMap<ObjectKey, Arc<Compact>>),
 }
 
 /// What the watch task and a new subscriber must see consistently.
 struct State {
-    writer: Writer<Compact>,
-    objects: HashMap<ObjectKey, Arc<Compact>>,
-    /// The objects of a list in progress, replacing `objects` when it is done.
+    cache: Cache,
+    /// The objects of a list in progress (what a subscriber joining meanwhile is given).
     relist: Option<HashMap<ObjectKey, Arc<Compact>>>,
     listed: bool,
     tx: broadcast::Sender<Shared>,
@@ -114,11 +122,15 @@ impl Informer {
     where
         S: Stream<Item = Result<Event<DynamicObject>, watcher::Error>> + Send + 'static,
     {
-        let writer = Writer::new(resource.clone());
-        let store = writer.as_reader();
+        let (cache, store) = if key.store {
+            let writer = Writer::new(resource.clone());
+            let store = writer.as_reader();
+            (Cache::Store(writer), Some(store))
+        } else {
+            (Cache::Map(HashMap::new()), None)
+        };
         let state = Arc::new(Mutex::new(State {
-            writer,
-            objects: HashMap::new(),
+            cache,
             relist: None,
             listed: false,
             tx: broadcast::channel(BACKLOG).0,
@@ -143,8 +155,8 @@ impl Informer {
         })
     }
 
-    /// The shared cache, for kube-runtime's controller.
-    pub fn store(&self) -> Store<Compact> {
+    /// The shared cache, for kube-runtime's controller, when its key asked for one.
+    pub fn store(&self) -> Option<Store<Compact>> {
         self.store.clone()
     }
 
@@ -188,20 +200,29 @@ impl State {
             Event::InitApply(o) => Event::InitApply(Arc::new(Compact::of(&o))),
             Event::InitDone => Event::InitDone,
         };
-        self.writer.apply_watcher_event(&owned(&event));
         match &event {
-            Event::Apply(o) => drop(self.objects.insert(ObjectKey::of(&**o), o.clone())),
-            Event::Delete(o) => drop(self.objects.remove(&ObjectKey::of(&**o))),
             Event::Init => self.relist = Some(HashMap::new()),
             Event::InitApply(o) => drop(
                 self.relist
                     .get_or_insert_with(HashMap::new)
                     .insert(ObjectKey::of(&**o), o.clone()),
             ),
-            Event::InitDone => {
-                self.objects = self.relist.take().unwrap_or_default();
-                self.listed = true;
+            Event::InitDone => self.listed = true,
+            Event::Apply(_) | Event::Delete(_) => {}
+        }
+        match &mut self.cache {
+            Cache::Store(writer) => {
+                writer.apply_watcher_event(&owned(&event));
+                if matches!(event, Event::InitDone) {
+                    self.relist = None;
+                }
             }
+            Cache::Map(objects) => match &event {
+                Event::Apply(o) => drop(objects.insert(ObjectKey::of(&**o), o.clone())),
+                Event::Delete(o) => drop(objects.remove(&ObjectKey::of(&**o))),
+                Event::InitDone => *objects = self.relist.take().unwrap_or_default(),
+                Event::Init | Event::InitApply(_) => {}
+            },
         }
         // No subscriber is no error: the next one is given the cache.
         let _ = self.tx.send(event);
@@ -218,7 +239,12 @@ impl State {
             }
             None if self.listed => {
                 replay.push(Event::Init);
-                replay.extend(self.objects.values().cloned().map(Event::InitApply));
+                match &self.cache {
+                    Cache::Store(writer) => {
+                        replay.extend(writer.as_reader().state().into_iter().map(Event::InitApply));
+                    }
+                    Cache::Map(objects) => replay.extend(objects.values().cloned().map(Event::InitApply)),
+                }
                 replay.push(Event::InitDone);
             }
             None => {}
@@ -261,15 +287,26 @@ mod tests {
     use super::*;
     use kube::api::{GroupVersionKind, ObjectMeta};
 
-    fn state() -> State {
-        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("capstan.dev", "v1alpha1", "Echo"));
+    fn resource() -> ApiResource {
+        ApiResource::from_gvk(&GroupVersionKind::gvk("capstan.dev", "v1alpha1", "Echo"))
+    }
+
+    /// An informer's state keeping a map (children's), or kube-runtime's store (parents').
+    fn state_with(store: bool) -> State {
         State {
-            writer: Writer::new(resource),
-            objects: HashMap::new(),
+            cache: if store {
+                Cache::Store(Writer::new(resource()))
+            } else {
+                Cache::Map(HashMap::new())
+            },
             relist: None,
             listed: false,
             tx: broadcast::channel(BACKLOG).0,
         }
+    }
+
+    fn state() -> State {
+        state_with(false)
     }
 
     fn echo(name: &str) -> DynamicObject {
@@ -309,71 +346,81 @@ mod tests {
 
     #[test]
     fn a_subscriber_before_the_first_list_sees_it_live() {
-        let mut state = state();
-        let (mut rx, replay) = state.subscribe();
-        assert!(replay.is_empty(), "nothing listed yet, nothing made up");
-        for e in [
-            Event::Init,
-            Event::InitApply(echo("a")),
-            Event::InitDone,
-            Event::Apply(echo("b")),
-        ] {
-            state.apply(e);
+        for store in [false, true] {
+            let mut state = state_with(store);
+            let (mut rx, replay) = state.subscribe();
+            assert!(replay.is_empty(), "nothing listed yet, nothing made up");
+            for e in [
+                Event::Init,
+                Event::InitApply(echo("a")),
+                Event::InitDone,
+                Event::Apply(echo("b")),
+            ] {
+                state.apply(e);
+            }
+            assert_eq!(received(&mut rx), ["Init", "+a", "done", "b"]);
+            let cached = match &state.cache {
+                Cache::Store(writer) => writer.as_reader().len(),
+                Cache::Map(objects) => objects.len(),
+            };
+            assert_eq!(cached, 2, "store {store}");
         }
-        assert_eq!(received(&mut rx), ["Init", "+a", "done", "b"]);
-        assert_eq!(
-            state.writer.as_reader().len(),
-            2,
-            "kube-runtime's store is fed too"
-        );
     }
 
     #[test]
     fn a_late_subscriber_is_given_the_cache_as_a_list_then_what_follows() {
-        let mut state = state();
-        for e in [
-            Event::Init,
-            Event::InitApply(echo("a")),
-            Event::InitDone,
-            Event::Apply(echo("b")),
-            Event::Delete(echo("a")),
-        ] {
-            state.apply(e);
+        for store in [false, true] {
+            let mut state = state_with(store);
+            for e in [
+                Event::Init,
+                Event::InitApply(echo("a")),
+                Event::InitDone,
+                Event::Apply(echo("b")),
+                Event::Delete(echo("a")),
+            ] {
+                state.apply(e);
+            }
+            let (mut rx, replay) = state.subscribe();
+            assert_eq!(show(&replay), ["Init", "+b", "done"], "store {store}");
+            state.apply(Event::Apply(echo("c")));
+            assert_eq!(received(&mut rx), ["c"]);
         }
-        let (mut rx, replay) = state.subscribe();
-        assert_eq!(show(&replay), ["Init", "+b", "done"]);
-        state.apply(Event::Apply(echo("c")));
-        assert_eq!(received(&mut rx), ["c"]);
     }
 
     #[test]
     fn a_subscriber_during_a_relist_gets_its_start_and_the_rest_live() {
-        let mut state = state();
-        for e in [
-            Event::Init,
-            Event::InitApply(echo("old")),
-            Event::InitDone,
-            Event::Init,
-            Event::InitApply(echo("a")),
-        ] {
-            state.apply(e);
+        for store in [false, true] {
+            let mut state = state_with(store);
+            for e in [
+                Event::Init,
+                Event::InitApply(echo("old")),
+                Event::InitDone,
+                Event::Init,
+                Event::InitApply(echo("a")),
+            ] {
+                state.apply(e);
+            }
+            let (mut rx, replay) = state.subscribe();
+            assert_eq!(
+                show(&replay),
+                ["Init", "+a"],
+                "the list in progress, not the old set (store {store})"
+            );
+            state.apply(Event::InitApply(echo("b")));
+            state.apply(Event::InitDone);
+            assert_eq!(received(&mut rx), ["+b", "done"]);
+            let (_, replay) = state.subscribe();
+            let mut listed = show(&replay);
+            listed.sort();
+            assert_eq!(
+                listed,
+                ["+a", "+b", "Init", "done"],
+                "the old set is gone (store {store})"
+            );
         }
-        let (mut rx, replay) = state.subscribe();
-        assert_eq!(
-            show(&replay),
-            ["Init", "+a"],
-            "the list in progress, not the old set"
-        );
-        state.apply(Event::InitApply(echo("b")));
-        state.apply(Event::InitDone);
-        assert_eq!(received(&mut rx), ["+b", "done"]);
-        let (_, replay) = state.subscribe();
-        let mut listed = show(&replay);
-        listed.sort();
-        assert_eq!(listed, ["+a", "+b", "Init", "done"], "the old set is gone");
     }
 
-    /// The informer's objects and what subscribers are sent are one allocation each.
+    /// A map's objects and what subscribers are sent are one allocation each.
     #[test]
     fn subscribers_share_the_cached_objects() {
         let mut state = state();
@@ -382,7 +429,9 @@ mod tests {
         let Ok(Event::Apply(sent)) = rx.try_recv() else {
             panic!("an apply")
         };
-        let cached = &state.objects[&ObjectKey::new(Some("ns"), "a")];
-        assert!(Arc::ptr_eq(&sent, cached));
+        let Cache::Map(objects) = &state.cache else {
+            panic!("a map")
+        };
+        assert!(Arc::ptr_eq(&sent, &objects[&ObjectKey::new(Some("ns"), "a")]));
     }
 }

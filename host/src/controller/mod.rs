@@ -268,7 +268,11 @@ impl Wiring {
             .as_deref()
             .filter(|_| self.metadata.parent.namespaced);
         let informer = self.informer(&self.parent, namespace, None, sharded::Role::Parent);
-        let cache = informer.store();
+        // A parent informer keeps kube-runtime's store (its key asks for one); an empty
+        // store would only stand for it if that ever changed.
+        let cache = informer
+            .store()
+            .unwrap_or_else(|| kube::runtime::reflector::store::Writer::new(self.parent.clone()).as_reader());
         let (tracked, per_object, listed) = (self.queue.clone(), self.per_object.clone(), self.sync.mark());
         let (size, cached_parents) = (self.gauge(&self.parent), cache.clone());
         let mut listing = std::collections::HashSet::new();
@@ -321,6 +325,7 @@ impl Wiring {
             namespace: namespace.map(String::from),
             labels,
             shard: self.shard.as_ref().map(|f| format!("{f:?} {role:?}")),
+            store: matches!(role, sharded::Role::Parent),
         };
         let client = sharded::client(&self.client, self.shard.as_ref(), resource, &role);
         let shard = self.shard.clone();
