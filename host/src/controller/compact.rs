@@ -119,13 +119,13 @@ fn keep_status_managers(metadata: &mut ObjectMeta) {
     metadata.managed_fields = (!kept.is_empty()).then_some(kept);
 }
 
-/// A watcher event of whole objects as one of compact ones.
-pub fn event(event: Event<DynamicObject>) -> Event<Compact> {
+/// A watcher event of whole objects as one of compact ones, each one shared allocation.
+pub fn event(event: Event<DynamicObject>) -> Event<Arc<Compact>> {
     match event {
-        Event::Apply(o) => Event::Apply(Compact::of(&o)),
-        Event::Delete(o) => Event::Delete(Compact::of(&o)),
+        Event::Apply(o) => Event::Apply(Arc::new(Compact::of(&o))),
+        Event::Delete(o) => Event::Delete(Arc::new(Compact::of(&o))),
         Event::Init => Event::Init,
-        Event::InitApply(o) => Event::InitApply(Compact::of(&o)),
+        Event::InitApply(o) => Event::InitApply(Arc::new(Compact::of(&o))),
         Event::InitDone => Event::InitDone,
     }
 }

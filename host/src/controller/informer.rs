@@ -193,13 +193,7 @@ impl Informer {
 impl State {
     /// Take in one event of the watch and pass it on.
     fn apply(&mut self, event: Event<DynamicObject>) {
-        let event = match event {
-            Event::Apply(o) => Event::Apply(Arc::new(Compact::of(&o))),
-            Event::Delete(o) => Event::Delete(Arc::new(Compact::of(&o))),
-            Event::Init => Event::Init,
-            Event::InitApply(o) => Event::InitApply(Arc::new(Compact::of(&o))),
-            Event::InitDone => Event::InitDone,
-        };
+        let event = super::compact::event(event);
         match &event {
             Event::Init => self.relist = Some(HashMap::new()),
             Event::InitApply(o) => drop(

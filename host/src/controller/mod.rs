@@ -7,7 +7,6 @@ mod backoff;
 mod children;
 mod churn;
 mod compact;
-use compact::cached;
 mod discovery;
 mod dispatch;
 mod events;
@@ -325,7 +324,8 @@ impl Wiring {
             namespace: namespace.map(String::from),
             labels,
             shard: self.shard.as_ref().map(|f| format!("{f:?} {role:?}")),
-            store: matches!(role, sharded::Role::Parent),
+            // Parents and related objects are read from kube-runtime's store.
+            store: !matches!(role, sharded::Role::Child { .. }),
         };
         let client = sharded::client(&self.client, self.shard.as_ref(), resource, &role);
         let shard = self.shard.clone();

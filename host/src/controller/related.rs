@@ -13,17 +13,17 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use futures::TryStreamExt;
+use futures::StreamExt;
 use kube::ResourceExt;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 
 use capstan_contract::related::{Parent, Resolved, resolve};
 
-use super::compact::{self, Compact};
+use super::compact::Compact;
 use super::version::Current;
-use super::{Shared, Wiring, api, cached, discovery, queue, sharded};
+use super::{Shared, Wiring, discovery, queue, sharded};
 use crate::engine::{DispatchError, Kind};
 use crate::key::ObjectKey;
 
@@ -104,29 +104,36 @@ pub(super) async fn watch(
     impl Fn(Compact) -> Vec<ObjectRef<Compact>> + Send + Sync + 'static,
 )> {
     let resource = discovery::resolve(&wiring.client, kind).await?;
-    let writer = reflector::store::Writer::new(resource.clone());
-    let store = writer.as_reader();
     let ns = wiring.options.namespace.as_deref().filter(|_| kind.namespaced);
-    let (listed, size, cached_objects) = (wiring.sync.mark(), wiring.gauge(&resource), store.clone());
-    let changes = Arc::new(AtomicU64::new(0));
-    let counted = changes.clone();
     let role = sharded::Role::Related {
         namespaced: kind.namespaced,
     };
-    let client = sharded::client(&wiring.client, wiring.shard.as_ref(), &resource, &role);
-    let watch = watcher(api(&client, &resource, ns), watcher::Config::default());
-    let watch = sharded::only_mine(watch, wiring.shard.clone(), role).modify(cached(&resource));
-    let stream = reflector::reflector(writer, watch.map_ok(compact::event))
-        .default_backoff()
-        .inspect_ok(move |event| {
-            // The cache has taken the event in before it comes down the stream.
+    // The host's watch of the kind, shared with every plugin reading or reconciling it.
+    let informer = wiring.informer(&resource, ns, None, role);
+    let store = informer
+        .store()
+        .unwrap_or_else(|| reflector::store::Writer::new(resource.clone()).as_reader());
+    let (listed, size, cached_objects) = (wiring.sync.mark(), wiring.gauge(&resource), store.clone());
+    let changes = Arc::new(AtomicU64::new(0));
+    let counted = changes.clone();
+    let stream = informer
+        .subscribe()
+        .inspect(move |event| {
+            // The shared cache has taken the event in before it is sent to subscribers.
             counted.fetch_add(1, Ordering::Release);
             if matches!(event, watcher::Event::InitDone) {
                 listed();
             }
             size.set(cached_objects.len() as i64);
         })
-        .touched_objects();
+        .filter_map(|event| {
+            futures::future::ready(match event {
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o) => {
+                    Some(Ok::<_, watcher::Error>((*o).clone()))
+                }
+                watcher::Event::Init | watcher::Event::InitDone => None,
+            })
+        });
     let (per_object, tracked, parent) = (
         wiring.per_object.clone(),
         wiring.queue.clone(),
