@@ -1,8 +1,8 @@
 //! One watch per kind and scope, whatever the number of plugins: three copies of Echo
 //! under their own names (`name:` in the config, each with its own image so their Jobs
 //! differ) all converge, each with its own Jobs, and the API server counts one watch of
-//! Echoes and one of Jobs in the namespace, where three plugins each watching for
-//! themselves opened three of each.
+//! Echoes, one of Jobs and one of ConfigMaps (Echo's related kind) in the namespace,
+//! where three plugins each watching for themselves opened three of each.
 
 use std::time::Duration;
 
@@ -61,8 +61,9 @@ async fn three_plugins_of_one_kind_share_one_watch_of_parents_and_of_children() 
             .copied()
     };
     ensure!(
-        (namespaced("echoes"), namespaced("jobs")) == (Some(1.0), Some(1.0)),
-        "one watch of each kind in the namespace, not one per plugin: {open:?}"
+        (namespaced("echoes"), namespaced("jobs"), namespaced("configmaps"))
+            == (Some(1.0), Some(1.0), Some(1.0)),
+        "one watch of each kind in the namespace (Echo reads ConfigMaps), not one per plugin: {open:?}"
     );
     let given = host
         .log()
