@@ -30,4 +30,3 @@ pub use binaries::{Binaries, Versions, cache_root};
 pub use components::PortMap;
 pub use detached::{DetachedProcess, DetachedState, default_dev_dir};
 pub use plane::{EXTERNAL_KUBECONFIG_ENV, Plane, PlaneConfig};
-pub(crate) use process::rss_bytes;

@@ -242,7 +242,10 @@ impl Plane {
 
     /// Resident memory of all the plane's processes together, in bytes.
     pub fn rss_bytes(&self) -> u64 {
-        self.pids().iter().map(|(_, pid)| process::rss_bytes(*pid)).sum()
+        self.pids()
+            .iter()
+            .map(|(_, pid)| crate::ops::heap::rss_bytes(*pid))
+            .sum()
     }
 
     /// Imports an OCI image archive (see [`crate::dev::image`]) into this plane's real node.

@@ -246,18 +246,6 @@ fn stat_field(stat: &str, n: usize) -> Option<&str> {
     rest.split_whitespace().nth(n.checked_sub(3)?)
 }
 
-/// Resident memory of a process in bytes, from /proc.
-pub(crate) fn rss_bytes(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
 /// Stops a process group we are not the parent of (a detached plane), SIGTERM first.
 pub(crate) fn stop_foreign(pid: u32, expected_start: Option<u64>, grace: Duration) {
     if !alive(pid) || (expected_start.is_some() && start_time(pid) != expected_start) {
@@ -297,6 +285,6 @@ mod tests {
         let me = std::process::id();
         assert!(alive(me));
         assert!(start_time(me).is_some());
-        assert!(rss_bytes(me) > 0);
+        assert!(crate::ops::heap::rss_bytes(me) > 0);
     }
 }
