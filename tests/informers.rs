@@ -30,6 +30,9 @@ async fn three_plugins_of_one_kind_share_one_watch_of_parents_and_of_children() 
     let config = dir.join("capstan.yaml");
     std::fs::write(&config, format!("plugins:\n{entries}"))?;
     let args = ["--config", config.to_str().context("utf-8")?, "--namespace", &ns];
+    // System components keep namespaced watches of their own (kube-system's ConfigMaps):
+    // the host's are what it adds.
+    let before = watches(&plane.client().await?).await?;
     let mut host = Host::start(plane, &args, &dir.join("host.log"), &[])?;
 
     let client = plane.client().await?;

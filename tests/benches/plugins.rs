@@ -66,8 +66,10 @@ async fn run(plane: &Plane, binary: &std::path::Path, copies: usize, echoes: usi
     std::fs::write(&config, format!("plugins:\n{entries}"))?;
     let log = dir.join("host.log");
     let args = ["--config", config.to_str().context("utf-8")?, "--namespace", &ns];
-    let mut host = Host::start_binary(binary, plane, &args, &log, &[])?;
     let client = plane.client().await?;
+    // System components keep namespaced watches of their own; the host's are the rest.
+    let before = watches(&client).await?;
+    let mut host = Host::start_binary(binary, plane, &args, &log, &[])?;
     let parents: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
     let start = Instant::now();
     for i in 0..echoes {
