@@ -60,8 +60,9 @@ async fn three_plugins_of_one_kind_share_one_watch_of_parents_and_of_children() 
 
     let open = watches(&client).await?;
     let namespaced = |resource: &str| {
-        open.get(&(resource.to_string(), "namespace".to_string()))
-            .copied()
+        let key = (resource.to_string(), "namespace".to_string());
+        open.get(&key)
+            .map(|n| n - before.get(&key).copied().unwrap_or(0.0))
     };
     ensure!(
         (namespaced("echoes"), namespaced("jobs"), namespaced("configmaps"))

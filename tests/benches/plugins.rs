@@ -96,9 +96,8 @@ async fn run(plane: &Plane, binary: &std::path::Path, copies: usize, echoes: usi
     };
     let open = watches(&client).await?;
     let namespaced = |r: &str| {
-        open.get(&(r.to_string(), "namespace".into()))
-            .copied()
-            .unwrap_or(0.0)
+        let key = (r.to_string(), "namespace".to_string());
+        open.get(&key).copied().unwrap_or(0.0) - before.get(&key).copied().unwrap_or(0.0)
     };
     let peak_rss_mib = usage(host.pid())?.peak_rss_mib;
     let refused = given(&host.log(), "plugin not loaded");
