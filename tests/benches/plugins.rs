@@ -6,6 +6,10 @@
 //!
 //! `cargo bench -p capstan-tests --bench plugins`; `CAPSTAN_BENCH_PLUGINS=1,10,100,300`
 //! picks the counts (default `1,10,100`), `CAPSTAN_BENCH_ECHOES` the Echos (default 5).
+//! `CAPSTAN_BENCH_HOSTILE=loop` (or `memory`, any hostile mode) runs each count again
+//! beside the hostile plugin reconciling 16 objects in that mode, calling again at once:
+//! the copies' time to converge, with and without it (`CAPSTAN_BENCH_HOSTILE_MILLICORES`
+//! sets its CPU share; one core by default).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -13,7 +17,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use capstan::dev::Plane;
 use capstan_tests::governance::usage;
-use capstan_tests::host::{Host, echo, echo_resource, install_plugin_crd, mount};
+use capstan_tests::host::{
+    Host, echo, echo_resource, hostile_crd, hostile_resource, install_plugin_crd, mount,
+};
 use capstan_tests::requests::watches;
 use capstan_tests::workspace;
 use k8s_openapi::api::batch::v1::Job;
@@ -53,15 +59,30 @@ fn release_capstan() -> Result<std::path::PathBuf> {
     Ok(std::path::Path::new(&target).join("release/capstan"))
 }
 
-async fn run(plane: &Plane, binary: &std::path::Path, copies: usize, echoes: usize) -> Result<Run> {
+/// Hostile objects beside the copies in a run with a misbehaving plugin.
+const HOSTILES: usize = 16;
+
+async fn run(
+    plane: &Plane,
+    binary: &std::path::Path,
+    (copies, echoes): (usize, usize),
+    hostile: Option<&str>,
+) -> Result<Run> {
     let ns = plane.namespace(&format!("plugins-{copies}")).await?;
     let dir = std::env::temp_dir().join(format!("capstan-bench-{ns}"));
-    mount(&["echo"], &dir)?;
-    let entries: String = (0..copies)
+    mount(&["echo", "hostile"], &dir)?;
+    let mut entries: String = (0..copies)
         .map(|i| {
             format!("- path: echo.wasm\n  name: echo-{i}\n  settings: {{image: \"busybox:copy-{i}\"}}\n")
         })
         .collect();
+    if hostile.is_some() {
+        entries.push_str("- path: hostile.wasm\n");
+        // Its CPU share, when not the default of one core.
+        if let Ok(millicores) = std::env::var("CAPSTAN_BENCH_HOSTILE_MILLICORES") {
+            entries.push_str(&format!("  limits: {{cpuMillicores: {millicores}}}\n"));
+        }
+    }
     let config = dir.join("capstan.yaml");
     std::fs::write(&config, format!("plugins:\n{entries}"))?;
     let log = dir.join("host.log");
@@ -70,6 +91,18 @@ async fn run(plane: &Plane, binary: &std::path::Path, copies: usize, echoes: usi
     // System components keep namespaced watches of their own; the host's are the rest.
     let before = watches(&client).await?;
     let mut host = Host::start_binary(binary, plane, &args, &log, &[])?;
+    if let Some(mode) = hostile {
+        let hostiles: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &hostile_resource());
+        for i in 0..HOSTILES {
+            let object: DynamicObject = serde_json::from_value(serde_json::json!({
+                "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
+                "metadata": {"name": format!("{mode}-{i}")}, "spec": {"mode": mode, "requeueMs": 0},
+            }))?;
+            hostiles.create(&PostParams::default(), &object).await?;
+        }
+        // Let it get going before the copies have anything to do.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
     let parents: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
     let start = Instant::now();
     for i in 0..echoes {
@@ -84,7 +117,7 @@ async fn run(plane: &Plane, binary: &std::path::Path, copies: usize, echoes: usi
             .count()
     };
     let (loaded, converged) = loop {
-        let loaded = given(&host.log(), "plugin given");
+        let loaded = given(&host.log(), "plugin given") - usize::from(hostile.is_some());
         let made = jobs.list(&ListParams::default()).await?.items.len();
         if loaded > 0 && made >= loaded * echoes {
             break (loaded, start.elapsed());
@@ -117,10 +150,14 @@ fn main() -> Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     let copies = counts("CAPSTAN_BENCH_PLUGINS", "1,10,100")?;
     let echoes = counts("CAPSTAN_BENCH_ECHOES", "5")?.first().copied().unwrap_or(5);
+    let hostile = std::env::var("CAPSTAN_BENCH_HOSTILE")
+        .ok()
+        .filter(|m| !m.is_empty());
     let binary = release_capstan()?;
     runtime.block_on(async {
         let plane = Plane::shared().await?;
         install_plugin_crd(plane, "echo").await?;
+        plane.install_crds(&[hostile_crd()?]).await?;
         println!(
             "{echoes} Echos; default flags (--memory-budget 1Gi, --max-instances 256, concurrency 16 each)"
         );
@@ -128,23 +165,34 @@ fn main() -> Result<()> {
             "{:>8} {:>8} {:>8} {:>12} {:>14} {:>18} {:>16}",
             "plugins", "loaded", "refused", "all Jobs", "host peak RSS", "per added plugin", "watches E / J"
         );
+        // The first host compiles Echo (Cranelift's peak); later ones load it from the
+        // compile cache, as a host does after its first start. Warm it, unprinted.
+        run(plane, &binary, (1, 1), None).await?;
         let mut first: Option<(usize, f64)> = None;
         for n in copies {
-            let r = run(plane, &binary, n, echoes).await?;
-            let (n0, rss0) = *first.get_or_insert((r.loaded, r.peak_rss_mib));
-            let per = if r.loaded > n0 {
-                format!("{:.2} MiB", (r.peak_rss_mib - rss0) / (r.loaded - n0) as f64)
-            } else {
-                String::new()
-            };
-            println!(
-                "{n:>8} {:>8} {:>8} {:>12} {:>14} {per:>18} {:>16}",
-                r.loaded,
-                r.refused,
-                format!("{:.1}s", r.converged.as_secs_f64()),
-                format!("{:.1} MiB", r.peak_rss_mib),
-                format!("{} / {}", r.watches.0, r.watches.1),
-            );
+            for mode in std::iter::once(None).chain(hostile.as_deref().map(Some)) {
+                let r = run(plane, &binary, (n, echoes), mode).await?;
+                let label = mode.map_or_else(|| n.to_string(), |m| format!("+{m}"));
+                let per = match mode {
+                    None => {
+                        let (n0, rss0) = *first.get_or_insert((r.loaded, r.peak_rss_mib));
+                        if r.loaded > n0 {
+                            format!("{:.2} MiB", (r.peak_rss_mib - rss0) / (r.loaded - n0) as f64)
+                        } else {
+                            String::new()
+                        }
+                    }
+                    Some(_) => String::new(),
+                };
+                println!(
+                    "{label:>8} {:>8} {:>8} {:>12} {:>14} {per:>18} {:>16}",
+                    r.loaded,
+                    r.refused,
+                    format!("{:.1}s", r.converged.as_secs_f64()),
+                    format!("{:.1} MiB", r.peak_rss_mib),
+                    format!("{} / {}", r.watches.0, r.watches.1),
+                );
+            }
         }
         Ok(())
     })
