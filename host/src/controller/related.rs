@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use kube::ResourceExt;
 use kube::discovery::ApiResource;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
 use capstan_contract::related::{Parent, Resolved, resolve};
@@ -109,10 +109,7 @@ pub(super) async fn watch(
         namespaced: kind.namespaced,
     };
     // The host's watch of the kind, shared with every plugin reading or reconciling it.
-    let informer = wiring.informer(&resource, ns, None, role);
-    let store = informer
-        .store()
-        .unwrap_or_else(|| reflector::store::Writer::new(resource.clone()).as_reader());
+    let (informer, store) = wiring.stored(&resource, ns, role);
     let (listed, size, cached_objects) = (wiring.sync.mark(), wiring.gauge(&resource), store.clone());
     let changes = Arc::new(AtomicU64::new(0));
     let counted = changes.clone();

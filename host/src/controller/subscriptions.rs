@@ -23,12 +23,7 @@ impl Wiring {
             .namespace
             .as_deref()
             .filter(|_| self.metadata.parent.namespaced);
-        let informer = self.informer(&self.parent, namespace, None, sharded::Role::Parent);
-        // A parent informer keeps kube-runtime's store (its key asks for one); an empty
-        // store would only stand for it if that ever changed.
-        let cache = informer
-            .store()
-            .unwrap_or_else(|| kube::runtime::reflector::store::Writer::new(self.parent.clone()).as_reader());
+        let (informer, cache) = self.stored(&self.parent, namespace, sharded::Role::Parent);
         let (tracked, per_object, listed) = (self.queue.clone(), self.per_object.clone(), self.sync.mark());
         let (size, cached_parents) = (self.gauge(&self.parent), cache.clone());
         let mut listing = std::collections::HashSet::new();
@@ -66,9 +61,26 @@ impl Wiring {
         (controller, cache)
     }
 
+    /// The host's informer of every `resource` in `namespace` (parents, related objects)
+    /// and the kube-runtime store it keeps them in.
+    pub(super) fn stored(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        role: sharded::Role,
+    ) -> (Arc<informer::Informer>, Store<compact::Compact>) {
+        let informer = self.informer(resource, namespace, None, role);
+        // Keys of non-child roles ask for a store; an empty one would stand in only if
+        // that rule changed.
+        let store = informer
+            .store()
+            .unwrap_or_else(|| kube::runtime::reflector::store::Writer::new(resource.clone()).as_reader());
+        (informer, store)
+    }
+
     /// The host's informer of `resource` in `namespace` with `labels`, filtered to the
     /// replica's ranges for `role` on a sharded host.
-    pub(super) fn informer(
+    fn informer(
         &self,
         resource: &ApiResource,
         namespace: Option<&str>,
