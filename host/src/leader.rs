@@ -159,13 +159,13 @@ impl Holder for Campaign<'_> {
         Ok(try_acquire_or_renew(self.inner).await?.then_some(()))
     }
 
-    fn commit(&mut self, (): (), _: Tenure, began: bool) {
-        if began {
-            let s = &self.inner.settings;
-            set_status(&s.name, true);
-            tracing::info!(lease = %s.name, identity = %s.identity, "became leader");
-        }
+    fn beginning(&mut self) {
+        let s = &self.inner.settings;
+        set_status(&s.name, true);
+        tracing::info!(lease = %s.name, identity = %s.identity, "became leader");
     }
+
+    fn commit(&mut self, (): (), _: Tenure, _: bool) {}
 
     fn lapsed(&mut self) {
         let s = &self.inner.settings;

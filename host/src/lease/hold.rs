@@ -20,6 +20,10 @@ pub trait Holder: Send {
     /// not, whatever was held before must be earned again.
     fn round(&mut self, held: bool) -> impl Future<Output = Result<Option<Self::Plan>, kube::Error>> + Send;
 
+    /// A round succeeded and is about to begin a new term: said before any work waiting
+    /// for the term can start, so logs and metrics never show work ahead of its term.
+    fn beginning(&mut self) {}
+
     /// Act on `plan` under `tenure`, the term the round renewed (`began`: a new one).
     fn commit(&mut self, plan: Self::Plan, tenure: Tenure, began: bool);
 
@@ -47,6 +51,10 @@ pub async fn hold<H: Holder>(fence: &Fence, retry: Duration, holder: &mut H) {
         let outcome = tokio::time::timeout_at(fence.deadline(attempt), holder.round(held)).await;
         match outcome {
             Ok(Ok(Some(plan))) => {
+                // Only this loop begins terms, so this is what `renewed` will decide.
+                if !fence.held_at(attempt) {
+                    holder.beginning();
+                }
                 let began = fence.renewed(attempt);
                 holding = true;
                 holder.commit(plan, fence.tenure().pin(), began);
@@ -97,6 +105,9 @@ mod tests {
         commits: Vec<(Instant, bool, Tenure)>,
         lapses: Vec<Instant>,
         rounds: Vec<(Instant, bool)>,
+        /// At each `beginning`: whether the fence's tenure was already held.
+        beginnings: Vec<bool>,
+        tenure: Option<Tenure>,
     }
 
     impl Holder for Script {
@@ -112,6 +123,11 @@ mod tests {
                 Some(Step::Fail) => Err(kube::Error::LinesCodecMaxLineLengthExceeded),
                 Some(Step::Hang) | None => std::future::pending().await,
             }
+        }
+
+        fn beginning(&mut self) {
+            let held = self.tenure.as_ref().is_some_and(Tenure::is_held);
+            self.beginnings.push(held);
         }
 
         fn commit(&mut self, (): (), tenure: Tenure, began: bool) {
@@ -131,9 +147,10 @@ mod tests {
     const RETRY: Duration = Duration::from_secs(2);
 
     async fn run(steps: Vec<Step>, for_: Duration) -> (Script, Fence) {
-        let (fence, _) = Fence::new(RENEW);
+        let (fence, tenure) = Fence::new(RENEW);
         let mut script = Script {
             steps: steps.into(),
+            tenure: Some(tenure),
             ..Script::default()
         };
         let _ = tokio::time::timeout(for_, hold(&fence, RETRY, &mut script)).await;
@@ -204,6 +221,11 @@ mod tests {
             "the first term's work stays fenced"
         );
         assert!(script.commits[1].2.is_held());
+        assert_eq!(
+            script.beginnings,
+            vec![false, false],
+            "each term is announced before work waiting for it can see it"
+        );
         assert!(
             !script.rounds[2].1,
             "the round after the lapse knew the term had ended"
