@@ -161,9 +161,9 @@ impl Writer {
         let mut swept = tokio::time::interval(SWEEP);
         swept.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut waiting: VecDeque<(Instant, Write)> = VecDeque::new();
-        let (mut open, mut counted) = (true, true);
+        let (mut open, mut counted, mut stopping) = (true, true, false);
         while open || !in_flight.is_empty() || !waiting.is_empty() {
-            let room = self.room(waiting.front().map(|(at, _)| *at), waiting.len(), open);
+            let room = self.room(waiting.front().map(|(at, _)| *at), waiting.len(), open && !stopping);
             while in_flight.len() < room
                 && let Some((_, write)) = waiting.pop_front()
             {
@@ -187,8 +187,12 @@ impl Writer {
                     let now = Instant::now();
                     waiting.extend((self.sweep)().into_iter().map(|due| (now, Write::Count(due))));
                 }
-                // What is queued is still written; nothing more is taken.
-                _ = &mut stopped, if open => rx.close(),
+                // What is queued is still written; nothing more is taken. (`open` stays
+                // true until the queue is drained: a finished receiver is never polled again.)
+                _ = &mut stopped, if !stopping => {
+                    stopping = true;
+                    rx.close();
+                }
             }
         }
     }
@@ -253,3 +257,35 @@ pub(super) fn event_name(object: &ObjectKey, first: u64) -> (String, String) {
     let namespace = object.namespace.clone().unwrap_or_else(|| "default".into());
     (namespace, format!("{}.{first:x}", object.name))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client whose every request fails at once (nothing listens on the discard port).
+    fn unreachable() -> kube::Client {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+        kube::Client::try_from(config).expect("client")
+    }
+
+    #[tokio::test]
+    async fn stopping_with_events_still_queued_writes_them_out_and_ends() {
+        let busy = Busy::default();
+        // A reconcile runs for good: before the stop, events only wait.
+        let _running = busy.write();
+        let (recorder, writing) = Recorder::new(unreachable(), "p", Arc::new(Vec::new), &busy);
+        for i in 0..100 {
+            let mut event = KubeEvent::default();
+            event.metadata.name = Some(format!("e{i}"));
+            recorder.send(Write::Create(Box::new(event)));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let _ = writing.stop.send(());
+        let ended = tokio::time::timeout(DRAIN, writing.task).await;
+        assert!(
+            matches!(ended, Ok(Ok(()))),
+            "the writer drains its queue and ends without a panic: {ended:?}"
+        );
+    }
+}
+
