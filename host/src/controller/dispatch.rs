@@ -10,7 +10,7 @@ use super::Shared;
 use super::compact::Compact;
 use super::events::warn;
 use super::outcome::{Error, Observed};
-use super::throttle::Permit;
+use super::throttle::{Call, Permit};
 use super::version::Current;
 use crate::engine::{DispatchError, Request, Response};
 use crate::ops::metrics::{ControllerLabel, FaultLabels, PluginLabel};
@@ -26,7 +26,7 @@ pub(super) async fn run(
     shared: &Shared,
     (observed, related): (&[Observed], &[Arc<Compact>]),
 ) -> Result<Option<(Request, Response)>, Error> {
-    let permit = shared.cpu.acquire().await.map_err(|wait| {
+    let permit = shared.cpu.acquire(Call::Reconcile).await.map_err(|wait| {
         tracing::debug!(wait = ?wait, "plugin over its CPU share; later");
         Error::Deferred(wait)
     })?;
@@ -55,9 +55,7 @@ async fn dispatch(
     };
     let start = std::time::Instant::now();
     let done = tokio::task::spawn_blocking(move || {
-        let cpu = crate::engine::thread_cpu_time();
-        let result = plugin.reconcile(&request);
-        permit.charge(crate::engine::thread_cpu_time().saturating_sub(cpu));
+        let result = permit.run(|| plugin.reconcile(&request));
         (request, result)
     })
     .await

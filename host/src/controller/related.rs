@@ -22,6 +22,7 @@ use kube::runtime::watcher;
 use capstan_contract::related::{Parent, Resolved, resolve};
 
 use super::compact::Compact;
+use super::throttle::Call;
 use super::version::Current;
 use super::{Shared, Wiring, discovery, queue, sharded};
 use crate::engine::{DispatchError, Kind};
@@ -266,17 +267,16 @@ fn answer(queries: &[Resolved], shared: &Shared) -> Vec<Arc<Compact>> {
 /// Ask the plugin what it reads for `parent` (within its CPU share), and check the
 /// answer against the contract.
 async fn ask(parent: &Compact, plugin: &Current, shared: &Shared) -> Result<Arc<Vec<Resolved>>, Failure> {
-    let permit = shared.cpu.acquire().await.map_err(Failure::Deferred)?;
+    let permit = shared
+        .cpu
+        .acquire(Call::Related)
+        .await
+        .map_err(Failure::Deferred)?;
     let asking = plugin.plugin.clone();
     let parent_value = parent.value();
-    let answer = tokio::task::spawn_blocking(move || {
-        let start = crate::engine::thread_cpu_time();
-        let answer = asking.related(&parent_value);
-        permit.charge(crate::engine::thread_cpu_time().saturating_sub(start));
-        answer
-    })
-    .await
-    .map_err(|e| Failure::Dispatch(DispatchError::Fatal(format!("related task failed: {e}"))))?;
+    let answer = tokio::task::spawn_blocking(move || permit.run(|| asking.related(&parent_value)))
+        .await
+        .map_err(|e| Failure::Dispatch(DispatchError::Fatal(format!("related task failed: {e}"))))?;
     let answer = answer.map_err(Failure::Dispatch)?;
     let metadata = plugin.plugin.metadata();
     let own = parent

@@ -7,36 +7,96 @@
 //! Thread CPU time, not wall time: a call that waited for a pool slot, a blocking thread
 //! or a core — because other plugins were busy — is not charged for their work. And the
 //! calls in flight are bounded, not only the debt: a call may start only while the
-//! credit left covers every call already running at the plugin's recent cost per call,
-//! so sixteen calls that each spin to their deadline cannot all start on one second's
-//! credit. An honest plugin's calls cost microseconds, and this bound never holds it.
+//! credit left covers every call already running — each counted at what it has used so
+//! far or its kind's recent cost, whichever is more — plus the new one. `related` and
+//! `reconcile` keep separate costs (a cheap `related` vouches for nothing), and a kind
+//! whose cost is not known yet runs one call at a time. So sixteen calls that each spin
+//! to their deadline cannot all start on one second's credit, nor can a plugin that was
+//! cheap so far start a burst once one of its calls runs long. An honest plugin's calls
+//! cost microseconds, and this bound never holds it.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::bucket::Bucket;
+use crate::engine::{ThreadClock, thread_cpu_time};
 
 /// How much one new call's cost moves the running estimate.
 const WEIGHT: f64 = 0.25;
 /// The least a plugin over its bound waits before it is tried again.
 const MIN_WAIT: Duration = Duration::from_millis(10);
-/// How long a call waits for the plugin's first call to end and tell its cost.
+/// How long a call waits for the first call of its kind to end and tell its cost.
 const SETTLE: Duration = Duration::from_millis(20);
+
+/// Which entry point a call is: each has its own cost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    /// `related`: what the plugin reads for a parent.
+    Related,
+    /// `reconcile`.
+    Reconcile,
+}
+
+/// One kind of call's recent cost and calls in flight.
+#[derive(Default)]
+struct Cost {
+    /// CPU seconds per call; `None` until the first call of the kind ends.
+    per_call: Option<f64>,
+    in_flight: u32,
+}
+
+/// A call started and not yet charged.
+struct Running {
+    id: u64,
+    call: Call,
+    /// The thread running it and that thread's CPU time when the call began; `None`
+    /// until it is on its thread.
+    on: Option<(ThreadClock, Duration)>,
+}
+
+impl Running {
+    /// CPU seconds the call has used so far.
+    fn used(&self) -> f64 {
+        self.on
+            .and_then(|(clock, began)| clock.read().map(|now| now.saturating_sub(began)))
+            .map_or(0.0, |d| d.as_secs_f64())
+    }
+}
 
 struct Inner {
     bucket: Bucket,
-    /// Calls started and not yet charged.
-    in_flight: u32,
-    /// The plugin's recent CPU seconds per call; `None` until its first call ends.
-    per_call: Option<f64>,
+    costs: [Cost; 2],
+    running: Vec<Running>,
+    next_id: u64,
+}
+
+impl Inner {
+    fn cost(&mut self, call: Call) -> &mut Cost {
+        &mut self.costs[call as usize]
+    }
+
+    /// CPU seconds the calls in flight are expected to use in all.
+    fn committed(&self) -> f64 {
+        self.running
+            .iter()
+            .map(|r| {
+                let expected = self.costs[r.call as usize].per_call.unwrap_or(0.0);
+                r.used().max(expected)
+            })
+            .sum()
+    }
 }
 
 /// Seconds of CPU a plugin may use per second, shared by all its calls.
 #[derive(Clone)]
 pub struct CpuBudget(Arc<Mutex<Inner>>);
 
-/// One call's place in the budget: charged with the CPU time it used when it ends.
-pub struct Permit(CpuBudget);
+/// One call's place in the budget: [`Permit::run`] runs it and charges what it used.
+pub struct Permit {
+    budget: CpuBudget,
+    id: u64,
+    call: Call,
+}
 
 impl CpuBudget {
     /// A budget of `millicores` (1000 = one core), full.
@@ -44,47 +104,54 @@ impl CpuBudget {
         let rate = f64::from(millicores.max(1)) / 1000.0;
         CpuBudget(Arc::new(Mutex::new(Inner {
             bucket: Bucket::new(rate, rate, Instant::now()),
-            in_flight: 0,
-            per_call: None,
+            costs: Default::default(),
+            running: Vec::new(),
+            next_id: 0,
         })))
     }
 
     /// A permit for one call, or how long to wait before asking again: while the plugin
     /// is in debt, or while its calls in flight would use up the credit left. Before the
-    /// plugin's first call has ended its cost is unknown and one call runs at a time; a
-    /// call refused only for that waits a moment for the first to end (an honest one
-    /// takes microseconds) rather than put its object off.
-    pub async fn acquire(&self) -> Result<Permit, Duration> {
-        match self.start_at(Instant::now()) {
-            Err(_) if self.inner().per_call.is_none() => {
+    /// first call of a kind has ended its cost is unknown and one such call runs at a
+    /// time; a call refused only for that waits a moment for the first to end (an honest
+    /// one takes microseconds) rather than put its object off.
+    pub async fn acquire(&self, call: Call) -> Result<Permit, Duration> {
+        match self.start_at(call, Instant::now()) {
+            Err(_) if self.inner().cost(call).per_call.is_none() => {
                 tokio::time::sleep(SETTLE).await;
-                self.start_at(Instant::now())
+                self.start_at(call, Instant::now())
             }
             started => started,
         }
     }
 
-    fn start_at(&self, now: Instant) -> Result<Permit, Duration> {
+    fn start_at(&self, call: Call, now: Instant) -> Result<Permit, Duration> {
         let mut inner = self.inner();
         let debt = inner.bucket.debt(now);
         if !debt.is_zero() {
             return Err(debt);
         }
-        if inner.in_flight > 0 {
-            // Before the first call has ended nothing is known of the cost: one at a time.
-            let credit = inner.bucket.level(now);
-            let running = match inner.per_call {
-                Some(cost) => cost * f64::from(inner.in_flight + 1),
-                None => f64::INFINITY,
-            };
-            if running > credit {
-                let cost = inner.per_call.unwrap_or(0.0);
-                let wait = Duration::from_secs_f64(cost / inner.bucket.rate());
+        let cost = inner.cost(call);
+        if cost.per_call.is_none() && cost.in_flight > 0 {
+            return Err(MIN_WAIT);
+        }
+        let new = cost.per_call.unwrap_or(0.0);
+        if !inner.running.is_empty() {
+            let short = inner.committed() + new - inner.bucket.level(now);
+            if short > 0.0 {
+                let wait = Duration::from_secs_f64(short / inner.bucket.rate());
                 return Err(wait.max(MIN_WAIT));
             }
         }
-        inner.in_flight += 1;
-        Ok(Permit(self.clone()))
+        inner.cost(call).in_flight += 1;
+        let id = inner.next_id;
+        inner.next_id += 1;
+        inner.running.push(Running { id, call, on: None });
+        Ok(Permit {
+            budget: self.clone(),
+            id,
+            call,
+        })
     }
 
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -93,17 +160,28 @@ impl CpuBudget {
 }
 
 impl Permit {
-    /// End the call, charging the CPU time it used.
-    pub fn charge(self, used: Duration) {
-        self.charge_at(used, Instant::now());
+    /// Run the call on this thread (which runs nothing else meanwhile) and charge the CPU
+    /// time it used; while it runs, what it has used so far counts against new calls.
+    pub fn run<T>(self, call: impl FnOnce() -> T) -> T {
+        let began = thread_cpu_time();
+        if let Some(clock) = ThreadClock::current() {
+            let mut inner = self.budget.inner();
+            if let Some(r) = inner.running.iter_mut().find(|r| r.id == self.id) {
+                r.on = Some((clock, began));
+            }
+        }
+        let out = call();
+        self.charge_at(thread_cpu_time().saturating_sub(began), Instant::now());
+        out
     }
 
     fn charge_at(self, used: Duration, now: Instant) {
-        let mut inner = self.0.inner();
+        let mut inner = self.budget.inner();
         let used = used.as_secs_f64();
         inner.bucket.spend(used, now);
-        inner.per_call = Some(match inner.per_call {
-            Some(cost) => cost + WEIGHT * (used - cost),
+        let cost = inner.cost(self.call);
+        cost.per_call = Some(match cost.per_call {
+            Some(c) => c + WEIGHT * (used - c),
             None => used,
         });
         // The drop below ends the call's place in flight.
@@ -112,8 +190,10 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let mut inner = self.0.inner();
-        inner.in_flight = inner.in_flight.saturating_sub(1);
+        let mut inner = self.budget.inner();
+        inner.running.retain(|r| r.id != self.id);
+        let cost = inner.cost(self.call);
+        cost.in_flight = cost.in_flight.saturating_sub(1);
     }
 }
 
@@ -125,47 +205,51 @@ mod tests {
     fn a_spinning_plugin_runs_one_call_per_credit_and_waits_out_its_debt() {
         let cpu = CpuBudget::new(1000);
         let t0 = Instant::now();
-        let first = cpu.start_at(t0).expect("full credit");
+        let first = cpu.start_at(Call::Reconcile, t0).expect("full credit");
         assert!(
-            cpu.start_at(t0).is_err(),
+            cpu.start_at(Call::Reconcile, t0).is_err(),
             "nothing known of the cost yet: one at a time"
         );
         first.charge_at(Duration::from_millis(900), t0);
         // 0.1 s of credit left, 0.9 s a call: no second call while one is in flight.
-        let second = cpu.start_at(t0).expect("nothing in flight");
-        assert!(cpu.start_at(t0).is_err());
+        let second = cpu.start_at(Call::Reconcile, t0).expect("nothing in flight");
+        assert!(cpu.start_at(Call::Reconcile, t0).is_err());
         second.charge_at(Duration::from_millis(900), t0);
-        let wait = cpu.start_at(t0).err().expect("in debt");
+        let wait = cpu.start_at(Call::Reconcile, t0).err().expect("in debt");
         assert!(wait >= Duration::from_millis(700), "{wait:?}");
-        assert!(cpu.start_at(t0 + Duration::from_secs(1)).is_ok());
+        assert!(cpu.start_at(Call::Reconcile, t0 + Duration::from_secs(1)).is_ok());
     }
 
     #[test]
     fn an_honest_plugin_runs_all_its_calls_at_once() {
         let cpu = CpuBudget::new(1000);
         let t0 = Instant::now();
-        cpu.start_at(t0).unwrap().charge_at(Duration::from_micros(40), t0);
-        let permits: Vec<Permit> = (0..16).map(|_| cpu.start_at(t0).expect("credit")).collect();
+        cpu.start_at(Call::Reconcile, t0)
+            .unwrap()
+            .charge_at(Duration::from_micros(40), t0);
+        let permits: Vec<Permit> = (0..16)
+            .map(|_| cpu.start_at(Call::Reconcile, t0).expect("credit"))
+            .collect();
         assert_eq!(permits.len(), 16);
     }
 
     #[tokio::test]
     async fn calls_before_the_first_one_ends_wait_for_its_cost_then_start() {
         let cpu = CpuBudget::new(1000);
-        let first = cpu.acquire().await.expect("full credit");
+        let first = cpu.acquire(Call::Reconcile).await.expect("full credit");
         let ended = {
             let cpu = cpu.clone();
             tokio::spawn(async move {
-                let second = cpu.acquire().await;
+                let second = cpu.acquire(Call::Reconcile).await;
                 second.is_ok()
             })
         };
-        first.charge(Duration::from_micros(40));
+        first.charge_at(Duration::from_micros(40), Instant::now());
         assert!(ended.await.unwrap(), "started once the cost was known");
         let spinner = CpuBudget::new(1000);
-        let _running = spinner.acquire().await.unwrap();
+        let _running = spinner.acquire(Call::Reconcile).await.unwrap();
         assert!(
-            spinner.acquire().await.is_err(),
+            spinner.acquire(Call::Reconcile).await.is_err(),
             "a first call that runs on is no reason to start another"
         );
     }
@@ -174,7 +258,68 @@ mod tests {
     fn a_call_that_never_reports_still_leaves_flight() {
         let cpu = CpuBudget::new(1000);
         let t0 = Instant::now();
-        drop(cpu.start_at(t0).unwrap());
-        assert!(cpu.start_at(t0).is_ok(), "a dropped permit frees its place");
+        drop(cpu.start_at(Call::Reconcile, t0).unwrap());
+        assert!(
+            cpu.start_at(Call::Reconcile, t0).is_ok(),
+            "a dropped permit frees its place"
+        );
+    }
+
+    #[test]
+    fn a_cheap_related_call_vouches_for_no_reconcile() {
+        let cpu = CpuBudget::new(1000);
+        let t0 = Instant::now();
+        cpu.start_at(Call::Related, t0)
+            .unwrap()
+            .charge_at(Duration::from_micros(10), t0);
+        let _first = cpu.start_at(Call::Reconcile, t0).expect("credit");
+        assert!(
+            cpu.start_at(Call::Reconcile, t0).is_err(),
+            "reconcile's cost is not known yet: one at a time"
+        );
+        assert!(cpu.start_at(Call::Related, t0).is_ok(), "related's is");
+    }
+
+    #[test]
+    fn a_running_call_counts_what_it_has_used_so_far() {
+        // 250 millicores: a quarter second of credit. Calls so far cost microseconds.
+        let cpu = CpuBudget::new(250);
+        let t0 = Instant::now();
+        cpu.start_at(Call::Reconcile, t0)
+            .unwrap()
+            .charge_at(Duration::from_micros(20), t0);
+        let spinning = cpu.start_at(Call::Reconcile, Instant::now()).expect("credit");
+        assert!(
+            cpu.start_at(Call::Reconcile, Instant::now()).is_ok(),
+            "cheap so far"
+        );
+        let (started, stop) = (
+            std::sync::mpsc::channel(),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        );
+        let spinner = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                spinning.run(|| {
+                    started.0.send(()).unwrap();
+                    let t = thread_cpu_time();
+                    // Spin past the credit (or until told to stop).
+                    while thread_cpu_time() - t < Duration::from_millis(400)
+                        && !stop.load(std::sync::atomic::Ordering::Relaxed)
+                    {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+        };
+        started.1.recv().unwrap();
+        let refused = (0..400).find_map(|_| {
+            std::thread::sleep(Duration::from_millis(5));
+            cpu.start_at(Call::Reconcile, Instant::now()).err()
+        });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        spinner.join().unwrap();
+        let wait = refused.expect("a call that has used the credit holds new ones back");
+        assert!(wait >= MIN_WAIT, "{wait:?}");
     }
 }

@@ -38,17 +38,39 @@ pub(crate) fn arm(store: &mut Store<State>, deadline: Duration) {
 /// CPU time the calling thread has used: what a plugin's calls are charged (the thread
 /// runs nothing else while it runs a call).
 pub fn thread_cpu_time() -> Duration {
+    read_clock(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(Duration::ZERO)
+}
+
+/// One thread's CPU clock, readable from other threads while that thread lives: what a
+/// call still running has used so far.
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadClock(libc::clockid_t);
+
+impl ThreadClock {
+    /// The calling thread's clock.
+    pub fn current() -> Option<ThreadClock> {
+        let mut clock: libc::clockid_t = 0;
+        // SAFETY: pthread_self is the live calling thread; the id is written through a
+        // valid pointer.
+        let ok = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) } == 0;
+        ok.then_some(ThreadClock(clock))
+    }
+
+    /// CPU time the thread has used; `None` once it has exited.
+    pub fn read(self) -> Option<Duration> {
+        read_clock(self.0)
+    }
+}
+
+fn read_clock(clock: libc::clockid_t) -> Option<Duration> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0;
-    if ok {
-        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-    } else {
-        Duration::ZERO
-    }
+    // SAFETY: clock_gettime writes one timespec through a valid pointer; an invalid clock
+    // (a thread gone) is an error return, not undefined behaviour.
+    let ok = unsafe { libc::clock_gettime(clock, &mut ts) } == 0;
+    ok.then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
 }
 
 /// The engine's epoch clock. It ticks only while some instance lives: an idle host is
