@@ -163,7 +163,11 @@ impl Writer {
         let mut waiting: VecDeque<(Instant, Write)> = VecDeque::new();
         let (mut open, mut counted, mut stopping) = (true, true, false);
         while open || !in_flight.is_empty() || !waiting.is_empty() {
-            let room = self.room(waiting.front().map(|(at, _)| *at), waiting.len(), open && !stopping);
+            let room = self.room(
+                waiting.front().map(|(at, _)| *at),
+                waiting.len(),
+                open && !stopping,
+            );
             while in_flight.len() < room
                 && let Some((_, write)) = waiting.pop_front()
             {
@@ -288,4 +292,3 @@ mod tests {
         );
     }
 }
-
