@@ -336,3 +336,55 @@ fn related_kinds_are_read_only_secrets_among_them_only_by_grant_and_settings_rea
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
+
+#[test]
+fn one_plugin_file_runs_twice_under_the_names_the_values_give() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("capstan-helm-twice-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let values = dir.join("twice.yaml");
+    let entry = |key: &str, image: &str| {
+        format!(
+            "  {key}:\n    name: {key}\n    source: {{volume: {{emptyDir: {{}}}}, file: echo.wasm}}\n    \
+             parent: {{group: capstan.dev, version: v1alpha1, kind: Echo, plural: echoes, namespaced: true}}\n    \
+             children: [{{group: batch, version: v1, kind: Job, plural: jobs, namespaced: true}}]\n    \
+             settings: {{image: \"{image}\"}}\n"
+        )
+    };
+    let text = format!(
+        "plugins:\n{}{}",
+        entry("echo-blue", "busybox:1"),
+        entry("echo-green", "busybox:2")
+    );
+    std::fs::write(&values, text)?;
+    let docs = render("capstan", &["-f", values.to_str().unwrap()])?;
+    let config: Value = serde_saphyr::from_str(
+        one(&docs, "ConfigMap")["data"]["config.yaml"]
+            .as_str()
+            .unwrap_or_default(),
+    )?;
+    let runs: Vec<(String, String)> = config["plugins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap_or_default().into(),
+                p["settings"]["image"].as_str().unwrap_or_default().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        vec![
+            ("echo-blue".to_string(), "busybox:1".to_string()),
+            ("echo-green".to_string(), "busybox:2".to_string())
+        ],
+        "{config}"
+    );
+    let bad = std::fs::read_to_string(&values)?.replace("name: echo-green", "name: Echo_Green");
+    std::fs::write(&values, bad)?;
+    let refused = render("capstan", &["-f", values.to_str().unwrap()]).unwrap_err();
+    assert!(refused.to_string().contains("name"), "{refused}");
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}

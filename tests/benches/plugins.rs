@@ -2,14 +2,16 @@
 //! each with its own image so each makes its own Job) reconcile the same E Echos on the
 //! local plane. Printed per N: whether all loaded, the time until every copy's Jobs
 //! exist, the host's peak RSS and what each added plugin cost, and the watches the API
-//! server has open in the namespace (one per kind, whatever N).
+//! server has open in the namespace (one per kind, whatever N), and the copies' reconcile
+//! time (mean, and the p99 bucket's bound) from the host's metrics.
 //!
 //! `cargo bench -p capstan-tests --bench plugins`; `CAPSTAN_BENCH_PLUGINS=1,10,100,300`
 //! picks the counts (default `1,10,100`), `CAPSTAN_BENCH_ECHOES` the Echos (default 5).
 //! `CAPSTAN_BENCH_HOSTILE=loop` (or `memory`, any hostile mode) runs each count again
 //! beside the hostile plugin reconciling 16 objects in that mode, calling again at once:
 //! the copies' time to converge, with and without it (`CAPSTAN_BENCH_HOSTILE_MILLICORES`
-//! sets its CPU share; one core by default).
+//! sets its CPU share; one core by default). `CAPSTAN_BENCH_REPEAT=R` alternates R runs
+//! without and with it and prints the median and worst of the ratios.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -32,6 +34,48 @@ struct Run {
     converged: Duration,
     peak_rss_mib: f64,
     watches: (f64, f64),
+    /// The copies' reconcile time: mean and p99 (a bucket's upper bound), seconds.
+    latency: (f64, f64),
+}
+
+/// The copies' (`echo-*`) reconcile times from the host's
+/// `controller_runtime_reconcile_time_seconds`: their mean, and the upper bound of the
+/// bucket holding the 99th percentile.
+fn copies_latency(metrics: &str) -> (f64, f64) {
+    let mut buckets: std::collections::BTreeMap<u64, f64> = Default::default();
+    let (mut sum, mut count) = (0.0, 0.0);
+    let series = "controller_runtime_reconcile_time_seconds";
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with(series) && l.contains("controller=\"echo-"))
+    {
+        let Some((head, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let value: f64 = value.parse().unwrap_or(0.0);
+        if head.starts_with(&format!("{series}_sum")) {
+            sum += value;
+        } else if head.starts_with(&format!("{series}_count")) {
+            count += value;
+        } else if let Some(le) = head.split("le=\"").nth(1).and_then(|r| r.split('"').next()) {
+            let le: f64 = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().unwrap_or(f64::INFINITY)
+            };
+            *buckets.entry(le.to_bits()).or_default() += value;
+        }
+    }
+    let mut sorted: Vec<(f64, f64)> = buckets
+        .into_iter()
+        .map(|(le, n)| (f64::from_bits(le), n))
+        .collect();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let p99 = sorted
+        .iter()
+        .find(|(_, cumulative)| *cumulative >= 0.99 * count)
+        .map_or(f64::NAN, |(le, _)| *le);
+    (if count > 0.0 { sum / count } else { f64::NAN }, p99)
 }
 
 fn counts(var: &str, default: &str) -> Result<Vec<usize>> {
@@ -133,6 +177,7 @@ async fn run(
         open.get(&key).copied().unwrap_or(0.0) - before.get(&key).copied().unwrap_or(0.0)
     };
     let peak_rss_mib = usage(host.pid())?.peak_rss_mib;
+    let latency = copies_latency(&host.metrics().await?);
     let refused = given(&host.log(), "plugin not loaded");
     host.signal(libc::SIGTERM);
     host.wait(Duration::from_secs(60))?;
@@ -143,6 +188,7 @@ async fn run(
         converged,
         peak_rss_mib,
         watches: (namespaced(&echo_resource().plural), namespaced("jobs")),
+        latency,
     })
 }
 
@@ -153,6 +199,11 @@ fn main() -> Result<()> {
     let hostile = std::env::var("CAPSTAN_BENCH_HOSTILE")
         .ok()
         .filter(|m| !m.is_empty());
+    let repeat = counts("CAPSTAN_BENCH_REPEAT", "1")?
+        .first()
+        .copied()
+        .unwrap_or(1)
+        .max(1);
     let binary = release_capstan()?;
     runtime.block_on(async {
         let plane = Plane::shared().await?;
@@ -162,38 +213,80 @@ fn main() -> Result<()> {
             "{echoes} Echos; default flags (--memory-budget 1Gi, --max-instances 256, concurrency 16 each)"
         );
         println!(
-            "{:>8} {:>8} {:>8} {:>12} {:>14} {:>18} {:>16}",
-            "plugins", "loaded", "refused", "all Jobs", "host peak RSS", "per added plugin", "watches E / J"
+            "{:>8} {:>8} {:>8} {:>12} {:>14} {:>18} {:>16} {:>22}",
+            "plugins",
+            "loaded",
+            "refused",
+            "all Jobs",
+            "host peak RSS",
+            "per added plugin",
+            "watches E / J",
+            "reconcile mean / p99"
         );
         // The first host compiles Echo (Cranelift's peak); later ones load it from the
         // compile cache, as a host does after its first start. Warm it, unprinted.
         run(plane, &binary, (1, 1), None).await?;
         let mut first: Option<(usize, f64)> = None;
         for n in copies {
-            for mode in std::iter::once(None).chain(hostile.as_deref().map(Some)) {
-                let r = run(plane, &binary, (n, echoes), mode).await?;
-                let label = mode.map_or_else(|| n.to_string(), |m| format!("+{m}"));
-                let per = match mode {
-                    None => {
-                        let (n0, rss0) = *first.get_or_insert((r.loaded, r.peak_rss_mib));
-                        if r.loaded > n0 {
-                            format!("{:.2} MiB", (r.peak_rss_mib - rss0) / (r.loaded - n0) as f64)
-                        } else {
-                            String::new()
-                        }
+            // (without, with) the misbehaving plugin, per repeat, alternated.
+            let mut pairs: Vec<(Run, Run)> = Vec::new();
+            for _ in 0..repeat {
+                let alone = run(plane, &binary, (n, echoes), None).await?;
+                let per = match *first.get_or_insert((alone.loaded, alone.peak_rss_mib)) {
+                    (n0, rss0) if alone.loaded > n0 => {
+                        format!(
+                            "{:.2} MiB",
+                            (alone.peak_rss_mib - rss0) / (alone.loaded - n0) as f64
+                        )
                     }
-                    Some(_) => String::new(),
+                    _ => String::new(),
                 };
-                println!(
-                    "{label:>8} {:>8} {:>8} {:>12} {:>14} {per:>18} {:>16}",
-                    r.loaded,
-                    r.refused,
-                    format!("{:.1}s", r.converged.as_secs_f64()),
-                    format!("{:.1} MiB", r.peak_rss_mib),
-                    format!("{} / {}", r.watches.0, r.watches.1),
-                );
+                print_run(&n.to_string(), &alone, &per);
+                if let Some(mode) = hostile.as_deref() {
+                    let beside = run(plane, &binary, (n, echoes), Some(mode)).await?;
+                    print_run(&format!("+{mode}"), &beside, "");
+                    pairs.push((alone, beside));
+                }
+            }
+            if !pairs.is_empty() {
+                print_ratios(&pairs);
             }
         }
         Ok(())
     })
+}
+
+fn print_run(label: &str, r: &Run, per: &str) {
+    println!(
+        "{label:>8} {:>8} {:>8} {:>12} {:>14} {per:>18} {:>16} {:>22}",
+        r.loaded,
+        r.refused,
+        format!("{:.1}s", r.converged.as_secs_f64()),
+        format!("{:.1} MiB", r.peak_rss_mib),
+        format!("{} / {}", r.watches.0, r.watches.1),
+        format!("{:.1} / {:.0} ms", r.latency.0 * 1e3, r.latency.1 * 1e3),
+    );
+}
+
+/// The copies beside the misbehaving plugin against alone: the median of each repeat's
+/// ratio, and the worst.
+fn print_ratios(pairs: &[(Run, Run)]) {
+    let ratios = |f: &dyn Fn(&Run) -> f64| {
+        let mut r: Vec<f64> = pairs.iter().map(|(a, b)| f(b) / f(a)).collect();
+        r.sort_by(f64::total_cmp);
+        (r[r.len() / 2], r[r.len() - 1])
+    };
+    let converged = ratios(&|r| r.converged.as_secs_f64());
+    let mean = ratios(&|r| r.latency.0);
+    let p99 = ratios(&|r| r.latency.1);
+    println!(
+        "beside it, over {} runs (median, worst): all Jobs {:.2}×, {:.2}×; reconcile mean {:.2}×, {:.2}×; p99 bucket {:.0}×, {:.0}×",
+        pairs.len(),
+        converged.0,
+        converged.1,
+        mean.0,
+        mean.1,
+        p99.0,
+        p99.1
+    );
 }

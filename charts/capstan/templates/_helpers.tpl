@@ -174,6 +174,9 @@ Integers go through int64: helm reads YAML numbers as floats (6.7108864e+07).
 plugins:
 {{- range $name, $p := .Values.plugins }}
   - path: ../plugins/{{ $name }}/{{ include "capstan.pluginFile" (dict "name" $name "plugin" $p) }}
+    {{- with $p.name }}
+    name: {{ . }}
+    {{- end }}
     {{- with $p.limits }}
     limits:
       {{- with .deadline }}
