@@ -6,6 +6,10 @@
 //! measured to hold (its floor, always there for it); memory above the floor is taken
 //! from what no one has reserved while an instance holds it, and given back when it ends.
 //! A plugin that finds that spare memory gone faults alone; the others keep their floors.
+//! Real calls measure too: an instance that ends holding more than its plugin's floor,
+//! never having been refused memory, raises the floor to what it held (capped by the plugin's total, since no instance can
+//! hold more), when the budget has that much unreserved — so what a plugin was seen to
+//! need is reserved for it, and later loads are admitted against it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,7 +17,7 @@ use std::sync::{Arc, Mutex};
 /// Linear memory held by one plugin's live instances, against its total.
 pub(crate) struct PluginMemory {
     limit: usize,
-    used: Mutex<usize>,
+    usage: Mutex<Usage>,
     /// This plugin's floor in the host budget, given back when the last holder is dropped.
     reservation: Option<Reservation>,
 }
@@ -30,9 +34,14 @@ pub(crate) enum Denied {
 impl PluginMemory {
     /// A pool of `limit` bytes, holding `reservation` for as long as it lives.
     pub fn new(limit: usize, reservation: Option<Reservation>) -> Arc<Self> {
+        let floor = reservation.as_ref().map_or(0, |r| r.floor);
         Arc::new(PluginMemory {
             limit,
-            used: Mutex::new(0),
+            usage: Mutex::new(Usage {
+                used: 0,
+                floor,
+                told: floor,
+            }),
             reservation,
         })
     }
@@ -44,57 +53,71 @@ impl PluginMemory {
 
     /// The part of the host budget reserved for this plugin.
     pub fn floor(&self) -> usize {
-        self.reservation.as_ref().map_or(0, |r| r.floor)
+        self.lock().floor
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, usize> {
-        self.used.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Usage> {
+        self.usage.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Take `bytes` more if the total, and above the floor the host budget, allow.
     pub fn try_grow(&self, bytes: usize) -> Result<(), Denied> {
-        let mut used = self.lock();
-        let grown = used
+        let mut usage = self.lock();
+        let grown = usage
+            .used
             .checked_add(bytes)
             .filter(|&n| n <= self.limit)
             .ok_or(Denied::Total)?;
-        self.above_floor(*used, grown)?;
-        *used = grown;
+        self.above_floor(usage.floor, usage.used, grown)?;
+        usage.used = grown;
         Ok(())
     }
 
     /// Take as much of `bytes` as the total (and above the floor the budget) have left;
     /// how much that was.
     pub fn take_up_to(&self, bytes: usize) -> usize {
-        let mut used = self.lock();
-        let wanted = bytes.min(self.limit.saturating_sub(*used));
+        let mut usage = self.lock();
+        let (used, floor) = (usage.used, usage.floor);
+        let wanted = bytes.min(self.limit.saturating_sub(used));
         let taken = match &self.reservation {
             None => wanted,
             Some(r) => {
-                let extra = over(*used + wanted, r.floor) - over(*used, r.floor);
+                let extra = over(used + wanted, floor) - over(used, floor);
                 wanted - extra + r.budget.take_spare_up_to(extra)
             }
         };
-        *used += taken;
+        usage.used += taken;
         taken
     }
 
-    /// Give back `bytes` an instance held.
-    pub fn release(&self, bytes: usize) {
-        let mut used = self.lock();
-        let left = used.saturating_sub(bytes);
-        if let Some(r) = &self.reservation {
-            r.budget.give_back(over(*used, r.floor) - over(left, r.floor));
+    /// Give back `bytes` an instance held when it ended, first raising the floor to them
+    /// if they passed it, the instance was never `denied` memory (a plugin hitting its
+    /// limits measures nothing), and the budget has room.
+    pub fn release(&self, bytes: usize, denied: bool) {
+        let mut usage = self.lock();
+        let Some(r) = &self.reservation else {
+            usage.used = usage.used.saturating_sub(bytes);
+            return;
+        };
+        if bytes > usage.floor && !denied {
+            // Bytes the live instances hold above the floor today that the raised floor covers.
+            let covered = over(usage.used, usage.floor) - over(usage.used, bytes);
+            if r.budget.raise(&r.name, bytes, covered) {
+                usage.floor = bytes;
+                usage.tell(&r.name);
+            }
         }
-        *used = left;
+        let left = usage.used.saturating_sub(bytes);
+        r.budget.give_back(over(usage.used, usage.floor) - over(left, usage.floor));
+        usage.used = left;
     }
 
-    /// What growing from `from` to `to` bytes takes above the floor, taken from the budget.
-    fn above_floor(&self, from: usize, to: usize) -> Result<(), Denied> {
+    /// What growing from `from` to `to` bytes takes above `floor`, taken from the budget.
+    fn above_floor(&self, floor: usize, from: usize, to: usize) -> Result<(), Denied> {
         let Some(r) = &self.reservation else {
             return Ok(());
         };
-        let extra = over(to, r.floor) - over(from, r.floor);
+        let extra = over(to, floor) - over(from, floor);
         let got = r.budget.take_spare_up_to(extra);
         if got == extra {
             return Ok(());
@@ -106,7 +129,26 @@ impl PluginMemory {
     /// Bytes held now.
     #[cfg(test)]
     fn used(&self) -> usize {
-        *self.lock()
+        self.lock().used
+    }
+}
+
+/// What one plugin's instances hold, and its floor.
+struct Usage {
+    used: usize,
+    floor: usize,
+    /// The floor last logged.
+    told: usize,
+}
+
+impl Usage {
+    /// Log a raised floor once it has grown by a quarter since last said: a plugin that
+    /// grows page by page is not logged page by page.
+    fn tell(&mut self, name: &str) {
+        if self.floor >= self.told + self.told / 4 {
+            tracing::info!(plugin = %name, floor = %mib(self.floor), "plugin floor raised: an instance held this much");
+            self.told = self.floor;
+        }
     }
 }
 
@@ -200,7 +242,23 @@ impl Budget {
         })
     }
 
-    /// Take up to `bytes` of what no floor reserves .
+    /// Raise plugin `name`'s floor to `bytes`, turning `covered` bytes it holds above its
+    /// floor from spare into reserved, if the budget has room; `true` when raised.
+    fn raise(&self, name: &str, bytes: usize, covered: usize) -> bool {
+        let mut held = self.lock();
+        let spare = held.spare_in_use.saturating_sub(covered);
+        let mine = held.floors.get(name).map_or(0, |(_, b)| *b).max(bytes);
+        if held.floors_but(name) + mine + spare > self.total {
+            return false;
+        }
+        if let Some(entry) = held.floors.get_mut(name) {
+            entry.1 = mine;
+        }
+        held.spare_in_use = spare;
+        true
+    }
+
+    /// Take up to `bytes` of what no floor reserves.
     fn take_spare_up_to(&self, bytes: usize) -> usize {
         let mut held = self.lock();
         let taken = bytes.min(self.total.saturating_sub(held.reserved()));
@@ -243,7 +301,7 @@ mod tests {
         assert_eq!(pool.try_grow(6), Ok(()));
         assert_eq!(pool.try_grow(5), Err(Denied::Total), "6 + 5 is over 10");
         assert_eq!(pool.try_grow(4), Ok(()));
-        pool.release(6);
+        pool.release(6, false);
         assert_eq!(pool.try_grow(5), Ok(()));
         assert_eq!(pool.used(), 9);
         assert_eq!(pool.take_up_to(5), 1, "only what is left");
@@ -292,13 +350,39 @@ mod tests {
             budget.reserve("late", 1).is_err(),
             "spare memory in use counts at load"
         );
-        bomb.release(90);
+        bomb.release(90, true);
         assert_eq!(budget.lock().spare_in_use, 0, "given back when the instance ends");
         assert_eq!(small.try_grow(40), Ok(()));
         assert_eq!(small.try_grow(1), Err(Denied::Total));
         assert_eq!(bomb.take_up_to(60), 50, "what is left: its floor and 40 spare");
-        small.release(50);
-        bomb.release(50);
+        small.release(50, false);
+        bomb.release(50, false);
         assert_eq!(budget.lock().spare_in_use, 0);
+    }
+
+    /// An instance that held more than the floor raises it; a later load is admitted
+    /// against the raised floor. An instance that was refused memory raises nothing.
+    #[test]
+    fn real_instances_raise_the_floor_unless_they_hit_a_limit() {
+        let budget = Budget::new(100);
+        let grower = PluginMemory::new(80, Some(budget.reserve("grower", 10).unwrap()));
+        assert_eq!(grower.try_grow(30), Ok(()));
+        grower.release(30, false);
+        assert_eq!(grower.floor(), 30, "what one instance was seen to hold");
+        assert_eq!(budget.lock().spare_in_use, 0);
+        assert_eq!(budget.lock().floors["grower"].1, 30);
+        assert!(budget.reserve("late", 71).is_err(), "admitted against the raised floor");
+        let late = PluginMemory::new(80, Some(budget.reserve("late", 60).unwrap()));
+        assert_eq!(grower.try_grow(40), Ok(()), "10 borrowed");
+        assert_eq!(grower.try_grow(1), Err(Denied::Budget));
+        grower.release(40, true);
+        assert_eq!(grower.floor(), 30, "an instance that hit a limit measures nothing");
+        assert_eq!(budget.lock().spare_in_use, 0);
+        assert_eq!(grower.try_grow(40), Ok(()));
+        grower.release(40, false);
+        assert_eq!(grower.floor(), 40);
+        assert!(budget.reserve("third", 1).is_err(), "all 100 reserved now");
+        assert_eq!(late.try_grow(60), Ok(()), "the other floor is whole");
+        late.release(60, false);
     }
 }

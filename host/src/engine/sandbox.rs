@@ -271,7 +271,7 @@ impl wasmtime::ResourceLimiter for Limiter {
 
 impl Drop for Limiter {
     fn drop(&mut self) {
-        self.plugin.release(self.held);
+        self.plugin.release(self.held, self.denied.is_some());
     }
 }
 
