@@ -108,7 +108,8 @@ impl PluginMemory {
             }
         }
         let left = usage.used.saturating_sub(bytes);
-        r.budget.give_back(over(usage.used, usage.floor) - over(left, usage.floor));
+        r.budget
+            .give_back(over(usage.used, usage.floor) - over(left, usage.floor));
         usage.used = left;
     }
 
@@ -371,12 +372,19 @@ mod tests {
         assert_eq!(grower.floor(), 30, "what one instance was seen to hold");
         assert_eq!(budget.lock().spare_in_use, 0);
         assert_eq!(budget.lock().floors["grower"].1, 30);
-        assert!(budget.reserve("late", 71).is_err(), "admitted against the raised floor");
+        assert!(
+            budget.reserve("late", 71).is_err(),
+            "admitted against the raised floor"
+        );
         let late = PluginMemory::new(80, Some(budget.reserve("late", 60).unwrap()));
         assert_eq!(grower.try_grow(40), Ok(()), "10 borrowed");
         assert_eq!(grower.try_grow(1), Err(Denied::Budget));
         grower.release(40, true);
-        assert_eq!(grower.floor(), 30, "an instance that hit a limit measures nothing");
+        assert_eq!(
+            grower.floor(),
+            30,
+            "an instance that hit a limit measures nothing"
+        );
         assert_eq!(budget.lock().spare_in_use, 0);
         assert_eq!(grower.try_grow(40), Ok(()));
         grower.release(40, false);
