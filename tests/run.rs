@@ -665,3 +665,111 @@ async fn scheduled_echo_becomes_a_cron_job_updated_in_place_beside_echo() -> Res
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
+
+/// `capstan run --record DIR` writes every dispatched reconcile; `capstan test --replay`
+/// re-runs them: with the recorded version nothing differs (the determinism promise),
+/// with a new version exactly the reconciles whose answer it changes are listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recorded_reconciles_replay_identically_and_a_new_version_lists_its_changes() -> Result<()> {
+    let plane = Plane::shared().await?;
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(
+        workspace().join("plugins/echo/crd.yaml"),
+    )?)?;
+    plane.install_crds(&[crd]).await?;
+    let ns = plane.namespace("run-record").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
+    let recordings = dir.join("recorded");
+    let mut host = start_host_with(
+        plane,
+        &["echo"],
+        &ns,
+        &dir.join("plugins"),
+        &["--record", recordings.to_str().context("utf-8")?],
+    )?;
+    let client = plane.client().await?;
+    let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
+    // 40 with a message (a Job each) and 10 blank ones (a fatal error, whatever the version).
+    for i in 0..50 {
+        let message = if i < 40 {
+            format!("message {i}")
+        } else {
+            "   ".to_string()
+        };
+        let echo: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "Echo",
+            "metadata": {"name": format!("e{i}")}, "spec": {"message": message},
+        }))?;
+        echoes.create(&PostParams::default(), &echo).await?;
+    }
+    eventually("100 reconciles recorded", Duration::from_secs(120), async || {
+        let files = capstan::record::files(&recordings).unwrap_or_default();
+        Ok((files.len() >= 100).then_some(()))
+    })
+    .await?;
+    host.signal(libc::SIGTERM);
+    host.wait(Duration::from_secs(30))?;
+    let recorded: Vec<capstan::record::Recording> = capstan::record::files(&recordings)?
+        .iter()
+        .map(|(path, _)| capstan::record::Recording::read(path))
+        .collect::<Result<_>>()?;
+    assert!(recorded.len() >= 100, "{} recorded", recorded.len());
+    let replay = |wasm: &std::path::Path| {
+        Command::new(capstan_bin())
+            .args([
+                "test",
+                "--replay",
+                recordings.to_str().unwrap(),
+                wasm.to_str().unwrap(),
+            ])
+            .env("CAPSTAN_CACHE_DIR", compile_cache())
+            .output()
+    };
+    let same = replay(&capstan_tests::plugin("echo"))?;
+    let out = String::from_utf8_lossy(&same.stdout);
+    assert!(
+        same.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&same.stderr)
+    );
+    let all = recorded.len();
+    assert!(
+        out.contains(&format!("{all} reconciles replayed: {all} unchanged, 0 changed")),
+        "{out}"
+    );
+    // The canary labels its Jobs: every answer with a Job changes, no fatal one does.
+    let with_jobs: std::collections::BTreeSet<String> = recorded
+        .iter()
+        .filter(|r| r.outcome["children"].as_array().is_some_and(|c| !c.is_empty()))
+        .map(|r| r.object())
+        .collect();
+    assert_eq!(
+        with_jobs.len(),
+        40,
+        "every Echo with a message was recorded with its Job"
+    );
+    let canary = replay(&capstan_tests::echo_canary())?;
+    let out = String::from_utf8_lossy(&canary.stdout);
+    assert_eq!(canary.status.code(), Some(1), "{out}");
+    let listed: std::collections::BTreeSet<String> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("changed: ")?.split(' ').next().map(String::from))
+        .collect();
+    assert_eq!(listed, with_jobs, "{out}");
+    assert!(
+        out.contains("capstan.dev/canary"),
+        "the diff shows the label: {out}"
+    );
+    let changed = recorded
+        .iter()
+        .filter(|r| r.outcome["children"].as_array().is_some_and(|c| !c.is_empty()))
+        .count();
+    assert!(
+        out.contains(&format!(
+            "{all} reconciles replayed: {} unchanged, {changed} changed",
+            all - changed
+        )),
+        "{out}"
+    );
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}

@@ -18,6 +18,7 @@ pub mod leader;
 pub mod lease;
 pub mod ops;
 pub mod project;
+pub mod record;
 pub mod reload;
 /// Splitting the watched objects between replicas by hash range.
 pub mod shard;

@@ -7,6 +7,7 @@ mod dev;
 mod input;
 mod inspect;
 mod new;
+mod replay;
 mod run;
 mod test;
 
@@ -149,19 +150,25 @@ impl PluginArgs {
 
     /// Load `path` with these limits and the settings in `settings`.
     fn load_from(&self, path: &Path, memory_mib: usize, settings: Option<&Path>) -> anyhow::Result<Plugin> {
+        let settings = match settings {
+            Some(path) => settings_file(path)?,
+            None => serde_json::Value::Null,
+        };
+        self.load_bare(path, memory_mib)?
+            .with_settings(&settings)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+
+    /// Load `path` with these limits and no settings yet.
+    fn load_bare(&self, path: &Path, memory_mib: usize) -> anyhow::Result<Plugin> {
         let engine = self.cache.engine()?;
         let limits = Limits {
             deadline: self.deadline,
             memory: memory_mib << 20,
             ..Limits::default()
         };
-        let settings = match settings {
-            Some(path) => settings_file(path)?,
-            None => serde_json::Value::Null,
-        };
         engine
             .load_file(path, limits)
-            .and_then(|p| p.with_settings(&settings))
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
     }
 }

@@ -58,6 +58,14 @@ pub struct RunArgs {
     /// How often hot reload looks at the plugin files.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "2s")]
     reload_interval: Duration,
+    /// Record every dispatched reconcile (its input and the plugin's answer) as a JSON
+    /// fixture under DIR/<plugin>/, for `capstan test --replay DIR NEW.wasm`.
+    #[arg(long, value_name = "DIR")]
+    record: Option<std::path::PathBuf>,
+    /// Recordings kept under --record (bytes, or a quantity such as `64Mi`); the oldest
+    /// beyond it are deleted.
+    #[arg(long, value_parser = parse_size, default_value = "64Mi", requires = "record")]
+    record_max_bytes: usize,
     #[command(flatten)]
     election: ElectionArgs,
     #[command(flatten)]
@@ -142,6 +150,10 @@ impl RunArgs {
             shutdown_timeout: self.shutdown_timeout,
             election: self.election.settings(),
             sharding: self.election.sharding(),
+            record: self.record.clone().map(|dir| crate::record::RecordConfig {
+                dir,
+                max_bytes: self.record_max_bytes as u64,
+            }),
         }
     }
 

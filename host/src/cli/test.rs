@@ -25,6 +25,10 @@ pub struct TestArgs {
     /// Expected output; exit 1 with a diff when the actual output differs semantically.
     #[arg(long)]
     expect: Option<PathBuf>,
+    /// Re-run the reconciles `capstan run --record DIR` recorded (those of this plugin's
+    /// parent kind) and print each object whose answer changed; exit 1 if any did.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["parent", "children", "related", "expect", "finalizing", "settings"])]
+    replay: Option<PathBuf>,
     /// Cluster-scoped child kinds the plugin may create (`Kind` or `plural.group`),
     /// repeatable: the grant `capstan run --allow-cluster-kind` gives.
     #[arg(long = "allow-cluster-kind", value_name = "KIND")]
@@ -50,6 +54,9 @@ pub struct TestArgs {
 pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     for ns in &args.allow_namespaces {
         validate::dns1123_label(ns).map_err(|e| anyhow::anyhow!("--allow-namespace {e}"))?;
+    }
+    if let Some(dir) = &args.replay {
+        return super::replay::run(&args.plugin, &args.allowances(), dir);
     }
     if args.plugin.plugin.is_none() && args.fixtures.parent.is_none() {
         return cases(&args);
@@ -240,15 +247,7 @@ fn outcome(
                 Err(refusal) => json!({ "error": { "refused": refusal.to_string() } }),
             }
         }
-        Err(DispatchError::Retry { message, after: None }) => json!({ "error": { "retry": message } }),
-        Err(DispatchError::Retry {
-            message,
-            after: Some(after),
-        }) => json!({ "error": { "retry": message, "retryAfter": format!("{}ms", after.as_millis()) } }),
-        Err(DispatchError::Fatal(m)) => json!({ "error": { "fatal": m } }),
-        Err(DispatchError::Fault(f)) => {
-            json!({ "error": { "fault": f.cause(), "message": f.to_string() } })
-        }
+        failed => crate::record::outcome(&failed),
     })
 }
 

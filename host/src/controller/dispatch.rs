@@ -34,20 +34,34 @@ pub(super) async fn run(
         parent: compact.value(),
         children: observed.iter().map(|o| o.object.value()).collect(),
         related: related.iter().map(|o| o.value()).collect(),
-        now: None,
+        // A recorded reconcile says what time the plugin was told, to be replayed with it.
+        now: shared.options.record.as_ref().map(|_| recorded_now()),
         finalizing: compact.metadata.deletion_timestamp.is_some(),
     };
-    let (request, result) = dispatch(request, &plugin.plugin, permit).await?;
+    let record = shared
+        .options
+        .record
+        .clone()
+        .map(|recorder| (recorder, shared.options.settings.clone()));
+    let (request, result) = dispatch(request, &plugin.plugin, permit, record).await?;
     let response = answer(parent, plugin, shared, result).await?;
     Ok(response.map(|r| (request, r)))
 }
 
+/// The time a recorded reconcile is told: now, to the millisecond the engine rounds to.
+fn recorded_now() -> k8s_openapi::jiff::Timestamp {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    now.round(k8s_openapi::jiff::Unit::Millisecond).unwrap_or(now)
+}
+
 /// Run the plugin on a blocking thread; the permit is charged there, so a reconcile
-/// cancelled meanwhile still pays for the call it started.
+/// cancelled meanwhile still pays for the call it started. With a recorder (and the
+/// plugin's settings) the call is recorded there too, after the plugin is charged.
 async fn dispatch(
     request: Request,
     plugin: &Arc<dyn crate::engine::Reconcile>,
     permit: Permit,
+    record: Option<(Arc<crate::record::Recorder>, serde_json::Value)>,
 ) -> Result<(Request, Result<Response, DispatchError>), Error> {
     let plugin = plugin.clone();
     let label = PluginLabel {
@@ -56,6 +70,12 @@ async fn dispatch(
     let start = std::time::Instant::now();
     let done = tokio::task::spawn_blocking(move || {
         let result = permit.run(|| plugin.reconcile(&request));
+        if let Some((recorder, settings)) = record {
+            let m = plugin.metadata();
+            let recording =
+                crate::record::Recording::new((&m.name, &m.version), &settings, &request, &result);
+            recorder.record(&recording);
+        }
         (request, result)
     })
     .await

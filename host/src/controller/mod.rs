@@ -76,6 +76,8 @@ pub struct Options {
     pub informers: Informers,
     /// The name to run the plugin under instead of its own (one file run twice).
     pub name: Option<String>,
+    /// Where dispatched reconciles are recorded (`capstan run --record`), if anywhere.
+    pub record: Option<Arc<crate::record::Recorder>>,
 }
 
 impl Default for Options {
@@ -93,6 +95,7 @@ impl Default for Options {
             shard: None,
             informers: Informers::default(),
             name: None,
+            record: None,
         }
     }
 }

@@ -71,6 +71,8 @@ pub struct HostConfig {
     pub election: Option<leader::Settings>,
     /// Split the objects among every replica of this group instead of electing a leader.
     pub sharding: Option<Sharding>,
+    /// Record every dispatched reconcile as a replayable fixture.
+    pub record: Option<crate::record::RecordConfig>,
 }
 
 /// A sharded host's group and key.
@@ -96,6 +98,7 @@ impl Default for HostConfig {
             shutdown_timeout: Duration::from_secs(20),
             election: None,
             sharding: None,
+            record: None,
         }
     }
 }
@@ -181,6 +184,11 @@ impl Host {
             .as_ref()
             .map_or(tenure, |s| s.target.borrow().tenure.clone());
         let mut supervisor = Supervisor::new(client.clone(), self.engine, tenure, health.clone(), grace);
+        if let Some(record) = self.config.record.clone() {
+            let dir = record.dir.display().to_string();
+            supervisor.record(Arc::new(crate::record::Recorder::new(record)?));
+            tracing::info!(dir = %dir, "recording reconciles");
+        }
         for (path, plugin, options) in self.loaded.plugins {
             let m = plugin.metadata();
             tracing::info!(plugin = %m.name, version = %m.version, path = %path.display(), parent = %m.parent, "plugin loaded");

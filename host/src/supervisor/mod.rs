@@ -67,6 +67,8 @@ pub struct Supervisor {
     shard: Option<crate::shard::Filter>,
     /// The watches every unit shares.
     informers: controller::Informers,
+    /// Where every unit records its reconciles, if anywhere.
+    record: Option<Arc<crate::record::Recorder>>,
 }
 
 impl Supervisor {
@@ -90,7 +92,13 @@ impl Supervisor {
             broken: Vec::new(),
             shard: None,
             informers: controller::Informers::default(),
+            record: None,
         }
+    }
+
+    /// Record every unit's reconciles, from now on, with `recorder`.
+    pub fn record(&mut self, recorder: Arc<crate::record::Recorder>) {
+        self.record = Some(recorder);
     }
 
     /// Run every unit, from now on, on `filter`'s ranges under `tenure` (a sharded host).
@@ -154,6 +162,7 @@ impl Supervisor {
         }
         // Whatever options a unit came with, it watches through the host's informers.
         options.informers = self.informers.clone();
+        options.record.clone_from(&self.record);
         let (version, rx) = watch::channel(plugin);
         let stop = self.stopping.child_token();
         let memory = controller::Memory::default();
