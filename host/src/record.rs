@@ -6,7 +6,9 @@
 //! replay with the same version answers exactly what was recorded.
 //!
 //! The directory is bounded: once its recordings pass the size given, the oldest are
-//! deleted (rotation), so a host left recording never fills its disk.
+//! deleted (rotation), so a host left recording never fills its disk. Recordings hold what
+//! the plugin saw — Secrets it reads included — so the directories are created `0700` and
+//! the files `0600`: as private as the host's own credentials.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -128,7 +130,7 @@ struct Kept {
 impl Recorder {
     /// A recorder into `config.dir`, counting the recordings already there (oldest first).
     pub fn new(config: RecordConfig) -> anyhow::Result<Recorder> {
-        std::fs::create_dir_all(&config.dir)
+        private_dir(&config.dir)
             .with_context(|| format!("--record {}: cannot create the directory", config.dir.display()))?;
         let mut files = files(&config.dir)?;
         files.sort_by(|a, b| a.0.file_name().cmp(&b.0.file_name()));
@@ -154,7 +156,7 @@ impl Recorder {
     fn write(&self, recording: &Recording) -> anyhow::Result<()> {
         let body = serde_json::to_vec_pretty(recording)?;
         let dir = self.config.dir.join(&recording.plugin);
-        std::fs::create_dir_all(&dir)?;
+        private_dir(&dir)?;
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         kept.written += 1;
         // Millisecond time then a counter: names sort in the order they were written,
@@ -166,7 +168,7 @@ impl Recorder {
             recording.object().replace('/', "."),
         );
         let path = dir.join(name);
-        std::fs::write(&path, &body).with_context(|| format!("writing {}", path.display()))?;
+        write_private(&path, &body).with_context(|| format!("writing {}", path.display()))?;
         kept.files.push_back((path, body.len() as u64));
         kept.bytes += body.len() as u64;
         while kept.bytes > self.config.max_bytes
@@ -177,6 +179,28 @@ impl Recorder {
         }
         Ok(())
     }
+}
+
+/// Create `dir` (and its parents) readable by this user only.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// Write `path` readable by this user only.
+fn write_private(path: &Path, body: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(body)
 }
 
 /// Every recording file under `dir` (one level of plugin directories, or flat), with its
@@ -238,6 +262,13 @@ mod tests {
         }
         let mut kept = files(&dir).unwrap();
         kept.sort();
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            (mode(&dir), mode(&kept[0].0)),
+            (0o700, 0o600),
+            "as private as what they hold"
+        );
         let objects: Vec<String> = kept
             .iter()
             .map(|(p, _)| Recording::read(p).unwrap().object())
