@@ -405,3 +405,35 @@ fn related_queries_the_host_would_refuse_are_refused_and_faults_in_related_are_f
         "web-1 and web-2, not db nor another namespace's"
     );
 }
+
+#[test]
+fn run_without_a_cluster_says_so_at_once_in_one_line() {
+    let home = std::env::temp_dir().join(format!("capstan-no-kubeconfig-{}", std::process::id()));
+    std::fs::create_dir_all(&home).unwrap();
+    // A plugin directory to load: the message must come before any compiling.
+    let echo = plugin("echo");
+    let out = Command::new(capstan_bin())
+        .args([
+            "run",
+            "--plugins",
+            arg(echo.parent().unwrap()),
+            "--namespace",
+            "x",
+        ])
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", &home)
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no Kubernetes configuration"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert_eq!(
+        stderr.matches("incluster").count(),
+        1,
+        "each place looked in said once: {stderr}"
+    );
+    std::fs::remove_dir_all(home).ok();
+}

@@ -182,15 +182,19 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     })?;
     let config = args.host_config();
     let limit = config.shutdown_timeout + RELEASE_TIMEOUT + Duration::from_secs(2);
-    // Plugins load before the runtime starts: loading calls into them.
-    let host = Host::new(config, engine)?;
     let runtime = tokio::runtime::Runtime::new()?;
+    // Before loading, which may compile for a while: a host with no cluster to talk to
+    // says so at once. kube's error already names every place it looked (its source
+    // chain would say all of it again).
+    let kube_config = runtime
+        .block_on(kube::Config::infer())
+        .map_err(|e| anyhow::anyhow!("no Kubernetes configuration: {e}"))?;
+    // Plugins load outside the runtime: loading calls into them.
+    let host = Host::new(config, engine)?;
     runtime.block_on(async move {
         // First, so a signal during start-up is honoured like any other.
         let signal = shutdown_signal()?;
-        let client = kube::Client::try_default()
-            .await
-            .context("no Kubernetes configuration")?;
+        let client = kube::Client::try_from(kube_config).context("the Kubernetes client")?;
         let shutdown = async move {
             signal.await;
             bound_exit(limit);
