@@ -156,19 +156,26 @@ impl Recorder {
     fn write(&self, recording: &Recording) -> anyhow::Result<()> {
         let body = serde_json::to_vec_pretty(recording)?;
         let dir = self.config.dir.join(&recording.plugin);
-        private_dir(&dir)?;
-        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        kept.written += 1;
+        if !dir.is_dir() {
+            private_dir(&dir)?;
+        }
+        let written = {
+            let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            kept.written += 1;
+            kept.written
+        };
         // Millisecond time then a counter: names sort in the order they were written,
-        // across restarts too.
+        // across restarts too. The file is written outside the lock: plugins recording at
+        // once do not wait for each other's disk.
         let name = format!(
             "{:013}-{:06}-{}.json",
             Timestamp::now().as_millisecond(),
-            kept.written % 1_000_000,
+            written % 1_000_000,
             recording.object().replace('/', "."),
         );
         let path = dir.join(name);
         write_private(&path, &body).with_context(|| format!("writing {}", path.display()))?;
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         kept.files.push_back((path, body.len() as u64));
         kept.bytes += body.len() as u64;
         while kept.bytes > self.config.max_bytes
