@@ -7,9 +7,10 @@
 //! from what no one has reserved while an instance holds it, and given back when it ends.
 //! A plugin that finds that spare memory gone faults alone; the others keep their floors.
 //! Real calls measure too: an instance that ends holding more than its plugin's floor,
-//! never having been refused memory, raises the floor to what it held (capped by the plugin's total, since no instance can
-//! hold more), when the budget has that much unreserved — so what a plugin was seen to
-//! need is reserved for it, and later loads are admitted against it.
+//! never having been refused memory, raises the floor to what it held (never past the
+//! plugin's total, which no instance can pass), when the budget has that much unreserved:
+//! what a plugin was seen to need is reserved for it, and later loads are admitted
+//! against it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
