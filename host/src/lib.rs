@@ -17,6 +17,7 @@ pub mod layered;
 pub mod leader;
 pub mod lease;
 pub mod ops;
+pub mod preview;
 pub mod project;
 pub mod record;
 pub mod reload;

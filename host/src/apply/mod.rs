@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use crate::validate::Child;
 
+pub mod dry;
 mod status;
 pub use status::{StatusWrite, status, status_unchanged};
 

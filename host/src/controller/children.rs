@@ -14,6 +14,7 @@ use super::written::{self, Cache, Expected, Seen};
 use crate::apply;
 use crate::key::ObjectKey;
 use crate::ops::metrics::PluginLabel;
+use crate::preview::{self, Change, Finding, Preview};
 use crate::validate;
 
 /// What to do with one desired child.
@@ -91,6 +92,16 @@ async fn conflict(
         shared.parent.kind,
         apply::controller_of(existing)
     );
+    if let Some(preview) = shared.preview() {
+        let finding = Finding::new(
+            &ObjectKey::of(parent),
+            Change::Refuse,
+            &child.kind.kind,
+            key_of(child),
+        );
+        preview.found(&ObjectKey::of(parent), finding.because(message.clone()));
+        return Error::Conflict(message);
+    }
     let label = PluginLabel {
         plugin: plugin.into(),
     };
@@ -111,6 +122,11 @@ fn describe(child: &validate::Child) -> String {
         namespace.unwrap_or_default(),
         child.name
     )
+}
+
+/// `namespace/name` of a child.
+fn key_of(child: &validate::Child) -> String {
+    ObjectKey::new(child.namespace.as_deref(), &child.name).to_string()
 }
 
 /// Same kind's cache, same namespace and name.
@@ -143,6 +159,9 @@ async fn apply_one(
     plugin: &str,
     step: &Step,
 ) -> Result<Writes, Error> {
+    if let Some(preview) = shared.preview() {
+        return preview_one(shared, parent, plugin, step, preview).await;
+    }
     if step.observed.is_none()
         && let Err(wait) = shared.creation()
     {
@@ -178,6 +197,57 @@ async fn apply_one(
     }
 }
 
+/// What creating or updating one child would store, asked of the API server with a dry
+/// run (or, without permission for one, laid over the live object here); nothing is
+/// written, no budget is spent.
+async fn preview_one(
+    shared: &Shared,
+    parent: &DynamicObject,
+    plugin: &str,
+    step: &Step,
+    preview: &Preview,
+) -> Result<Writes, Error> {
+    let (client, child) = (&shared.client, &shared.children[step.kind]);
+    let uid = step.observed.as_ref().map(|(uid, _)| uid.as_str());
+    let live = step.observed.as_ref().and_then(|_| {
+        let key = ObjectKey::new(step.child.namespace.as_deref(), &step.child.name);
+        child.cache.get(&key).map(|o| o.value())
+    });
+    let stored = if preview.is_local() {
+        apply::dry::Dry::Forbidden
+    } else {
+        apply::dry::child(client, &child.resource, &step.child, uid, plugin).await?
+    };
+    let stored = match stored {
+        apply::dry::Dry::Stored(object) => object,
+        apply::dry::Dry::Forbidden => {
+            preview.compare_locally();
+            live.as_ref().map_or_else(
+                || step.child.object.clone(),
+                |l| preview::fields::overlay(l, &step.child.object),
+            )
+        }
+        apply::dry::Dry::Held(object) => {
+            return Err(conflict(shared, parent, plugin, &step.child, &*object).await);
+        }
+        apply::dry::Dry::Conflict(m) => return Err(Error::Conflict(m)),
+    };
+    let (change, fields) = match &live {
+        Some(live) => (Change::Change, preview::fields::changes(live, &stored)),
+        None => (
+            Change::Create,
+            preview::fields::changes(&serde_json::json!({}), &stored),
+        ),
+    };
+    if change == Change::Change && fields.is_empty() {
+        return Ok(Writes::default());
+    }
+    let parent_key = ObjectKey::of(parent);
+    let finding = Finding::new(&parent_key, change, &step.child.kind.kind, key_of(&step.child));
+    preview.found(&parent_key, finding.with_fields(fields));
+    Ok(Writes::would())
+}
+
 /// Keep a write of `step`'s child for the parent's next reconcile to see first.
 fn expect(shared: &Shared, parent: &DynamicObject, step: &Step, seen: Seen) {
     let key = ObjectKey::new(step.child.namespace.as_deref(), &step.child.name);
@@ -199,6 +269,14 @@ pub(super) async fn prune(
     let mut writes = Writes::default();
     for o in observed {
         if !plan.iter().any(|s| s.kind == o.kind && same(&o.object, &s.child)) {
+            if let Some(preview) = shared.preview() {
+                let kind = &shared.children[o.kind].kind.kind;
+                let key = ObjectKey::of(&*o.object);
+                let finding = Finding::new(&ObjectKey::of(parent), Change::Delete, kind, key.to_string());
+                preview.found(&ObjectKey::of(parent), finding);
+                writes = writes.and(Writes::would());
+                continue;
+            }
             apply::prune(&shared.client, &shared.children[o.kind].resource, &*o.object).await?;
             let cache = Cache::Child {
                 kind: o.kind,
@@ -218,6 +296,12 @@ pub(super) async fn prune(
 /// Count and report a response (or related queries) that broke the rules; `what`
 /// says what was not done.
 async fn refused(parent: &DynamicObject, metadata: &crate::engine::Metadata, shared: &Shared, what: &str) {
+    if let Some(preview) = shared.preview() {
+        let key = ObjectKey::of(parent);
+        let finding = Finding::new(&key, Change::Refuse, &shared.parent.kind, key.to_string());
+        preview.found(&key, finding.because(what));
+        return;
+    }
     let label = PluginLabel {
         plugin: metadata.name.clone(),
     };

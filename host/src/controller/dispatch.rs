@@ -14,6 +14,7 @@ use super::throttle::{Call, Permit};
 use super::version::Current;
 use crate::engine::{DispatchError, Request, Response};
 use crate::ops::metrics::{ControllerLabel, FaultLabels, PluginLabel};
+use crate::preview::{Change, Finding};
 
 /// The plugin's response to the request for `compact`, with the request (its observed
 /// children, already JSON, serve the unchanged-check); `None` when the plugin answered
@@ -100,6 +101,11 @@ pub(super) async fn answer(
         Ok(response) => Ok(Some(response)),
         Err(DispatchError::Retry { message, after }) => Err(Error::Retry { message, after }),
         Err(DispatchError::Fatal(m)) => {
+            if let Some(preview) = shared.preview() {
+                let key = crate::key::ObjectKey::of(parent);
+                let finding = Finding::new(&key, Change::Fail, &shared.parent.kind, key.to_string());
+                preview.found(&key, finding.because(format!("fatal: {m}")));
+            }
             warn(shared, parent, "ReconcileFailed", &m);
             Ok(None)
         }

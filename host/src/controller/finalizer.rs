@@ -57,7 +57,8 @@ pub(super) async fn add_if_missing(
     let Some(finalizer) = metadata.finalizer.as_deref() else {
         return Ok(false);
     };
-    if held(parent, metadata) {
+    // A preview adds nothing: it reconciles the parent as though the finalizer were on.
+    if held(parent, metadata) || shared.preview().is_some() {
         return Ok(false);
     }
     let mut finalizers = parent.finalizers().to_vec();
@@ -74,6 +75,9 @@ pub(super) async fn release(
     metadata: &crate::engine::Metadata,
     shared: &Shared,
 ) -> Result<(), Error> {
+    if shared.preview().is_some() {
+        return Ok(());
+    }
     let finalizers = parent
         .finalizers()
         .iter()

@@ -78,6 +78,10 @@ pub struct Options {
     pub name: Option<String>,
     /// Where dispatched reconciles are recorded (`capstan run --record`), if anywhere.
     pub record: Option<Arc<crate::record::Recorder>>,
+    /// Write nothing: find what the plugin would do instead (`capstan diff`, shadow mode).
+    pub preview: Option<Arc<crate::preview::Preview>>,
+    /// Reconcile only the parents with these labels (a label selector).
+    pub parent_labels: Option<String>,
 }
 
 impl Default for Options {
@@ -96,6 +100,8 @@ impl Default for Options {
             informers: Informers::default(),
             name: None,
             record: None,
+            preview: None,
+            parent_labels: None,
         }
     }
 }
@@ -140,6 +146,17 @@ struct Shared {
 impl Shared {
     fn plugin(&self) -> Arc<dyn Reconcile> {
         self.versions.current().plugin
+    }
+
+    /// The preview this controller runs as, if it writes nothing.
+    fn preview(&self) -> Option<&crate::preview::Preview> {
+        self.options.preview.as_deref()
+    }
+
+    /// Whose children, labels and field manager the plugin named `name` writes with:
+    /// its own, or in a preview the live plugin's it previews.
+    fn writer<'a>(&'a self, name: &'a str) -> &'a str {
+        self.preview().map_or(name, crate::preview::Preview::writer)
     }
 
     /// Take one creation from the plugin's budget, or say how long until there is one.

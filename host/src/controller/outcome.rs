@@ -99,6 +99,14 @@ impl Writes {
         }
     }
 
+    /// A write a preview found would be made (made by nobody, counted nowhere).
+    pub fn would() -> Writes {
+        Writes {
+            wrote: true,
+            deferred: None,
+        }
+    }
+
     /// A write left for later.
     pub fn deferred(after: Duration) -> Writes {
         Writes {

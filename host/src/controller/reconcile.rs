@@ -54,6 +54,9 @@ pub async fn reconcile(parent: Arc<Compact>, shared: Arc<Shared>) -> Result<Acti
         workers.dec();
         drop(busy);
         shared.queue.done(dequeued);
+        if let Some(preview) = shared.preview() {
+            previewed(preview, &name, &object, &result);
+        }
         let result = match result {
             Ok(r) => {
                 tracing::debug!("reconcile finished");
@@ -87,6 +90,28 @@ async fn admitted(parent: Arc<Compact>, shared: &Shared) -> Option<Arc<Compact>>
     shared
         .cache
         .get(&ObjectRef::from_obj_with(&*parent, shared.parent.clone()))
+}
+
+/// Close a preview's reconcile of `object`: what it found stands for the parent, with a
+/// failure the write steps did not already note; one that was put off or cancelled
+/// found nothing yet.
+fn previewed(
+    preview: &crate::preview::Preview,
+    name: &str,
+    object: &ObjectKey,
+    result: &Result<Result<Option<Duration>, Error>, tokio::time::Instant>,
+) {
+    use crate::preview::{Change, Finding};
+    match result {
+        Err(_) | Ok(Err(Error::Deferred(_) | Error::Unseen(_))) => return preview.abandoned(object),
+        Ok(Err(Error::Refused(_) | Error::RelatedRefused(_) | Error::Conflict(_) | Error::StatusHeld(_)))
+        | Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            let finding = Finding::new(object, Change::Fail, "", object.to_string());
+            preview.found(object, finding.because(e.to_string()));
+        }
+    }
+    preview.reconciled(name, object);
 }
 
 /// Count the finished reconcile and say when to come back: `None` is a reconcile
@@ -264,15 +289,16 @@ async fn write(
 ) -> Result<Writes, Error> {
     let children = std::mem::take(&mut response.children);
     let mut desired = children::check(parent, metadata, shared, children, &response.events).await?;
+    let writer = shared.writer(&metadata.name);
     for child in &mut desired {
-        apply::own(child, parent, &shared.parent, &metadata.name);
+        apply::own(child, parent, &shared.parent, writer);
     }
     let plan = children::claim(parent, metadata, shared, desired, observed, &request.children).await?;
-    let applied = children::apply(shared, parent, &metadata.name, &plan).await?;
-    let pruned = children::prune(shared, parent, &metadata.name, &plan, observed).await?;
+    let applied = children::apply(shared, parent, writer, &plan).await?;
+    let pruned = children::prune(shared, parent, writer, &plan, observed).await?;
     let writes = applied.and(pruned);
     match &response.status {
-        Some(s) => Ok(writes.and(status::write(parent, &metadata.name, shared, s).await?)),
+        Some(s) => Ok(writes.and(status::write(parent, writer, shared, s).await?)),
         None => Ok(writes),
     }
 }

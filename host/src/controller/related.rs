@@ -110,7 +110,7 @@ pub(super) async fn watch(
         namespaced: kind.namespaced,
     };
     // The host's watch of the kind, shared with every plugin reading or reconciling it.
-    let (informer, store) = wiring.stored(&resource, ns, role);
+    let (informer, store) = wiring.stored(&resource, ns, None, role);
     let (listed, size, cached_objects) = (wiring.sync.mark(), wiring.gauge(&resource), store.clone());
     let changes = Arc::new(AtomicU64::new(0));
     let counted = changes.clone();

@@ -23,8 +23,10 @@ impl Wiring {
             .namespace
             .as_deref()
             .filter(|_| self.metadata.parent.namespaced);
-        let (informer, cache) = self.stored(&self.parent, namespace, sharded::Role::Parent);
+        let labels = self.options.parent_labels.clone();
+        let (informer, cache) = self.stored(&self.parent, namespace, labels, sharded::Role::Parent);
         let (tracked, per_object, listed) = (self.queue.clone(), self.per_object.clone(), self.sync.mark());
+        let (preview, name) = (self.options.preview.clone(), self.metadata.name.clone());
         let (size, cached_parents) = (self.gauge(&self.parent), cache.clone());
         let mut listing = std::collections::HashSet::new();
         let parents = informer
@@ -39,6 +41,9 @@ impl Wiring {
                 watcher::Event::Delete(o) => {
                     let key = ObjectKey::of(&**o);
                     per_object.forget(&key);
+                    if let Some(preview) = &preview {
+                        preview.forget(&name, &key);
+                    }
                     tracked.forget(&key);
                 }
                 watcher::Event::InitDone => {
@@ -61,15 +66,16 @@ impl Wiring {
         (controller, cache)
     }
 
-    /// The host's informer of every `resource` in `namespace` (parents, related objects)
-    /// and the kube-runtime store it keeps them in.
+    /// The host's informer of every `resource` in `namespace` with `labels` (parents,
+    /// related objects) and the kube-runtime store it keeps them in.
     pub(super) fn stored(
         &self,
         resource: &ApiResource,
         namespace: Option<&str>,
+        labels: Option<String>,
         role: sharded::Role,
     ) -> (Arc<informer::Informer>, Store<compact::Compact>) {
-        let informer = self.informer(resource, namespace, None, role);
+        let informer = self.informer(resource, namespace, labels, role);
         // Keys of non-child roles ask for a store; an empty one would stand in only if
         // that rule changed.
         let store = informer
@@ -122,9 +128,13 @@ impl Wiring {
             parent_namespaced: namespaced,
         };
         // One watch of every plugin's children of this kind; this plugin's are those
-        // carrying its name.
+        // carrying its name (a preview's: those of the plugin it previews).
         let informer = self.informer(&resource, ns, Some(crate::apply::selector_all()), role);
-        let mine = self.metadata.name.clone();
+        let mine = self
+            .options
+            .preview
+            .as_ref()
+            .map_or_else(|| self.metadata.name.clone(), |p| p.writer().to_string());
         let stream = informer
             .subscribe()
             .filter(move |event| {

@@ -67,6 +67,17 @@ pub struct PluginLabel {
     pub plugin: String,
 }
 
+/// Labels of the shadow divergence metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DivergenceLabels {
+    /// The shadow's name.
+    pub plugin: String,
+    /// The kind of the object that would change.
+    pub kind: String,
+    /// `would-create`, `would-change`, `would-delete`, `would-refuse`, `would-fail`.
+    pub change: String,
+}
+
 /// Labels of `capstan_events_dropped_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EventsDroppedLabels {
@@ -142,6 +153,12 @@ pub struct Metrics {
     /// capstan_plugin_up: 1 while a plugin's controller runs, 0 while it waits (e.g. for
     /// its kinds to be served) or failed to load.
     pub plugin_up: Family<PluginLabel, Gauge>,
+    /// capstan_shadow_divergences_total: what a shadow's reconciles would have written
+    /// differently, counted per reconcile.
+    pub divergences: Family<DivergenceLabels, Counter>,
+    /// capstan_shadow_divergent_objects: objects a shadow's last reconcile of each parent
+    /// would write differently, now.
+    pub divergent: Family<DivergenceLabels, Gauge>,
     /// capstan_cache_objects: objects each plugin's caches hold, by kind.
     pub cached_objects: Family<CacheLabels, Gauge>,
     /// capstan_shard_members: live members this replica counts.
@@ -196,6 +213,8 @@ pub fn get() -> &'static Metrics {
             status_conflicts: Family::default(),
             write_loops: Family::default(),
             cached_objects: Family::default(),
+            divergences: Family::default(),
+            divergent: Family::default(),
             shard_members: Gauge::default(),
             shard_ranges: Gauge::default(),
             shard_share: Gauge::default(),
@@ -370,6 +389,16 @@ fn register_capstan(r: &mut Registry, m: &Metrics) {
         "capstan_plugin_up",
         "1 while the plugin's controller runs, 0 while it waits for its kinds or failed to load",
         m.plugin_up.clone(),
+    );
+    r.register(
+        "capstan_shadow_divergences",
+        "What a shadow plugin's reconciles would have written differently from the cluster, per reconcile, by kind and change",
+        m.divergences.clone(),
+    );
+    r.register(
+        "capstan_shadow_divergent_objects",
+        "Objects a shadow plugin would write differently now (its last reconcile of each parent), by kind and change",
+        m.divergent.clone(),
     );
     r.register(
         "capstan_cache_objects",

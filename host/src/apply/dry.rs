@@ -1,0 +1,94 @@
+//! The same writes as [`super::update`], [`super::create`] and [`super::status`], sent with
+//! `dryRun=All`: the API server runs admission, defaulting and the apply merge and answers
+//! with what it would store, and stores nothing.
+
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use super::{NEVER_STORED, api, field_manager};
+use crate::validate::Child;
+
+/// What the API server answered to a dry run.
+#[derive(Debug)]
+pub enum Dry {
+    /// It would store this object.
+    Stored(Value),
+    /// An object someone else made holds the name (a create only).
+    Held(Box<DynamicObject>),
+    /// Another Capstan plugin manages a field the status sets (the server's message).
+    Conflict(String),
+    /// The credentials may not make this write (dry runs are authorized as writes).
+    Forbidden,
+}
+
+/// The child as an apply by `plugin` would store it: over the object observed with
+/// `uid`, or created where `uid` is `None`.
+pub async fn child(
+    client: &Client,
+    ar: &ApiResource,
+    child: &Child,
+    uid: Option<&str>,
+    plugin: &str,
+) -> kube::Result<Dry> {
+    let mut body = child.object.clone();
+    let mut params = PatchParams::apply(&field_manager(plugin));
+    params.dry_run = true;
+    match uid {
+        Some(uid) => {
+            body["metadata"]["uid"] = uid.into();
+            params = params.force();
+        }
+        None => body["metadata"]["resourceVersion"] = NEVER_STORED.into(),
+    }
+    let api = api(client, ar, child.namespace.as_deref());
+    match api.patch(&child.name, &params, &Patch::Apply(&body)).await {
+        Ok(stored) => Ok(Dry::Stored(serde_json::to_value(stored).unwrap_or_default())),
+        Err(kube::Error::Api(e)) if e.code == 403 => Ok(Dry::Forbidden),
+        Err(kube::Error::Api(e)) if e.code == 409 && uid.is_none() => match api.get_opt(&child.name).await? {
+            Some(held) => Ok(Dry::Held(Box::new(held))),
+            None => Err(kube::Error::Api(e)),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+/// The parent's status as `plugin`'s apply would store it: refused over another Capstan
+/// plugin's field, forced over anyone else's, as the live write is.
+pub async fn status(
+    client: &Client,
+    ar: &ApiResource,
+    parent: &DynamicObject,
+    status: &Value,
+    plugin: &str,
+) -> kube::Result<Dry> {
+    let body = json!({
+        "apiVersion": ar.api_version,
+        "kind": ar.kind,
+        "metadata": { "name": parent.name_any() },
+        "status": status,
+    });
+    let mut params = PatchParams::apply(&field_manager(plugin));
+    params.dry_run = true;
+    let api = api(client, ar, parent.namespace().as_deref());
+    let apply = |params: PatchParams| {
+        let (api, body, name) = (api.clone(), body.clone(), parent.name_any());
+        async move {
+            api.patch_subresource("status", &name, &params, &Patch::Apply(&body))
+                .await
+        }
+    };
+    let stored = match apply(params.clone()).await {
+        Err(kube::Error::Api(e)) if e.code == 409 && e.message.contains("conflict with \"capstan/") => {
+            return Ok(Dry::Conflict(e.message));
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => apply(params.force()).await,
+        other => other,
+    };
+    match stored {
+        Ok(stored) => Ok(Dry::Stored(serde_json::to_value(stored).unwrap_or_default())),
+        Err(kube::Error::Api(e)) if e.code == 403 => Ok(Dry::Forbidden),
+        Err(e) => Err(e),
+    }
+}
