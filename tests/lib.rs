@@ -48,6 +48,8 @@ pub fn plugin(name: &str) -> PathBuf {
             "misdeclared",
             "-p",
             "misdeclared-orphans",
+            "-p",
+            "echo-rogue",
         ])
     });
     // Cargo names the artifact after the crate, with '-' as '_'.

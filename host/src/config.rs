@@ -94,17 +94,21 @@ impl PluginConfig {
 pub fn load(path: &Path) -> anyhow::Result<Config> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
-    let mut config: Config = serde_saphyr::from_str_with_options(&text, yaml_options())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let mut config = parse(&text).map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
     let base = path.parent().unwrap_or(Path::new("."));
     for plugin in &mut config.plugins {
         plugin.path = base.join(&plugin.path);
+    }
+    Ok(config)
+}
+
+/// Read and check a config's text; plugin paths stay as written.
+pub fn parse(text: &str) -> anyhow::Result<Config> {
+    let config: Config =
+        serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    for plugin in &config.plugins {
         if plugin.concurrency == Some(0) {
-            anyhow::bail!(
-                "{}: concurrency of {} must be at least 1",
-                path.display(),
-                plugin.path.display()
-            );
+            anyhow::bail!("concurrency of {} must be at least 1", plugin.path.display());
         }
     }
     Ok(config)

@@ -4,6 +4,7 @@ mod bench;
 mod build;
 #[cfg(feature = "dev")]
 mod dev;
+mod diff;
 mod input;
 mod inspect;
 mod new;
@@ -54,6 +55,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Reconcile objects in a cluster with the plugins in a directory.
     Run(run::RunArgs),
+    /// Show what a plugin version would change in a live cluster, writing nothing
+    /// (exit 0: nothing, 1: something would change, 2: error).
+    Diff(diff::DiffArgs),
     /// Run a local Kubernetes control plane built from pinned upstream sources.
     #[cfg(feature = "dev")]
     Dev(dev::DevArgs),
@@ -198,6 +202,7 @@ pub fn main() -> ExitCode {
         #[cfg(feature = "dev")]
         Command::Dev(args) => dev::run(args),
         Command::Run(args) => run::run(args),
+        Command::Diff(args) => diff::run(args),
     };
     match result {
         Ok(code) => code,
@@ -226,6 +231,7 @@ impl Command {
             #[cfg(feature = "dev")]
             Command::Dev(_) => QUIET_LOG_FILTER,
             Command::Inspect(_)
+            | Command::Diff(_)
             | Command::Test(_)
             | Command::Bench(_)
             | Command::Build(_)

@@ -16,7 +16,7 @@ use crate::engine::Kind;
 /// Resolve a plugin's kind through API discovery: served, and with the plural and scope
 /// the plugin declared (the host checks rather than trusts them: a cluster-scoped kind
 /// declared as namespaced would slip past the namespace rules).
-pub(super) async fn resolve(client: &Client, kind: &Kind) -> anyhow::Result<ApiResource> {
+pub async fn resolve(client: &Client, kind: &Kind) -> anyhow::Result<ApiResource> {
     let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
     let (resource, caps) =
         match tokio::time::timeout(DISCOVERY_TIMEOUT, kube::discovery::pinned_kind(client, &gvk)).await {

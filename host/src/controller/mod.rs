@@ -44,7 +44,7 @@ use crate::engine::{Kind, Metadata, Reconcile};
 use crate::key::ObjectKey;
 
 use crate::lease::Tenure;
-pub use discovery::served;
+pub use discovery::{resolve, served};
 pub use informer::Informers;
 pub use per_object::Memory;
 use per_object::PerObject;

@@ -27,6 +27,7 @@
 //! ```
 
 mod plugins;
+pub use plugins::options as entry_options;
 mod sharded;
 
 use std::net::SocketAddr;

@@ -82,7 +82,7 @@ fn entries(config: Option<&PathBuf>, dir: Option<&PathBuf>) -> anyhow::Result<Ve
 }
 
 /// One entry's options: the host's defaults with the entry's own settings over them.
-fn options(e: &PluginConfig, defaults: &Options) -> anyhow::Result<Options> {
+pub fn options(e: &PluginConfig, defaults: &Options) -> anyhow::Result<Options> {
     let mut options = defaults.clone();
     options.name.clone_from(&e.name);
     options.concurrency = e.concurrency.unwrap_or(options.concurrency);

@@ -57,21 +57,43 @@ fn bookkeeping(path: &str) -> bool {
             .any(|p| path == *p || path.starts_with(&format!("{p}.")) || path.starts_with(&format!("{p}[")))
 }
 
+/// Leaves are compared; a map or list on one side only is walked too, so an added or
+/// removed object shows as its leaves (and its bookkeeping can be left out).
 fn walk(path: String, before: Option<&Value>, after: Option<&Value>, out: &mut Vec<FieldChange>) {
+    static EMPTY: std::sync::LazyLock<serde_json::Map<String, Value>> =
+        std::sync::LazyLock::new(serde_json::Map::new);
+    fn map(v: Option<&Value>) -> Option<&serde_json::Map<String, Value>> {
+        match v {
+            Some(Value::Object(m)) => Some(m),
+            None => Some(&EMPTY),
+            _ => None,
+        }
+    }
+    fn list(v: Option<&Value>) -> Option<&[Value]> {
+        match v {
+            Some(Value::Array(l)) => Some(l.as_slice()),
+            None => Some(&[]),
+            _ => None,
+        }
+    }
+    let containers = before.is_some_and(|b| b.is_object() || b.is_array())
+        || after.is_some_and(|a| a.is_object() || a.is_array());
+    if let (Some(b), Some(a), true) = (map(before), map(after), containers) {
+        let mut keys: Vec<&String> = b.keys().chain(a.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        for k in keys {
+            walk(join(&path, k), b.get(k), a.get(k), out);
+        }
+        return;
+    }
+    if let (Some(b), Some(a), true) = (list(before), list(after), containers) {
+        for i in 0..b.len().max(a.len()) {
+            walk(format!("{path}[{i}]"), b.get(i), a.get(i), out);
+        }
+        return;
+    }
     match (before, after) {
-        (Some(Value::Object(b)), Some(Value::Object(a))) => {
-            let mut keys: Vec<&String> = b.keys().chain(a.keys()).collect();
-            keys.sort();
-            keys.dedup();
-            for k in keys {
-                walk(join(&path, k), b.get(k), a.get(k), out);
-            }
-        }
-        (Some(Value::Array(b)), Some(Value::Array(a))) => {
-            for i in 0..b.len().max(a.len()) {
-                walk(format!("{path}[{i}]"), b.get(i), a.get(i), out);
-            }
-        }
         (Some(b), Some(a)) if b == a => {}
         (b, a) => out.push(FieldChange {
             path,
@@ -125,6 +147,24 @@ mod tests {
                 "+ metadata.labels.y: \"2\"",
                 "+ spec.template.spec.containers[0].args[1]: \"b\"",
                 "~ spec.template.spec.containers[0].image: \"busybox\" → \"alpine\"",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_new_object_shows_as_its_leaves_without_bookkeeping() {
+        let after =
+            json!({"metadata": {"name": "a", "uid": "u", "labels": {"x": "1"}}, "spec": {"args": ["a"]}});
+        let shown: Vec<String> = changes(&json!({}), &after)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "+ metadata.labels.x: \"1\"",
+                "+ metadata.name: \"a\"",
+                "+ spec.args[0]: \"a\"",
             ]
         );
     }
