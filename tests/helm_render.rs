@@ -388,3 +388,51 @@ fn one_plugin_file_runs_twice_under_the_names_the_values_give() -> Result<()> {
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
+
+#[test]
+fn a_shadow_entry_reaches_the_host_config_and_only_known_modes_pass() -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("capstan-helm-shadow-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let values = dir.join("shadow.yaml");
+    let entry = |key: &str, extra: &str| {
+        format!(
+            "  {key}:\n    name: echo\n    source: {{volume: {{emptyDir: {{}}}}, file: echo.wasm}}\n    \
+             parent: {{group: capstan.dev, version: v1alpha1, kind: Echo, plural: echoes, namespaced: true}}\n    \
+             children: [{{group: batch, version: v1, kind: Job, plural: jobs, namespaced: true}}]\n{extra}"
+        )
+    };
+    let text = format!(
+        "plugins:\n{}{}",
+        entry("echo", ""),
+        entry("echo-next", "    mode: shadow\n")
+    );
+    std::fs::write(&values, &text)?;
+    let docs = render("capstan", &["-f", values.to_str().unwrap()])?;
+    let config: Value = serde_saphyr::from_str(
+        one(&docs, "ConfigMap")["data"]["config.yaml"]
+            .as_str()
+            .unwrap_or_default(),
+    )?;
+    let modes: Vec<(String, Value)> = config["plugins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| (p["path"].as_str().unwrap_or_default().into(), p["mode"].clone()))
+        .collect();
+    assert_eq!(modes.len(), 2, "{config}");
+    assert_eq!(modes[0].1, Value::Null, "live is the default: {config}");
+    assert!(modes[1].0.contains("echo-next"), "{config}");
+    assert_eq!(modes[1].1, "shadow", "{config}");
+    // The host reads what the chart wrote.
+    let parsed = capstan::config::parse(
+        one(&docs, "ConfigMap")["data"]["config.yaml"]
+            .as_str()
+            .unwrap_or_default(),
+    )?;
+    assert_eq!(parsed.plugins[1].mode, capstan::config::Mode::Shadow);
+    std::fs::write(&values, text.replace("mode: shadow", "mode: dark"))?;
+    let refused = render("capstan", &["-f", values.to_str().unwrap()]).unwrap_err();
+    assert!(refused.to_string().contains("mode"), "{refused}");
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}

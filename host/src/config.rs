@@ -14,6 +14,8 @@
 //!     allowOwnKind: false          # may it make children of its own parent kind?
 //!     allowOwnNamespace: false     # may a Namespace parent's children go into that Namespace?
 //!     settings: { image: busybox } # the plugin's own settings, which it checks at load
+//!     mode: live                   # or shadow: run beside the live plugin of this name,
+//!                                  # writing nothing, and report where it would differ
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -69,6 +71,23 @@ pub struct PluginConfig {
     /// The plugin's own settings (a mapping), which it checks when loaded.
     #[serde(default)]
     pub settings: Option<serde_json::Value>,
+    /// Live (the default), or a shadow of the live plugin of the same name.
+    #[serde(default)]
+    pub mode: Mode,
+}
+
+/// How a plugin entry runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// It reconciles and writes.
+    #[default]
+    Live,
+    /// It reconciles beside the live plugin of its name (as `<name>-shadow`) on the same
+    /// caches, writes nothing, and reports where it would differ: the
+    /// `capstan_shadow_divergent_objects` and `capstan_shadow_divergences_total` metrics and
+    /// a rate-limited `shadow diverges` line per object.
+    Shadow,
 }
 
 impl PluginConfig {
@@ -86,6 +105,7 @@ impl PluginConfig {
             allow_own_kind: false,
             allow_own_namespace: false,
             settings: None,
+            mode: Mode::Live,
         }
     }
 }

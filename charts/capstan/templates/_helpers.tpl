@@ -177,6 +177,9 @@ plugins:
     {{- with $p.name }}
     name: {{ . }}
     {{- end }}
+    {{- with $p.mode }}
+    mode: {{ . }}
+    {{- end }}
     {{- with $p.limits }}
     limits:
       {{- with .deadline }}

@@ -29,11 +29,11 @@ pub(super) fn load(
     let entries = entries(config, dir)?;
     let mut loaded = Loaded::default();
     for e in entries {
-        let options = options(&e, defaults)?;
+        let mut options = options(&e, defaults)?;
         let loading = engine.load_file(&e.path, e.limits.clone());
         let plugin = loading
             .and_then(|p| p.with_settings(&options.settings))
-            .and_then(|p| p.named(options.name.as_deref()));
+            .and_then(|p| as_entry_says(p, &e, &mut options));
         let plugin = match plugin {
             Ok(plugin) => plugin,
             Err(err) => {
@@ -55,6 +55,26 @@ pub(super) fn load(
     }
     one_file_per_name(&mut loaded);
     Ok(loaded)
+}
+
+/// The plugin under the entry's name; a shadow under `<name>-shadow`, previewing the
+/// live plugin of that name.
+fn as_entry_says(
+    plugin: Plugin,
+    e: &PluginConfig,
+    options: &mut Options,
+) -> Result<Plugin, crate::engine::LoadError> {
+    if e.mode != config::Mode::Shadow {
+        return plugin.named(options.name.as_deref());
+    }
+    let live = options
+        .name
+        .clone()
+        .unwrap_or_else(|| plugin.metadata().name.clone());
+    let shadow = format!("{live}-shadow");
+    options.preview = Some(std::sync::Arc::new(crate::preview::Preview::shadow(&live)));
+    options.name = Some(shadow.clone());
+    plugin.named(Some(&shadow))
 }
 
 /// The config file's entries, then every other `*.wasm` of `dir` with default settings.
