@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use capstan::dev::{Plane, PlaneConfig};
-use capstan_tests::host::{echo, echo_resource, eventually, install_plugin_crd, sample};
+use capstan_tests::host::{Host, echo, echo_resource, eventually, install_plugin_crd, sample};
 use capstan_tests::{arg, capstan_bin, compile_cache, plugin};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
@@ -258,6 +258,136 @@ async fn diff_shows_what_each_new_version_would_do_and_writes_nothing() -> Resul
         "{}",
         shown(&bad)
     );
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}
+
+/// Start `capstan run --config` in `ns` with `config` (plugin paths relative to `dir`,
+/// where `files` are copied).
+fn host_with_config(
+    plane: &Plane,
+    dir: &std::path::Path,
+    ns: &str,
+    files: &[&str],
+    config: &str,
+    extra: &[&str],
+) -> Result<Host> {
+    std::fs::create_dir_all(dir)?;
+    for f in files {
+        std::fs::copy(plugin(f), dir.join(format!("{f}.wasm")))?;
+    }
+    let file = dir.join("config.yaml");
+    std::fs::write(&file, config)?;
+    let mut args = vec!["--config", arg(&file), "--namespace", ns];
+    args.extend_from_slice(extra);
+    Host::start(plane, &args, &dir.join("host.log"), &[])
+}
+
+/// Job names in `jobs` with the canary's label, and without.
+async fn labelled(jobs: &Api<Job>) -> Result<(usize, usize)> {
+    let all = jobs.list(&ListParams::default()).await?.items;
+    let canary = all
+        .iter()
+        .filter(|j| j.labels().contains_key("capstan.dev/canary"))
+        .count();
+    Ok((canary, all.len() - canary))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_reports_divergence_without_writing_and_a_canary_takes_only_its_parents() -> Result<()> {
+    let plane = Plane::start(PlaneConfig::api_only()).await?;
+    install_plugin_crd(&plane, "echo").await?;
+    let client = plane.client().await?;
+
+    // Shadow: Echo live, its relabelling v2 beside it.
+    let ns = plane.namespace("rollout-shadow").await?;
+    let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    create_echoes(&echoes, ECHOES, |_| None).await?;
+    let dir = std::env::temp_dir().join(format!("capstan-rollout-{ns}"));
+    let config =
+        "plugins:\n  - path: echo.wasm\n  - path: echo-canary.wasm\n    name: echo\n    mode: shadow\n";
+    let mut host = host_with_config(&plane, &dir, &ns, &["echo", "echo-canary"], config, &[])?;
+    converged(&echoes, &jobs, ECHOES).await?;
+    let diverging =
+        "capstan_shadow_divergent_objects{plugin=\"echo-shadow\",kind=\"Job\",change=\"would-change\"}";
+    let metrics = eventually(
+        "the shadow counts every Job it would change",
+        CONVERGE,
+        async || {
+            let body = host.metrics().await?;
+            Ok((sample(&body, diverging) == ECHOES as f64).then_some(body))
+        },
+    )
+    .await?;
+    ensure!(
+        sample(&metrics, "capstan_api_writes_total{plugin=\"echo-shadow\"}") == 0.0,
+        "the shadow wrote"
+    );
+    // The live plugin's writes are a first convergence's, shadow or not: a Job and a status each.
+    ensure!(
+        sample(&metrics, "capstan_api_writes_total{plugin=\"echo\"}") == 2.0 * ECHOES as f64,
+        "live writes: {}",
+        sample(&metrics, "capstan_api_writes_total{plugin=\"echo\"}")
+    );
+    ensure!(host.logged("shadow diverges"), "a diverging object is logged");
+    for (name, (_, managers)) in state(&echoes, &jobs).await? {
+        let foreign: Vec<&String> = managers.iter().filter(|m| m.contains("shadow")).collect();
+        ensure!(foreign.is_empty(), "{name}: {foreign:?}");
+    }
+    ensure!(
+        labelled(&jobs).await? == (0, ECHOES),
+        "the shadow's label reached a Job"
+    );
+    host.signal(libc::SIGTERM);
+    host.wait(Duration::from_secs(30))?;
+
+    // Canary: one Echo in ten labelled for the candidate; promoting is a file swap.
+    let ns = plane.namespace("rollout-canary").await?;
+    let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    const CANARIES: usize = ECHOES / 10;
+    create_echoes(&echoes, ECHOES, |i| (i % 10 == 0).then_some(("canary", "true"))).await?;
+    let dir = std::env::temp_dir().join(format!("capstan-rollout-{ns}"));
+    let config = "plugins:\n  - path: echo.wasm\n    canary:\n      path: echo-canary.wasm\n      selector: {matchLabels: {canary: \"true\"}}\n";
+    let mut host = host_with_config(
+        &plane,
+        &dir,
+        &ns,
+        &["echo", "echo-canary"],
+        config,
+        &["--hot-reload", "--reload-interval", "500ms"],
+    )?;
+    converged(&echoes, &jobs, ECHOES).await?;
+    ensure!(host.logged("canary loaded"), "the canary is said at start");
+    let split = labelled(&jobs).await?;
+    ensure!(
+        split == (CANARIES, ECHOES - CANARIES),
+        "canary / stable Jobs: {split:?}"
+    );
+    for job in jobs.list(&ListParams::default()).await?.items {
+        let canary = job.labels().contains_key("capstan.dev/canary");
+        let owner = job
+            .owner_references()
+            .first()
+            .map(|o| o.name.clone())
+            .unwrap_or_default();
+        let index: usize = owner.trim_start_matches('e').parse()?;
+        ensure!(canary == (index % 10 == 0), "{} of {owner}", job.name_any());
+    }
+    // Promote: the candidate's file replaces the stable one, and every parent follows.
+    let stable = dir.join("echo.wasm");
+    let swap = dir.join("echo.wasm.new");
+    std::fs::copy(plugin("echo-canary"), &swap)?;
+    std::fs::rename(&swap, &stable)?;
+    eventually(
+        "every Job has the promoted version's label",
+        CONVERGE,
+        async || Ok((labelled(&jobs).await? == (ECHOES, 0)).then_some(())),
+    )
+    .await?;
+    host.signal(libc::SIGTERM);
+    host.wait(Duration::from_secs(30))?;
     std::fs::remove_dir_all(&dir).ok();
     Ok(())
 }

@@ -14,6 +14,9 @@
 //!     allowOwnKind: false          # may it make children of its own parent kind?
 //!     allowOwnNamespace: false     # may a Namespace parent's children go into that Namespace?
 //!     settings: { image: busybox } # the plugin's own settings, which it checks at load
+//!     canary:                      # a candidate for the parents a label selector picks
+//!       path: echo-v2.wasm
+//!       selector: { matchLabels: { canary: "true" } }
 //!     mode: live                   # or shadow: run beside the live plugin of this name,
 //!                                  # writing nothing, and report where it would differ
 //! ```
@@ -74,6 +77,21 @@ pub struct PluginConfig {
     /// Live (the default), or a shadow of the live plugin of the same name.
     #[serde(default)]
     pub mode: Mode,
+    /// A candidate version for some parents.
+    #[serde(default)]
+    pub canary: Option<CanaryConfig>,
+}
+
+/// A canary: another file of the same plugin, for the parents a label selector picks.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CanaryConfig {
+    /// The candidate `.wasm`, relative to the config file. Same kinds as the stable file;
+    /// run under the same name, settings and limits.
+    pub path: PathBuf,
+    /// Which parents it reconciles (a Kubernetes label selector: `matchLabels`,
+    /// `matchExpressions`).
+    pub selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
 }
 
 /// How a plugin entry runs.
@@ -106,6 +124,7 @@ impl PluginConfig {
             allow_own_namespace: false,
             settings: None,
             mode: Mode::Live,
+            canary: None,
         }
     }
 }
@@ -118,6 +137,9 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
     let base = path.parent().unwrap_or(Path::new("."));
     for plugin in &mut config.plugins {
         plugin.path = base.join(&plugin.path);
+        if let Some(canary) = &mut plugin.canary {
+            canary.path = base.join(&canary.path);
+        }
     }
     Ok(config)
 }
@@ -129,6 +151,15 @@ pub fn parse(text: &str) -> anyhow::Result<Config> {
     for plugin in &config.plugins {
         if plugin.concurrency == Some(0) {
             anyhow::bail!("concurrency of {} must be at least 1", plugin.path.display());
+        }
+        if let Some(canary) = &plugin.canary {
+            kube::core::Selector::try_from(canary.selector.clone())
+                .map_err(|e| anyhow::anyhow!("canary of {}: selector: {e}", plugin.path.display()))?;
+            anyhow::ensure!(
+                plugin.mode == Mode::Live,
+                "{}: a shadow has no canary",
+                plugin.path.display()
+            );
         }
     }
     Ok(config)

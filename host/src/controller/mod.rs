@@ -48,6 +48,7 @@ pub use discovery::{resolve, served};
 pub use informer::Informers;
 pub use per_object::Memory;
 use per_object::PerObject;
+pub use version::Canary;
 
 /// How one plugin is run.
 #[derive(Clone, Debug)]
@@ -82,6 +83,8 @@ pub struct Options {
     pub preview: Option<Arc<crate::preview::Preview>>,
     /// Reconcile only the parents with these labels (a label selector).
     pub parent_labels: Option<String>,
+    /// A candidate version for the parents its selector picks.
+    pub canary: Option<Canary>,
 }
 
 impl Default for Options {
@@ -102,6 +105,7 @@ impl Default for Options {
             record: None,
             preview: None,
             parent_labels: None,
+            canary: None,
         }
     }
 }
@@ -309,7 +313,7 @@ impl Wiring {
             events,
             busy,
             client: self.client,
-            versions: version::Versions::new(plugin),
+            versions: version::Versions::new(plugin, self.options.canary.clone()),
             parent: self.parent,
             cache,
             children,

@@ -18,19 +18,56 @@ pub(super) struct Current {
     pub number: u64,
 }
 
+/// A candidate version for the parents a label selector picks (a canary); the rest keep
+/// the stable version the channel delivers.
+#[derive(Clone)]
+pub struct Canary {
+    /// The candidate, loaded with the stable version's name and settings.
+    pub plugin: Arc<dyn Reconcile>,
+    /// Which parents it reconciles.
+    pub selector: kube::core::Selector,
+}
+
+impl std::fmt::Debug for Canary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Canary")
+            .field("version", &self.plugin.metadata().version)
+            .field("selector", &self.selector.to_string())
+            .finish()
+    }
+}
+
+/// The number a canary's candidate runs as: above any count of stable versions.
+const CANARY: u64 = 1 << 63;
+
 /// Numbers the versions a controller's channel delivers, in the order they are seen.
 pub(super) struct Versions {
     channel: watch::Receiver<Arc<dyn Reconcile>>,
     last: Mutex<Current>,
+    canary: Option<Canary>,
 }
 
 impl Versions {
     /// Start numbering at the channel's current version.
-    pub fn new(channel: watch::Receiver<Arc<dyn Reconcile>>) -> Versions {
+    pub fn new(channel: watch::Receiver<Arc<dyn Reconcile>>, canary: Option<Canary>) -> Versions {
         let plugin = channel.borrow().clone();
         Versions {
             channel,
             last: Mutex::new(Current { plugin, number: 0 }),
+            canary,
+        }
+    }
+
+    /// The version a reconcile of a parent with `labels` uses: the canary's candidate
+    /// where its selector matches, else the current stable one.
+    pub fn for_parent(&self, labels: &std::collections::BTreeMap<String, String>) -> Current {
+        use kube::core::SelectorExt;
+        match &self.canary {
+            Some(c) if c.selector.matches(labels) => Current {
+                plugin: c.plugin.clone(),
+                number: CANARY,
+            },
+            _ => self.current(),
         }
     }
 
@@ -86,7 +123,7 @@ mod tests {
     #[test]
     fn a_version_at_a_reused_address_still_gets_a_new_number() {
         let (tx, rx) = watch::channel(version());
-        let versions = Versions::new(rx);
+        let versions = Versions::new(rx, None);
         assert_eq!(versions.current().number, 0);
         assert_eq!(versions.current().number, 0, "the same version, the same number");
         let mut numbers = vec![];
@@ -97,5 +134,25 @@ mod tests {
             numbers.push(versions.current().number);
         }
         assert_eq!(numbers, (1..=50).collect::<Vec<u64>>());
+    }
+
+    #[test]
+    fn a_canary_takes_the_parents_its_selector_picks_under_a_number_of_its_own() {
+        let (_tx, rx) = watch::channel(version());
+        let candidate = version();
+        let selector = kube::core::Selector::from_iter([("canary", "true")]);
+        let canary = Canary {
+            plugin: candidate.clone(),
+            selector,
+        };
+        let versions = Versions::new(rx, Some(canary));
+        let labels = |v: &str| std::collections::BTreeMap::from([("canary".to_string(), v.to_string())]);
+        let picked = versions.for_parent(&labels("true"));
+        assert!(Arc::ptr_eq(&picked.plugin, &candidate));
+        assert_eq!(picked.number, CANARY);
+        let stable = versions.for_parent(&labels("false"));
+        assert!(!Arc::ptr_eq(&stable.plugin, &candidate));
+        assert_eq!(stable.number, 0);
+        assert_eq!(versions.for_parent(&Default::default()).number, 0);
     }
 }

@@ -45,6 +45,10 @@ pub(super) fn load(
             loaded.broken.push((e.path, why));
             continue;
         }
+        options.canary = e
+            .canary
+            .as_ref()
+            .and_then(|c| canary(engine, &e, c, &plugin, &options));
         loaded.plugins.push((e.path, plugin, options));
     }
     // A plugin that does not load is that plugin's trouble alone, unless nothing is left.
@@ -75,6 +79,54 @@ fn as_entry_says(
     options.preview = Some(std::sync::Arc::new(crate::preview::Preview::shadow(&live)));
     options.name = Some(shadow.clone());
     plugin.named(Some(&shadow))
+}
+
+/// The entry's canary, loaded as its stable version is (name, settings, limits) and of
+/// the same kinds; one that cannot be is said in one line, and the stable version serves
+/// every parent.
+fn canary(
+    engine: &Engine,
+    e: &PluginConfig,
+    c: &config::CanaryConfig,
+    stable: &Plugin,
+    options: &Options,
+) -> Option<crate::controller::Canary> {
+    let loaded = engine
+        .load_file(&c.path, e.limits.clone())
+        .and_then(|p| p.with_settings(&options.settings))
+        .and_then(|p| p.named(Some(&stable.metadata().name)))
+        .map_err(|err| err.to_string())
+        .and_then(|p| same_kinds(stable, &p).map(|()| p));
+    let selector = kube::core::Selector::try_from(c.selector.clone()).map_err(|err| err.to_string());
+    match (loaded, selector) {
+        (Ok(plugin), Ok(selector)) => {
+            let m = plugin.metadata();
+            tracing::info!(plugin = %m.name, version = %m.version, canary = %c.path.display(), selector = %selector, "canary loaded");
+            Some(crate::controller::Canary {
+                plugin: std::sync::Arc::new(plugin),
+                selector,
+            })
+        }
+        (Err(why), _) | (_, Err(why)) => {
+            tracing::warn!(plugin = %stable.metadata().name, canary = %c.path.display(), error = %why, "canary refused; the stable version reconciles every parent");
+            None
+        }
+    }
+}
+
+/// A candidate must declare what its stable version declares: the host's watches and RBAC
+/// were made from that.
+fn same_kinds(stable: &Plugin, candidate: &Plugin) -> Result<(), String> {
+    let (a, b) = (stable.metadata(), candidate.metadata());
+    if a.parent == b.parent
+        && a.children == b.children
+        && a.related == b.related
+        && a.finalizer == b.finalizer
+    {
+        Ok(())
+    } else {
+        Err("it declares other kinds or another finalizer than the stable version".into())
+    }
 }
 
 /// The config file's entries, then every other `*.wasm` of `dir` with default settings.
