@@ -347,7 +347,10 @@ async fn a_shadow_reports_divergence_without_writing_and_a_canary_takes_only_its
     let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     const CANARIES: usize = ECHOES / 10;
-    create_echoes(&echoes, ECHOES, |i| (i % 10 == 0).then_some(("canary", "true"))).await?;
+    create_echoes(&echoes, ECHOES, |i| {
+        i.is_multiple_of(10).then_some(("canary", "true"))
+    })
+    .await?;
     let dir = std::env::temp_dir().join(format!("capstan-rollout-{ns}"));
     let config = "plugins:\n  - path: echo.wasm\n    canary:\n      path: echo-canary.wasm\n      selector: {matchLabels: {canary: \"true\"}}\n";
     let mut host = host_with_config(
@@ -373,7 +376,11 @@ async fn a_shadow_reports_divergence_without_writing_and_a_canary_takes_only_its
             .map(|o| o.name.clone())
             .unwrap_or_default();
         let index: usize = owner.trim_start_matches('e').parse()?;
-        ensure!(canary == (index % 10 == 0), "{} of {owner}", job.name_any());
+        ensure!(
+            canary == index.is_multiple_of(10),
+            "{} of {owner}",
+            job.name_any()
+        );
     }
     // Promote: the candidate's file replaces the stable one, and every parent follows.
     let stable = dir.join("echo.wasm");

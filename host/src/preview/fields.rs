@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn bookkeeping_alone_is_no_change() {
-        let digest = format!("{APPLIED_ANNOTATION}");
+        let digest = APPLIED_ANNOTATION.to_string();
         let before = json!({"metadata": {"annotations": {digest.clone(): "a"}, "managedFields": [{"manager": "x"}]},
             "status": {"active": 1}});
         let after = json!({"metadata": {"annotations": {digest: "b"}, "managedFields": []}, "status": {}});
