@@ -92,6 +92,61 @@ async fn state(
     Ok(all)
 }
 
+/// A kubeconfig for a ServiceAccount of `ns` that may only read Echos, Jobs and
+/// ConfigMaps there.
+async fn read_only_kubeconfig(
+    plane: &Plane,
+    client: &kube::Client,
+    ns: &str,
+    dir: &std::path::Path,
+) -> Result<std::path::PathBuf> {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let post = PostParams::default();
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    accounts
+        .create(
+            &post,
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "viewer"}}))?,
+        )
+        .await?;
+    let role: Role = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "viewer"},
+        "rules": [
+            {"apiGroups": ["capstan.dev"], "resources": ["echoes"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]},
+        ],
+    }))?;
+    Api::<Role>::namespaced(client.clone(), ns)
+        .create(&post, &role)
+        .await?;
+    let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "viewer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "viewer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "viewer", "namespace": ns}],
+    }))?;
+    Api::<RoleBinding>::namespaced(client.clone(), ns)
+        .create(&post, &binding)
+        .await?;
+    let request: TokenRequest = serde_json::from_value(serde_json::json!({"spec": {"audiences": []}}))?;
+    let token: TokenRequest = accounts
+        .create_subresource("token", "viewer", &post, &request)
+        .await?;
+    let token = token.status.and_then(|s| s.token).context("a token")?;
+    let mut config = kube::config::Kubeconfig::read_from(plane.kubeconfig())?;
+    for user in &mut config.auth_infos {
+        user.auth_info = Some(kube::config::AuthInfo {
+            token: Some(token.clone().into()),
+            ..Default::default()
+        });
+    }
+    let path = dir.join("viewer.kubeconfig");
+    std::fs::write(&path, serde_json::to_vec(&config)?)?;
+    Ok(path)
+}
+
 /// `capstan diff ARGS` against the plane.
 fn diff(plane: &Plane, args: &[&str]) -> Result<Output> {
     Ok(std::process::Command::new(capstan_bin())
@@ -243,6 +298,27 @@ async fn diff_shows_what_each_new_version_would_do_and_writes_nothing() -> Resul
         &[arg(&plugin("echo-canary")), "-n", &ns, "-l", "absent=label"],
     )?;
     ensure!(none.status.code() == Some(0), "{}", shown(&none));
+
+    // Read-only credentials: dry runs are refused (they are authorized as writes), and the
+    // diff compares with the live objects itself, saying so.
+    let viewer = read_only_kubeconfig(&plane, &client, &ns, &dir).await?;
+    let read_only = std::process::Command::new(capstan_bin())
+        .args(["diff", arg(&plugin("echo-canary")), "-n", &ns])
+        .env("KUBECONFIG", &viewer)
+        .env("CAPSTAN_CACHE_DIR", compile_cache())
+        .env_remove("RUST_LOG")
+        .output()?;
+    ensure!(read_only.status.code() == Some(1), "{}", shown(&read_only));
+    ensure!(
+        lines_with(&read_only, "    + metadata.labels.capstan.dev/canary: \"true\"") == ECHOES,
+        "{}",
+        shown(&read_only)
+    );
+    ensure!(
+        String::from_utf8_lossy(&read_only.stderr).contains("no permission to dry-run"),
+        "{}",
+        shown(&read_only)
+    );
 
     // Nothing was written: the same versions and the same field managers everywhere.
     let after = state(&echoes, &jobs).await?;
