@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use capstan_tests::{capstan_bin, compile_cache, plugin};
 use serde_json::Value;
 
@@ -390,7 +390,7 @@ fn one_plugin_file_runs_twice_under_the_names_the_values_give() -> Result<()> {
 }
 
 #[test]
-fn a_shadow_entry_reaches_the_host_config_and_only_known_modes_pass() -> Result<()> {
+fn shadow_and_canary_entries_reach_the_host_config_and_only_known_modes_pass() -> Result<()> {
     let dir = std::env::temp_dir().join(format!("capstan-helm-shadow-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let values = dir.join("shadow.yaml");
@@ -401,9 +401,10 @@ fn a_shadow_entry_reaches_the_host_config_and_only_known_modes_pass() -> Result<
              children: [{{group: batch, version: v1, kind: Job, plural: jobs, namespaced: true}}]\n{extra}"
         )
     };
+    let canary = "    canary: {file: echo-v2.wasm, selector: {matchLabels: {canary: \"true\"}}}\n";
     let text = format!(
         "plugins:\n{}{}",
-        entry("echo", ""),
+        entry("echo", canary),
         entry("echo-next", "    mode: shadow\n")
     );
     std::fs::write(&values, &text)?;
@@ -430,6 +431,20 @@ fn a_shadow_entry_reaches_the_host_config_and_only_known_modes_pass() -> Result<
             .unwrap_or_default(),
     )?;
     assert_eq!(parsed.plugins[1].mode, capstan::config::Mode::Shadow);
+    let candidate = parsed.plugins[0].canary.as_ref().context("the canary")?;
+    assert!(
+        candidate.path.ends_with("plugins/echo/echo-v2.wasm"),
+        "{candidate:?}"
+    );
+    assert_eq!(
+        candidate
+            .selector
+            .match_labels
+            .as_ref()
+            .and_then(|l| l.get("canary"))
+            .map(String::as_str),
+        Some("true")
+    );
     std::fs::write(&values, text.replace("mode: shadow", "mode: dark"))?;
     let refused = render("capstan", &["-f", values.to_str().unwrap()]).unwrap_err();
     assert!(refused.to_string().contains("mode"), "{refused}");

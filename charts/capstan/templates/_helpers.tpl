@@ -180,6 +180,11 @@ plugins:
     {{- with $p.mode }}
     mode: {{ . }}
     {{- end }}
+    {{- with $p.canary }}
+    canary:
+      path: ../plugins/{{ $name }}/{{ .file }}
+      selector: {{ toJson .selector }}
+    {{- end }}
     {{- with $p.limits }}
     limits:
       {{- with .deadline }}

@@ -5,7 +5,7 @@
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{NEVER_STORED, api, field_manager};
 use crate::validate::Child;
@@ -63,12 +63,7 @@ pub async fn status(
     status: &Value,
     plugin: &str,
 ) -> kube::Result<Dry> {
-    let body = json!({
-        "apiVersion": ar.api_version,
-        "kind": ar.kind,
-        "metadata": { "name": parent.name_any() },
-        "status": status,
-    });
+    let body = super::status::body(ar, parent, status);
     let mut params = PatchParams::apply(&field_manager(plugin));
     params.dry_run = true;
     let api = api(client, ar, parent.namespace().as_deref());
@@ -80,7 +75,7 @@ pub async fn status(
         }
     };
     let stored = match apply(params.clone()).await {
-        Err(kube::Error::Api(e)) if e.code == 409 && e.message.contains("conflict with \"capstan/") => {
+        Err(kube::Error::Api(e)) if super::status::held_by_capstan(&e) => {
             return Ok(Dry::Conflict(e.message));
         }
         Err(kube::Error::Api(e)) if e.code == 409 => apply(params.force()).await,

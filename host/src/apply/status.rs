@@ -49,6 +49,24 @@ fn covers(desired: &Value, fields: &Value) -> bool {
     })
 }
 
+/// The apply of `status` as the parent's status subresource.
+pub(super) fn body(ar: &ApiResource, parent: &DynamicObject, status: &Value) -> Value {
+    json!({
+        "apiVersion": ar.api_version,
+        "kind": ar.kind,
+        "metadata": { "name": parent.name_any() },
+        "status": status,
+    })
+}
+
+/// Whether a status apply's conflict is with another Capstan plugin's field, which is
+/// never taken (any other writer's is, by forcing).
+pub(super) fn held_by_capstan(e: &kube::core::Status) -> bool {
+    e.code == 409
+        && e.message
+            .contains(&format!("conflict with \"{}", super::MANAGER_PREFIX))
+}
+
 /// What became of a status write.
 #[derive(Debug, PartialEq, Eq)]
 pub enum StatusWrite {
@@ -71,12 +89,7 @@ pub async fn status(
     status: &Value,
     plugin: &str,
 ) -> kube::Result<StatusWrite> {
-    let body = json!({
-        "apiVersion": ar.api_version,
-        "kind": ar.kind,
-        "metadata": { "name": parent.name_any() },
-        "status": status,
-    });
+    let body = body(ar, parent, status);
     let url = api(client, ar, parent.namespace().as_deref())
         .resource_url()
         .to_string();
@@ -86,9 +99,7 @@ pub async fn status(
     };
     match super::written(client, apply(&params)).await {
         Ok(version) => return Ok(StatusWrite::Written(version)),
-        Err(kube::Error::Api(e)) if e.code == 409 && e.message.contains("conflict with \"capstan/") => {
-            return Ok(StatusWrite::HeldBy(e.message));
-        }
+        Err(kube::Error::Api(e)) if held_by_capstan(&e) => return Ok(StatusWrite::HeldBy(e.message)),
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => return Err(e),
     }
