@@ -279,6 +279,12 @@ async fn diff_shows_what_each_new_version_would_do_and_writes_nothing() -> Resul
         "{}",
         shown(&undeclared)
     );
+    // Said once each, on stdout: not again on stderr as retried failures.
+    ensure!(
+        String::from_utf8_lossy(&undeclared.stderr).lines().count() < 10,
+        "{}",
+        shown(&undeclared)
+    );
     ensure!(
         shown(&undeclared).contains("ConfigMap is not a declared child kind"),
         "{}",

@@ -171,9 +171,15 @@ pub fn error_policy(parent: Arc<Compact>, error: &Error, shared: Arc<Shared>) ->
         } => *after,
         _ => shared.per_object.backoff.fail(&object),
     };
+    let text = error.to_string();
+    // A preview reports its failures as findings (and a shadow logs them at its own rate).
+    if shared.preview().is_some() {
+        tracing::debug!(plugin = %name, object = %object, error = %text, retry_in = ?delay, "previewed reconcile failed");
+        shared.queue.requeue(object, delay);
+        return Action::requeue(delay);
+    }
     // The error may carry the plugin's own text (a panic message, its retry reason): the
     // host repeats it on every retry, so it is charged to the plugin's log budget.
-    let text = error.to_string();
     if plugin.charge_log(text.len()) {
         tracing::warn!(plugin = %name, object = %object, error = %text, retry_in = ?delay, "reconcile failed");
     } else {
