@@ -340,3 +340,44 @@ impl Summary {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(parent: &str, change: Change) -> Finding {
+        let key = ObjectKey::new(Some("ns"), parent);
+        Finding::new(&key, change, "Job", format!("ns/{parent}-job"))
+    }
+
+    #[test]
+    fn the_exit_code_says_nothing_something_or_could_not_tell() {
+        let key = |n: &str| ObjectKey::new(Some("ns"), n);
+        let quiet = vec![(key("a"), vec![]), (key("b"), vec![])];
+        assert_eq!(Summary::of(&quiet).exit(), 0);
+        assert_eq!(
+            Summary::of(&quiet).line(),
+            "2 parents reconciled: 0 would change (0 change, 0 create, 0 delete, 0 fail, 0 refuse)"
+        );
+        let moved = vec![
+            (
+                key("a"),
+                vec![found("a", Change::Create), found("a", Change::Delete)],
+            ),
+            (key("b"), vec![]),
+        ];
+        let summary = Summary::of(&moved);
+        assert_eq!(summary.exit(), 1);
+        assert_eq!(summary.changing, 1, "one parent, two objects");
+        assert_eq!(summary.counts["create"], 1);
+        let failed = vec![
+            (key("a"), vec![found("a", Change::Fail)]),
+            (key("b"), vec![found("b", Change::Change)]),
+        ];
+        assert_eq!(
+            Summary::of(&failed).exit(),
+            2,
+            "a diff that could not tell is no pass"
+        );
+    }
+}
