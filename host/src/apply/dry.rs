@@ -74,15 +74,9 @@ pub async fn status(
                 .await
         }
     };
-    let stored = match apply(params.clone()).await {
-        Err(kube::Error::Api(e)) if super::status::held_by_capstan(&e) => {
-            return Ok(Dry::Conflict(e.message));
-        }
-        Err(kube::Error::Api(e)) if e.code == 409 => apply(params.force()).await,
-        other => other,
-    };
-    match stored {
-        Ok(stored) => Ok(Dry::Stored(serde_json::to_value(stored).unwrap_or_default())),
+    match super::status::owned(params, apply).await {
+        Ok(Ok(stored)) => Ok(Dry::Stored(serde_json::to_value(stored).unwrap_or_default())),
+        Ok(Err(message)) => Ok(Dry::Conflict(message)),
         Err(kube::Error::Api(e)) if e.code == 403 => Ok(Dry::Forbidden),
         Err(e) => Err(e),
     }

@@ -59,12 +59,23 @@ pub(super) fn body(ar: &ApiResource, parent: &DynamicObject, status: &Value) -> 
     })
 }
 
-/// Whether a status apply's conflict is with another Capstan plugin's field, which is
-/// never taken (any other writer's is, by forcing).
-pub(super) fn held_by_capstan(e: &kube::core::Status) -> bool {
-    e.code == 409
-        && e.message
-            .contains(&format!("conflict with \"{}", super::MANAGER_PREFIX))
+/// The status ownership rule, for live and dry-run applies alike: apply unforced; a
+/// conflict over another Capstan plugin's field (its manager `capstan/<name>`) is that
+/// plugin's, answered as `Err(the server's message)`; a conflict with anyone else is
+/// taken over by forcing.
+pub(super) async fn owned<T, Fut>(
+    params: PatchParams,
+    apply: impl Fn(PatchParams) -> Fut,
+) -> kube::Result<Result<T, String>>
+where
+    Fut: std::future::Future<Output = kube::Result<T>>,
+{
+    let capstan = format!("conflict with \"{}", super::MANAGER_PREFIX);
+    match apply(params.clone()).await {
+        Err(kube::Error::Api(e)) if e.code == 409 && e.message.contains(&capstan) => Ok(Err(e.message)),
+        Err(kube::Error::Api(e)) if e.code == 409 => apply(params.force()).await.map(Ok),
+        other => other.map(Ok),
+    }
 }
 
 /// What became of a status write.
@@ -93,18 +104,17 @@ pub async fn status(
     let url = api(client, ar, parent.namespace().as_deref())
         .resource_url()
         .to_string();
-    let params = PatchParams::apply(&field_manager(plugin));
-    let apply = |params: &PatchParams| {
-        Request::new(&url).patch_subresource("status", &parent.name_any(), params, &Patch::Apply(&body))
+    let apply = |params: PatchParams| {
+        let request =
+            Request::new(&url).patch_subresource("status", &parent.name_any(), &params, &Patch::Apply(&body));
+        super::written(client, request)
     };
-    match super::written(client, apply(&params)).await {
-        Ok(version) => return Ok(StatusWrite::Written(version)),
-        Err(kube::Error::Api(e)) if held_by_capstan(&e) => return Ok(StatusWrite::HeldBy(e.message)),
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => return Err(e),
-    }
-    let version = super::written(client, apply(&params.force())).await?;
-    Ok(StatusWrite::Written(version))
+    Ok(
+        match owned(PatchParams::apply(&field_manager(plugin)), apply).await? {
+            Ok(version) => StatusWrite::Written(version),
+            Err(message) => StatusWrite::HeldBy(message),
+        },
+    )
 }
 
 #[cfg(test)]

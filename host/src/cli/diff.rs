@@ -22,6 +22,9 @@ use crate::engine::Reconcile;
 use crate::key::ObjectKey;
 use crate::preview::{Change, Finding, Preview};
 
+/// How often the diff looks at whether every parent has been reconciled.
+const POLL: Duration = Duration::from_millis(100);
+
 /// Arguments of `capstan diff`.
 #[derive(Args, Debug)]
 pub struct DiffArgs {
@@ -193,10 +196,7 @@ async fn list(
     let kind = &plugin.metadata().parent;
     let resource = controller::resolve(client, kind).await?;
     let namespace = options.namespace.as_deref().filter(|_| kind.namespaced);
-    let api: Api<kube::api::DynamicObject> = match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
+    let api = crate::apply::api(client, &resource, namespace);
     let mut params = ListParams::default();
     if let Some(labels) = &options.parent_labels {
         params = params.labels(labels);
@@ -231,7 +231,7 @@ async fn wait(
             eprintln!("diff: {done}/{} reconciled", parents.len());
             said = Instant::now();
         }
-        tokio::time::sleep(crate::preview::POLL).await;
+        tokio::time::sleep(POLL).await;
     }
 }
 

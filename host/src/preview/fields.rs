@@ -50,11 +50,11 @@ fn bookkeeping(path: &str) -> bool {
         "metadata.selfLink",
         "status",
     ];
-    let digest = format!("metadata.annotations.{APPLIED_ANNOTATION}");
-    path == digest
-        || SERVER
-            .iter()
-            .any(|p| path == *p || path.starts_with(&format!("{p}.")) || path.starts_with(&format!("{p}[")))
+    let within = |prefix: &str| {
+        path.strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+    };
+    path.strip_prefix("metadata.annotations.") == Some(APPLIED_ANNOTATION) || SERVER.iter().any(|p| within(p))
 }
 
 /// Leaves are compared; a map or list on one side only is walked too, so an added or

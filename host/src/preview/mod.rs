@@ -14,7 +14,7 @@ pub mod fields;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::bucket::Bucket;
 use crate::key::ObjectKey;
@@ -236,29 +236,49 @@ fn labels(name: &str, f: &Finding) -> DivergenceLabels {
     }
 }
 
-/// One line for a diverging parent: what would change, and the first few fields.
+/// One line for a diverging parent: what would change, the first few fields and the
+/// first reason. Field values and reasons are the plugin's text: each is cut short, so
+/// a line stays small whatever the plugin answers.
 fn say(parent: &ObjectKey, found: &[Finding]) {
     const SHOWN: usize = 3;
     let what: Vec<String> = found
         .iter()
+        .take(SHOWN)
         .map(|f| format!("{} {} {}", f.change.label(), f.kind, f.object))
         .collect();
     let fields: Vec<String> = found
         .iter()
         .flat_map(|f| f.fields.iter())
         .take(SHOWN)
-        .map(ToString::to_string)
+        .map(|c| short(&c.to_string()))
         .collect();
-    let reasons: Vec<&str> = found.iter().filter_map(|f| f.reason.as_deref()).collect();
-    tracing::info!(object = %parent, would = %what.join(", "), fields = %fields.join("; "), reason = %reasons.join("; "), "shadow diverges");
+    let reason = found.iter().find_map(|f| f.reason.as_deref()).map(short);
+    tracing::info!(object = %parent, objects = found.len(), would = %what.join(", "), fields = %fields.join("; "), reason = %reason.unwrap_or_default(), "shadow diverges");
 }
 
-/// How long a diff waits between looks at whether every parent has been reconciled.
-pub const POLL: Duration = Duration::from_millis(100);
+/// At most [`SHORT`] characters of `text`, marked when cut.
+fn short(text: &str) -> String {
+    match text.char_indices().nth(SHORT) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
+/// Characters of plugin-made text a shadow's log line repeats, per piece.
+const SHORT: usize = 160;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plugin_text_in_a_shadow_line_is_cut_short() {
+        assert_eq!(short("abc"), "abc");
+        let long = "é".repeat(10_000);
+        let cut = short(&long);
+        assert_eq!(cut.chars().count(), SHORT + 1);
+        assert!(cut.ends_with('…'));
+    }
 
     #[test]
     fn the_last_reconcile_of_a_parent_stands_and_the_gauge_follows_it() {
