@@ -154,17 +154,15 @@ pub async fn settled(
     }
 }
 
-/// The API server's raw floor for one child and one status write per parent: `n` Job
-/// creates and then `n` server-side applies of a status, each `concurrency` at a time
-/// over one client (one connection per request in flight), in `namespace` — which needs
-/// `n` parents of `parent` there, made untimed first. Returns (Jobs, statuses).
-pub async fn write_floor(
+/// The `n` parents of `parent` in `namespace` that [`write_floor`] writes the status of,
+/// made `concurrency` at a time (untimed: the floor is the writes a controller makes).
+pub async fn floor_parents(
     client: &kube::Client,
     namespace: &str,
     parent: &ApiResource,
     n: usize,
     concurrency: usize,
-) -> Result<(Duration, Duration)> {
+) -> Result<()> {
     let parents: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, parent);
     futures::stream::iter(0..n)
         .map(|i| {
@@ -181,7 +179,21 @@ pub async fn write_floor(
         })
         .buffer_unordered(concurrency)
         .try_collect::<()>()
-        .await?;
+        .await
+}
+
+/// The API server's raw floor for one child and one status write per parent: `n` Job
+/// creates and then `n` server-side applies of a status, each `concurrency` at a time
+/// over one client (one connection per request in flight), in `namespace` — which needs
+/// the parents of [`floor_parents`] there first. Returns (Jobs, statuses).
+pub async fn write_floor(
+    client: &kube::Client,
+    namespace: &str,
+    parent: &ApiResource,
+    n: usize,
+    concurrency: usize,
+) -> Result<(Duration, Duration)> {
+    let parents: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, parent);
     let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
     let start = Instant::now();
     futures::stream::iter(0..n)
