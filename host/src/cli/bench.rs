@@ -1,6 +1,7 @@
 //! `capstan bench`: latency and throughput of dispatching one fixture to a plugin, in a
 //! fresh instance per call (what the controller does) and in one reused instance.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -25,8 +26,14 @@ pub struct BenchArgs {
     /// Instead of dispatch latency, load the plugin this many times under distinct names
     /// (comma-separated, e.g. `1,10,100,300`), reconcile the fixture once in each copy, and
     /// print the host's RSS and what each added plugin cost.
-    #[arg(long, value_delimiter = ',', value_parser = at_least_one)]
+    #[arg(long, value_delimiter = ',', value_parser = at_least_one, conflicts_with = "with")]
     copies: Vec<usize>,
+    /// More plugins to measure on the same fixture and settings, loaded into the same
+    /// engine, in this run (repeat, or comma-separated): one row each — size, fresh p50 and
+    /// p99, reused p50, each thread's p50 with all threads at once — to compare builds or
+    /// languages of one plugin.
+    #[arg(long, value_name = "PLUGIN", value_delimiter = ',')]
+    with: Vec<PathBuf>,
 }
 
 /// A count of 1 or more (clap refuses 0 with this message).
@@ -40,15 +47,112 @@ fn at_least_one(value: &str) -> Result<usize, String> {
 
 pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(args.iterations > 0, "-n must be at least 1");
+    if !args.with.is_empty() {
+        return compare(&args);
+    }
     let (_, plugin) = args.plugin.load()?;
-    let parent = args.fixtures.parents()?.swap_remove(0);
-    let related = args.fixtures.related()?;
+    let request = fixture_request(&plugin, &args.fixtures)?;
+    if !args.copies.is_empty() {
+        return copies(&plugin, &request, args.copies);
+    }
+    let (n, threads) = (args.iterations, args.threads());
+    let m = Measured::of(&plugin, &request, n, threads)?;
+    let name = &plugin.metadata().name;
+    println!(
+        "plugin {name}: {n} calls per measurement; {} related object(s), settings {}",
+        request.related.len(),
+        plugin.settings()
+    );
+    println!(
+        "{:<28} {:>10} {:>10} {:>10} {:>12}",
+        "dispatch", "p50", "p99", "mean", "calls/s"
+    );
+    m.fresh.print("fresh instance");
+    m.reused.print("reused instance");
+    m.per_thread.print(&format!("fresh, {threads} threads (each)"));
+    println!(
+        "{:<28} {:>10} {:>10} {:>10} {:>12.0}",
+        format!("fresh, {threads} threads (all)"),
+        "",
+        "",
+        "",
+        (n * threads) as f64 / m.wall.as_secs_f64()
+    );
+    if let Some(related) = m.related {
+        related.print("related (fresh instance)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+impl BenchArgs {
+    fn threads(&self) -> usize {
+        self.threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |p| p.get()))
+    }
+}
+
+/// The plugin and every `--with` plugin measured one after another in one engine, a row each.
+fn compare(args: &BenchArgs) -> anyhow::Result<ExitCode> {
+    let plugins = args.plugin.load_with(&args.with)?;
+    let (n, threads) = (args.iterations, args.threads());
+    println!(
+        "{n} calls per measurement, every plugin in one engine; fresh: a new instance per call, as the controller runs them"
+    );
+    // Paths as given: two builds of one plugin often share a file name.
+    let width = plugins
+        .iter()
+        .map(|(p, _)| p.display().to_string().len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
+    println!(
+        "{:<width$} {:>9} {:>11} {:>11} {:>11} {:>16} {:>9}",
+        "plugin",
+        "size",
+        "fresh p50",
+        "fresh p99",
+        "reused p50",
+        format!("{threads} threads p50"),
+        "vs one"
+    );
+    for (path, plugin) in &plugins {
+        let request = fixture_request(plugin, &args.fixtures)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let m = Measured::of(plugin, &request, n, threads)?;
+        let (fresh, each) = (m.fresh.quantile(0.5), m.per_thread.quantile(0.5));
+        println!(
+            "{:<width$} {:>9} {:>11} {:>11} {:>11} {:>16} {:>8.2}×",
+            path.display(),
+            size(path),
+            micros(fresh),
+            micros(m.fresh.quantile(0.99)),
+            micros(m.reused.quantile(0.5)),
+            micros(each),
+            each.as_secs_f64() / fresh.as_secs_f64()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A file's size as people say it (KB under a megabyte).
+fn size(path: &Path) -> String {
+    match std::fs::metadata(path).map(|m| m.len() as f64) {
+        Ok(bytes) if bytes >= 1e6 => format!("{:.1} MB", bytes / 1e6),
+        Ok(bytes) => format!("{:.0} KB", bytes / 1e3),
+        Err(_) => "?".into(),
+    }
+}
+
+/// The request the fixture makes for `plugin`, tried once: a fault on it ends the bench.
+fn fixture_request(plugin: &Plugin, fixtures: &input::FixtureArgs) -> anyhow::Result<Request> {
+    let parent = fixtures.parents()?.swap_remove(0);
+    let related = fixtures.related()?;
     let request = match input::request(
-        &plugin,
+        plugin,
         parent,
-        args.fixtures.children()?,
+        fixtures.children()?,
         &related,
-        args.fixtures.now,
+        fixtures.now,
         false,
         &capstan_contract::Allowances::default(),
     ) {
@@ -63,51 +167,41 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Err(e) => eprintln!("note: the fixture reconciles to an error ({e}); measuring that path"),
         Ok(_) => {}
     }
-    if !args.copies.is_empty() {
-        return copies(&plugin, &request, args.copies);
-    }
-    let n = args.iterations;
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |p| p.get()));
+    Ok(request)
+}
 
-    // Warm caches and the instance pool before measuring.
-    for _ in 0..n.min(200) {
-        let _ = plugin.reconcile(&request);
-    }
-    let fresh = measure(n, || drop(plugin.reconcile(&request)));
-    let mut instance = plugin.instantiate("bench")?;
-    let reused = measure(n, || drop(instance.reconcile(&request)));
-    let (wall, per_thread) = concurrent(&plugin, &request, n, threads);
-    // The host asks `related` once per parent version, not per reconcile: its own row.
-    let related =
-        (!plugin.metadata().related.is_empty()).then(|| measure(n, || drop(plugin.related(&request.parent))));
+/// Every dispatch measurement of one plugin on one request.
+struct Measured {
+    fresh: Stats,
+    reused: Stats,
+    /// One thread's calls while `threads` threads called at once.
+    per_thread: Stats,
+    /// The wall time of all threads' calls.
+    wall: Duration,
+    /// `related`, which the host asks once per parent version, not per reconcile.
+    related: Option<Stats>,
+}
 
-    let name = &plugin.metadata().name;
-    println!(
-        "plugin {name}: {n} calls per measurement; {} related object(s), settings {}",
-        request.related.len(),
-        plugin.settings()
-    );
-    println!(
-        "{:<28} {:>10} {:>10} {:>10} {:>12}",
-        "dispatch", "p50", "p99", "mean", "calls/s"
-    );
-    fresh.print("fresh instance");
-    reused.print("reused instance");
-    per_thread.print(&format!("fresh, {threads} threads (each)"));
-    println!(
-        "{:<28} {:>10} {:>10} {:>10} {:>12.0}",
-        format!("fresh, {threads} threads (all)"),
-        "",
-        "",
-        "",
-        (n * threads) as f64 / wall.as_secs_f64()
-    );
-    if let Some(related) = related {
-        related.print("related (fresh instance)");
+impl Measured {
+    fn of(plugin: &Plugin, request: &Request, n: usize, threads: usize) -> anyhow::Result<Measured> {
+        // Warm caches and the instance pool before measuring.
+        for _ in 0..n.min(200) {
+            let _ = plugin.reconcile(request);
+        }
+        let fresh = measure(n, || drop(plugin.reconcile(request)));
+        let mut instance = plugin.instantiate("bench")?;
+        let reused = measure(n, || drop(instance.reconcile(request)));
+        let (wall, per_thread) = concurrent(plugin, request, n, threads);
+        let related = (!plugin.metadata().related.is_empty())
+            .then(|| measure(n, || drop(plugin.related(&request.parent))));
+        Ok(Measured {
+            fresh,
+            reused,
+            per_thread,
+            wall,
+            related,
+        })
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Load copies of `plugin` under distinct names up to each count in `counts`, one
@@ -250,5 +344,18 @@ mod tests {
         assert_eq!(threads(&["--threads", "8"]), Some(8));
         assert_eq!(threads(&[]), None);
         assert!(parse(&["--threads", "-1"]).is_err());
+    }
+
+    #[test]
+    fn more_plugins_come_repeated_or_comma_separated_and_not_with_copies() {
+        let with = |args: &[&str]| match parse(args).expect("valid arguments").command {
+            Command::Bench(args) => args.with,
+            other => panic!("parsed as {other:?}"),
+        };
+        let expected: Vec<std::path::PathBuf> = vec!["py.wasm".into(), "js.wasm".into()];
+        assert_eq!(with(&["--with", "py.wasm,js.wasm"]), expected);
+        assert_eq!(with(&["--with", "py.wasm", "--with", "js.wasm"]), expected);
+        let error = parse(&["--with", "py.wasm", "--copies", "1,10"]).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::ArgumentConflict);
     }
 }

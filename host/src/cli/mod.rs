@@ -163,9 +163,34 @@ impl PluginArgs {
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
     }
 
+    /// The plugin and each of `others`, with these limits and settings, loaded into one
+    /// engine: side by side as one host runs them.
+    fn load_with(&self, others: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, Plugin)>> {
+        let (first, memory) = self.component()?;
+        let settings = match &self.settings {
+            Some(path) => settings_file(path)?,
+            None => serde_json::Value::Null,
+        };
+        let engine = self.cache.engine()?;
+        std::iter::once(first)
+            .chain(others.iter().cloned())
+            .map(|path| {
+                let plugin = self
+                    .load_in(&engine, &path, memory)?
+                    .with_settings(&settings)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                Ok((path, plugin))
+            })
+            .collect()
+    }
+
     /// Load `path` with these limits and no settings yet.
     fn load_bare(&self, path: &Path, memory_mib: usize) -> anyhow::Result<Plugin> {
-        let engine = self.cache.engine()?;
+        self.load_in(&self.cache.engine()?, path, memory_mib)
+    }
+
+    /// Load `path` into `engine` with these limits and no settings yet.
+    fn load_in(&self, engine: &Engine, path: &Path, memory_mib: usize) -> anyhow::Result<Plugin> {
         let limits = Limits {
             deadline: self.deadline,
             memory: memory_mib << 20,
