@@ -15,7 +15,7 @@ use serde_json::Value;
 mod common;
 
 use common::{
-    chart, ci_values, echo_grants, event_grants, grant, grants, helm, of_kind, one, render,
+    chart, ci_values, echo_grants, event_grants, grant, grants, helm, host_config, of_kind, one, render,
     scheduled_echo_grants, union, wasm_from, with_custom_section,
 };
 
@@ -270,10 +270,7 @@ fn secrets_are_granted_by_the_operator_never_by_the_plugin() -> Result<()> {
             "plugins.vault.allowSecrets=true",
         ],
     )?;
-    let config = one(&docs, "ConfigMap")["data"]["config.yaml"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let config = host_config(&docs);
     assert!(config.contains("allowSecrets: true"), "{config}");
     let granted = of_kind(&docs, "ClusterRole").iter().any(|r| {
         r["rules"].as_array().into_iter().flatten().any(|rule| {
@@ -323,11 +320,7 @@ fn related_kinds_are_read_only_secrets_among_them_only_by_grant_and_settings_rea
         let held: BTreeSet<_> = rules.iter().filter(|g| g.1 == resource).cloned().collect();
         assert_eq!(held, reads(resource), "{resource}: read, never written");
     }
-    let config: serde_json::Value = serde_saphyr::from_str(
-        one(&docs, "ConfigMap")["data"]["config.yaml"]
-            .as_str()
-            .unwrap_or_default(),
-    )?;
+    let config: serde_json::Value = serde_saphyr::from_str(host_config(&docs))?;
     assert_eq!(
         config["plugins"][0]["settings"],
         serde_json::json!({"image": "registry.example.com/tools:1", "backoffLimit": 2}),
@@ -357,11 +350,7 @@ fn one_plugin_file_runs_twice_under_the_names_the_values_give() -> Result<()> {
     );
     std::fs::write(&values, text)?;
     let docs = render("capstan", &["-f", values.to_str().unwrap()])?;
-    let config: Value = serde_saphyr::from_str(
-        one(&docs, "ConfigMap")["data"]["config.yaml"]
-            .as_str()
-            .unwrap_or_default(),
-    )?;
+    let config: Value = serde_saphyr::from_str(host_config(&docs))?;
     let runs: Vec<(String, String)> = config["plugins"]
         .as_array()
         .into_iter()
@@ -409,11 +398,7 @@ fn shadow_and_canary_entries_reach_the_host_config_and_only_known_modes_pass() -
     );
     std::fs::write(&values, &text)?;
     let docs = render("capstan", &["-f", values.to_str().unwrap()])?;
-    let config: Value = serde_saphyr::from_str(
-        one(&docs, "ConfigMap")["data"]["config.yaml"]
-            .as_str()
-            .unwrap_or_default(),
-    )?;
+    let config: Value = serde_saphyr::from_str(host_config(&docs))?;
     let modes: Vec<(String, Value)> = config["plugins"]
         .as_array()
         .into_iter()
@@ -425,11 +410,7 @@ fn shadow_and_canary_entries_reach_the_host_config_and_only_known_modes_pass() -
     assert!(modes[1].0.contains("echo-next"), "{config}");
     assert_eq!(modes[1].1, "shadow", "{config}");
     // The host reads what the chart wrote.
-    let parsed = capstan::config::parse(
-        one(&docs, "ConfigMap")["data"]["config.yaml"]
-            .as_str()
-            .unwrap_or_default(),
-    )?;
+    let parsed = capstan::config::parse(host_config(&docs))?;
     assert_eq!(parsed.plugins[1].mode, capstan::config::Mode::Shadow);
     let candidate = parsed.plugins[0].canary.as_ref().context("the canary")?;
     assert!(

@@ -108,6 +108,13 @@ pub fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
     found[0]
 }
 
+/// The host config (`config.yaml`) of the chart's one ConfigMap, as text.
+pub fn host_config(docs: &[Value]) -> &str {
+    one(docs, "ConfigMap")["data"]["config.yaml"]
+        .as_str()
+        .unwrap_or_default()
+}
+
 pub fn strings(v: &Value) -> Vec<String> {
     v.as_array()
         .map(|a| a.iter().filter_map(|s| s.as_str().map(String::from)).collect())
