@@ -51,7 +51,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         return compare(&args);
     }
     let (_, plugin) = args.plugin.load()?;
-    let request = fixture_request(&plugin, &args.fixtures)?;
+    let request = fixture_request(&plugin, &Fixture::read(&args.fixtures)?)?;
     if !args.copies.is_empty() {
         return copies(&plugin, &request, args.copies);
     }
@@ -94,6 +94,7 @@ impl BenchArgs {
 /// The plugin and every `--with` plugin measured one after another in one engine, a row each.
 fn compare(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let plugins = args.plugin.load_with(&args.with)?;
+    let fixture = Fixture::read(&args.fixtures)?;
     let (n, threads) = (args.iterations, args.threads());
     println!(
         "{n} calls per measurement, every plugin in one engine; fresh: a new instance per call, as the controller runs them"
@@ -116,8 +117,8 @@ fn compare(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         "vs one"
     );
     for (path, plugin) in &plugins {
-        let request = fixture_request(plugin, &args.fixtures)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let request =
+            fixture_request(plugin, &fixture).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let m = Measured::of(plugin, &request, n, threads)?;
         let (fresh, each) = (m.fresh.quantile(0.5), m.per_thread.quantile(0.5));
         println!(
@@ -143,16 +144,33 @@ fn size(path: &Path) -> String {
     }
 }
 
+/// The fixture files, read once however many plugins are measured on them.
+struct Fixture {
+    parent: serde_json::Value,
+    children: Vec<serde_json::Value>,
+    related: Vec<serde_json::Value>,
+    now: k8s_openapi::jiff::Timestamp,
+}
+
+impl Fixture {
+    fn read(fixtures: &input::FixtureArgs) -> anyhow::Result<Fixture> {
+        Ok(Fixture {
+            parent: fixtures.parents()?.swap_remove(0),
+            children: fixtures.children()?,
+            related: fixtures.related()?,
+            now: fixtures.now,
+        })
+    }
+}
+
 /// The request the fixture makes for `plugin`, tried once: a fault on it ends the bench.
-fn fixture_request(plugin: &Plugin, fixtures: &input::FixtureArgs) -> anyhow::Result<Request> {
-    let parent = fixtures.parents()?.swap_remove(0);
-    let related = fixtures.related()?;
+fn fixture_request(plugin: &Plugin, fixture: &Fixture) -> anyhow::Result<Request> {
     let request = match input::request(
         plugin,
-        parent,
-        fixtures.children()?,
-        &related,
-        fixtures.now,
+        fixture.parent.clone(),
+        fixture.children.clone(),
+        &fixture.related,
+        fixture.now,
         false,
         &capstan_contract::Allowances::default(),
     ) {

@@ -154,10 +154,7 @@ impl PluginArgs {
 
     /// Load `path` with these limits and the settings in `settings`.
     fn load_from(&self, path: &Path, memory_mib: usize, settings: Option<&Path>) -> anyhow::Result<Plugin> {
-        let settings = match settings {
-            Some(path) => settings_file(path)?,
-            None => serde_json::Value::Null,
-        };
+        let settings = settings_or_none(settings)?;
         self.load_bare(path, memory_mib)?
             .with_settings(&settings)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
@@ -167,10 +164,7 @@ impl PluginArgs {
     /// engine: side by side as one host runs them.
     fn load_with(&self, others: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, Plugin)>> {
         let (first, memory) = self.component()?;
-        let settings = match &self.settings {
-            Some(path) => settings_file(path)?,
-            None => serde_json::Value::Null,
-        };
+        let settings = settings_or_none(self.settings.as_deref())?;
         let engine = self.cache.engine()?;
         std::iter::once(first)
             .chain(others.iter().cloned())
@@ -200,6 +194,11 @@ impl PluginArgs {
             .load_file(path, limits)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
     }
+}
+
+/// The settings in `path`, or none (`null`) without one.
+fn settings_or_none(path: Option<&Path>) -> anyhow::Result<serde_json::Value> {
+    path.map_or(Ok(serde_json::Value::Null), settings_file)
 }
 
 /// One mapping from a YAML or JSON file.
