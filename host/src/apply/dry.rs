@@ -2,12 +2,12 @@
 //! `dryRun=All`: the API server runs admission, defaulting and the apply merge and answers
 //! with what it would store, and stores nothing.
 
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
-use super::{NEVER_STORED, api, field_manager};
+use super::{api, field_manager};
 use crate::validate::Child;
 
 /// What the API server answered to a dry run.
@@ -32,18 +32,26 @@ pub async fn child(
     uid: Option<&str>,
     plugin: &str,
 ) -> kube::Result<Dry> {
-    let mut body = child.object.clone();
-    let mut params = PatchParams::apply(&field_manager(plugin));
-    params.dry_run = true;
-    match uid {
-        Some(uid) => {
-            body["metadata"]["uid"] = uid.into();
-            params = params.force();
-        }
-        None => body["metadata"]["resourceVersion"] = NEVER_STORED.into(),
-    }
     let api = api(client, ar, child.namespace.as_deref());
-    match api.patch(&child.name, &params, &Patch::Apply(&body)).await {
+    let stored = match uid {
+        Some(uid) => {
+            let mut body = child.object.clone();
+            body["metadata"]["uid"] = uid.into();
+            let mut params = PatchParams::apply(&field_manager(plugin)).force();
+            params.dry_run = true;
+            api.patch(&child.name, &params, &Patch::Apply(&body)).await
+        }
+        None => {
+            let object: DynamicObject =
+                serde_json::from_value(child.object.clone()).map_err(kube::Error::SerdeError)?;
+            let params = PostParams {
+                dry_run: true,
+                field_manager: Some(field_manager(plugin)),
+            };
+            api.create(&params, &object).await
+        }
+    };
+    match stored {
         Ok(stored) => Ok(Dry::Stored(serde_json::to_value(stored).unwrap_or_default())),
         Err(kube::Error::Api(e)) if e.code == 403 => Ok(Dry::Forbidden),
         Err(kube::Error::Api(e)) if e.code == 409 && uid.is_none() => match api.get_opt(&child.name).await? {

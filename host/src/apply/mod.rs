@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use crate::validate::Child;
 
 pub mod dry;
+pub mod ownership;
 mod status;
 pub use status::{StatusWrite, status, status_unchanged};
 
@@ -208,23 +209,19 @@ pub enum Created {
     Held(Box<DynamicObject>),
 }
 
-/// A resourceVersion no stored object has: etcd's revisions count up from 1 and never
-/// reach it.
-const NEVER_STORED: &str = "9223372036854775807";
-
 /// Create a child, as made by [`own`], in one call and without touching anything that
-/// holds its name: a server-side apply carrying a resourceVersion no object has. Where
-/// nothing exists the server creates the child (the version is not checked on create),
-/// owned by this plugin's field manager as an apply — so a field a later version stops
-/// returning is removed, which a POST's "Update" ownership would keep. Where an object
-/// appeared since the caches were read, the precondition fails (409, even forced) and
-/// the object is left exactly as it was; it is then read once, to name its owner.
+/// holds its name: a POST, which the server refuses (409) where an object appeared since
+/// the caches were read, leaving it exactly as it was; it is then read once, to name its
+/// owner. The server records the create's fields as an `Update` by the plugin's field
+/// manager; [`ownership::hand_over`] gives them to its applies before the first update.
 pub async fn create(client: &Client, ar: &ApiResource, child: &Child, plugin: &str) -> kube::Result<Created> {
-    let mut body = child.object.clone();
-    body["metadata"]["resourceVersion"] = NEVER_STORED.into();
     let api = api(client, ar, child.namespace.as_deref());
-    let params = PatchParams::apply(&field_manager(plugin));
-    let request = Request::new(api.resource_url()).patch(&child.name, &params, &Patch::Apply(&body));
+    let body = serde_json::to_vec(&child.object).map_err(kube::Error::SerdeError)?;
+    let params = kube::api::PostParams {
+        field_manager: Some(field_manager(plugin)),
+        ..Default::default()
+    };
+    let request = Request::new(api.resource_url()).create(&params, body);
     match written(client, request).await {
         Ok(version) => Ok(Created::Made(version)),
         Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(&child.name).await? {

@@ -26,6 +26,9 @@ pub(super) struct Step {
     /// The object observed under the child's name: (UID, resourceVersion); `None` when
     /// none is, and the child is to be created.
     observed: Option<(String, String)>,
+    /// The observed child's fields are still held by its create: hand them to the
+    /// plugin's applies before updating it.
+    held_by_create: bool,
 }
 
 /// Match every desired child to what exists: the parent's own children are updated (or
@@ -58,6 +61,7 @@ pub(super) async fn claim(
                 kind,
                 unchanged,
                 observed: Some((uid.unwrap_or_default(), seen.unwrap_or_default())),
+                held_by_create: apply::ownership::held_by_create(&o.object.metadata, &metadata.name),
             });
             continue;
         }
@@ -72,6 +76,7 @@ pub(super) async fn claim(
             kind,
             unchanged: false,
             observed: None,
+            held_by_create: false,
         });
     }
     Ok(plan)
@@ -175,6 +180,9 @@ async fn apply_one(
     super::churn::guard(shared, parent, plugin, &describe(&step.child), (digest, &seen)).await?;
     let (client, resource) = (&shared.client, &shared.children[step.kind].resource);
     if step.observed.is_some() {
+        if step.held_by_create {
+            apply::ownership::hand_over(client, resource, &step.child, &uid, plugin).await?;
+        }
         let version = apply::update(client, resource, &step.child, &uid, plugin).await?;
         expect(shared, parent, step, Seen::AtLeast(version));
         return Ok(Writes::wrote(plugin));

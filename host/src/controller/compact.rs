@@ -93,27 +93,30 @@ pub fn cached(resource: &ApiResource) -> impl FnMut(&mut DynamicObject) + Send +
     }
 }
 
-/// Drop every `managedFields` entry but those of Capstan plugins' status applies, and of
-/// those all but the manager and its fields.
+/// Drop every `managedFields` entry but those of Capstan plugins' status applies (of
+/// those, all but the manager and its fields) and of their creates (only the manager:
+/// whether the create's fields are still to be handed over, see
+/// [`crate::apply::ownership`]).
 fn keep_status_managers(metadata: &mut ObjectMeta) {
     let Some(entries) = metadata.managed_fields.take() else {
         return;
     };
     let kept: Vec<_> = entries
         .into_iter()
-        .filter(|e| {
-            e.subresource.as_deref() == Some("status")
+        .filter_map(|e| {
+            let status = e.subresource.as_deref() == Some("status")
                 && e.operation.as_deref() == Some("Apply")
                 && e.manager
                     .as_deref()
-                    .is_some_and(|m| m.starts_with(crate::apply::MANAGER_PREFIX))
-        })
-        .map(|e| ManagedFieldsEntry {
-            manager: e.manager,
-            operation: e.operation,
-            subresource: e.subresource,
-            fields_v1: e.fields_v1,
-            ..ManagedFieldsEntry::default()
+                    .is_some_and(|m| m.starts_with(crate::apply::MANAGER_PREFIX));
+            let create = crate::apply::ownership::is_create(&e);
+            (status || create).then(|| ManagedFieldsEntry {
+                manager: e.manager,
+                operation: e.operation,
+                subresource: e.subresource,
+                fields_v1: e.fields_v1.filter(|_| status),
+                ..ManagedFieldsEntry::default()
+            })
         })
         .collect();
     metadata.managed_fields = (!kept.is_empty()).then_some(kept);
