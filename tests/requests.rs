@@ -182,6 +182,17 @@ pub async fn floor_parents(
         .await
 }
 
+/// One parent's two writes for a floor: a child to create and a status to apply.
+#[derive(Clone, Debug)]
+pub struct FloorWrite {
+    /// The parent's name.
+    pub parent: String,
+    /// The child, created with a POST.
+    pub child: serde_json::Value,
+    /// The parent's status, applied through the status subresource.
+    pub status: serde_json::Value,
+}
+
 /// The API server's raw floor for one child and one status write per parent: `n` Job
 /// creates and then `n` server-side applies of a status, each `concurrency` at a time
 /// over one client (one connection per request in flight), in `namespace` — which needs
@@ -193,19 +204,43 @@ pub async fn write_floor(
     n: usize,
     concurrency: usize,
 ) -> Result<(Duration, Duration)> {
+    let writes: Vec<FloorWrite> = (0..n)
+        .map(|i| FloorWrite {
+            parent: format!("floor-{i}"),
+            child: serde_json::json!({
+                "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": format!("floor-{i}")},
+                "spec": {"template": {"spec": {"restartPolicy": "Never",
+                    "containers": [{"name": "echo", "image": "busybox:1.36", "command": ["echo", "floor"]}]}}},
+            }),
+            status: serde_json::json!({"phase": "Pending", "observedGeneration": 1}),
+        })
+        .collect();
+    write_floor_of(client, namespace, parent, &writes, "floor", concurrency).await
+}
+
+/// The floor of [`write_floor`] for the given writes (Jobs as children), made as
+/// `manager`: the creates, then the status applies. Returns (Jobs, statuses).
+pub async fn write_floor_of(
+    client: &kube::Client,
+    namespace: &str,
+    parent: &ApiResource,
+    writes: &[FloorWrite],
+    manager: &str,
+    concurrency: usize,
+) -> Result<(Duration, Duration)> {
     let parents: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, parent);
     let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
+    let create = PostParams {
+        field_manager: Some(manager.into()),
+        ..PostParams::default()
+    };
     let start = Instant::now();
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let jobs = jobs.clone();
+    futures::stream::iter(writes)
+        .map(|write| {
+            let (jobs, create) = (jobs.clone(), create.clone());
             async move {
-                let job: Job = serde_json::from_value(serde_json::json!({
-                    "metadata": {"name": format!("floor-{i}")},
-                    "spec": {"template": {"spec": {"restartPolicy": "Never",
-                        "containers": [{"name": "echo", "image": "busybox:1.36", "command": ["echo", "floor"]}]}}},
-                }))?;
-                jobs.create(&PostParams::default(), &job).await?;
+                let job: Job = serde_json::from_value(write.child.clone())?;
+                jobs.create(&create, &job).await?;
                 anyhow::Ok(())
             }
         })
@@ -214,17 +249,17 @@ pub async fn write_floor(
         .await?;
     let creates = start.elapsed();
     let start = Instant::now();
-    let params = PatchParams::apply("floor");
-    futures::stream::iter(0..n)
-        .map(|i| {
+    let params = PatchParams::apply(manager).force();
+    futures::stream::iter(writes)
+        .map(|write| {
             let (parents, params) = (parents.clone(), params.clone());
             let status = serde_json::json!({
                 "apiVersion": parent.api_version, "kind": parent.kind,
-                "status": {"phase": "Pending", "observedGeneration": 1},
+                "metadata": {"name": write.parent}, "status": write.status,
             });
             async move {
                 parents
-                    .patch_status(&format!("floor-{i}"), &params, &Patch::Apply(&status))
+                    .patch_status(&write.parent, &params, &Patch::Apply(&status))
                     .await?;
                 anyhow::Ok(())
             }
