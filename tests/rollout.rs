@@ -480,3 +480,49 @@ async fn a_shadow_reports_divergence_without_writing_and_a_canary_takes_only_its
     std::fs::remove_dir_all(&dir).ok();
     Ok(())
 }
+
+/// A child the live host created (a POST) and never updated holds its fields as the
+/// create's; the live update hands them to the plugin's apply first, so a field the new
+/// settings stop setting is removed — and the diff says so, though its dry run cannot
+/// hand them over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diff_shows_a_field_no_longer_set_on_a_created_child_as_removed() -> Result<()> {
+    let plane = Plane::shared().await?;
+    install_plugin_crd(plane, "echo").await?;
+    let ns = plane.namespace("rollout-dropped").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-rollout-{ns}"));
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("echo.wasm");
+    std::fs::copy(plugin("echo"), &file)?;
+    let config = dir.join("config.yaml");
+    let entry = serde_json::json!({"path": file, "settings": {"ttlSecondsAfterFinished": 600}});
+    std::fs::write(
+        &config,
+        serde_json::to_string(&serde_json::json!({"plugins": [entry]}))?,
+    )?;
+    let client = plane.client().await?;
+    let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    create_echoes(&echoes, 1, |_| None).await?;
+    let mut host = Host::start(
+        plane,
+        &["--config", arg(&config), "--namespace", &ns],
+        &dir.join("host.log"),
+        &[],
+    )?;
+    converged(&echoes, &jobs, 1).await?;
+    host.signal(libc::SIGTERM);
+    host.wait(Duration::from_secs(30))?;
+
+    // Echo's default settings set no TTL.
+    let out = diff(plane, &[arg(&plugin("echo")), "-n", &ns])?;
+    ensure!(out.status.code() == Some(1), "{}", shown(&out));
+    ensure!(
+        lines_with(&out, "~ change Job ") == 1
+            && lines_with(&out, "    - spec.ttlSecondsAfterFinished: 600") == 1,
+        "{}",
+        shown(&out)
+    );
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}

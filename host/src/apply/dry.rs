@@ -39,7 +39,11 @@ pub async fn child(
             body["metadata"]["uid"] = uid.into();
             let mut params = PatchParams::apply(&field_manager(plugin)).force();
             params.dry_run = true;
-            api.patch(&child.name, &params, &Patch::Apply(&body)).await
+            let stored = api.patch(&child.name, &params, &Patch::Apply(&body)).await;
+            stored.map(|stored| {
+                let stored = serde_json::to_value(stored).unwrap_or_default();
+                super::ownership::as_after_hand_over(stored, &field_manager(plugin))
+            })
         }
         None => {
             let object: DynamicObject =
@@ -48,11 +52,12 @@ pub async fn child(
                 dry_run: true,
                 field_manager: Some(field_manager(plugin)),
             };
-            api.create(&params, &object).await
+            let stored = api.create(&params, &object).await;
+            stored.map(|stored| serde_json::to_value(stored).unwrap_or_default())
         }
     };
     match stored {
-        Ok(stored) => Ok(Dry::Stored(serde_json::to_value(stored).unwrap_or_default())),
+        Ok(stored) => Ok(Dry::Stored(stored)),
         Err(kube::Error::Api(e)) if e.code == 403 => Ok(Dry::Forbidden),
         Err(kube::Error::Api(e)) if e.code == 409 && uid.is_none() => match api.get_opt(&child.name).await? {
             Some(held) => Ok(Dry::Held(Box::new(held))),

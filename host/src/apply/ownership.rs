@@ -103,6 +103,62 @@ fn handed_over(entries: &[ManagedFieldsEntry], manager: &str) -> Option<Vec<Mana
     Some(entries)
 }
 
+/// What the live update stores, from what a dry run of its apply alone would: a dry run
+/// cannot hand over the create's fields first, so the fields held only by `manager`'s
+/// create — not by its apply, nor by anyone else — are still in `stored`, where the live
+/// update removes them. Fields of list entries (`k:`, `v:`, `i:`) are not followed.
+pub fn as_after_hand_over(mut stored: Value, manager: &str) -> Value {
+    let entries: Vec<ManagedFieldsEntry> =
+        serde_json::from_value(stored["metadata"]["managedFields"].clone()).unwrap_or_default();
+    let own = |operation: &str| {
+        entries
+            .iter()
+            .filter(|e| {
+                e.manager.as_deref() == Some(manager)
+                    && e.operation.as_deref() == Some(operation)
+                    && e.subresource.as_deref().unwrap_or_default().is_empty()
+            })
+            .filter_map(|e| e.fields_v1.as_ref().map(|f| f.0.clone()))
+            .next()
+    };
+    let Some(created) = own(CREATED) else {
+        return stored;
+    };
+    let mut kept = own(APPLIED).unwrap_or(json!({}));
+    for other in entries.iter().filter(|e| e.manager.as_deref() != Some(manager)) {
+        union(&mut kept, other.fields_v1.clone().map_or(Value::Null, |f| f.0));
+    }
+    drop_unkept(&mut stored, &created, &kept);
+    stored
+}
+
+/// Remove from `object` the fields `created` holds and `kept` does not.
+fn drop_unkept(object: &mut Value, created: &Value, kept: &Value) {
+    let (Value::Object(created), Value::Object(fields)) = (created, object) else {
+        return;
+    };
+    for (key, sub) in created {
+        let Some(name) = key.strip_prefix("f:") else {
+            continue;
+        };
+        match kept.get(key) {
+            None if sub.as_object().is_none_or(|s| s.keys().all(|k| k == ".")) => {
+                fields.remove(name);
+            }
+            None => {
+                if let Some(field) = fields.get_mut(name) {
+                    drop_unkept(field, sub, &Value::Null);
+                }
+            }
+            Some(kept) => {
+                if let Some(field) = fields.get_mut(name) {
+                    drop_unkept(field, sub, kept);
+                }
+            }
+        }
+    }
+}
+
 /// Add the field set `more` to `fields` (both in the `FieldsV1` form: a trie of objects).
 fn union(fields: &mut Value, more: Value) {
     let (Value::Object(fields), Value::Object(more)) = (fields, more) else {
@@ -183,6 +239,32 @@ mod tests {
             json!({"f:data": {"f:a": {}, "f:b": {}}, "f:metadata": {}})
         );
         assert_eq!(handed[1], entries[2]);
+    }
+
+    #[test]
+    fn a_dry_run_shows_the_fields_only_the_create_held_as_gone() {
+        let entry = |manager: &str, operation: &str, fields: Value| {
+            serde_json::to_value(super::tests::entry(manager, operation, None, fields)).unwrap()
+        };
+        let stored = json!({
+            "metadata": {"name": "c", "labels": {"keep": "1", "dropped": "1", "users": "1"},
+                "managedFields": [
+                    entry("capstan/mirror", "Update", json!({"f:data": {".": {}, "f:a": {}, "f:shape": {}},
+                        "f:metadata": {"f:labels": {".": {}, "f:keep": {}, "f:dropped": {}}}})),
+                    entry("capstan/mirror", "Apply", json!({"f:data": {"f:a": {}},
+                        "f:metadata": {"f:labels": {"f:keep": {}}}})),
+                    entry("kubectl", "Update", json!({"f:metadata": {"f:labels": {"f:users": {}}}})),
+                ]},
+            "data": {"a": "1", "shape": "round"},
+        });
+        let after = as_after_hand_over(stored.clone(), "capstan/mirror");
+        assert_eq!(after["data"], json!({"a": "1"}));
+        assert_eq!(after["metadata"]["labels"], json!({"keep": "1", "users": "1"}));
+        assert_eq!(
+            as_after_hand_over(stored.clone(), "capstan/other"),
+            stored,
+            "another plugin's create changes nothing"
+        );
     }
 
     #[test]
