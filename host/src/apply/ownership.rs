@@ -40,7 +40,7 @@ pub fn held_by_create(metadata: &ObjectMeta, plugin: &str) -> bool {
         .managed_fields
         .iter()
         .flatten()
-        .any(|e| is_create(e) && e.manager.as_deref() == Some(manager.as_str()))
+        .any(|e| is_entry(e, &manager, CREATED))
 }
 
 /// Hand the fields `plugin`'s create holds on the child observed with `uid` to its
@@ -81,15 +81,10 @@ pub async fn hand_over(
 /// `entries` with `manager`'s create entry merged into its apply entry (or turned into
 /// one, when it has none yet); `None` when there is no create entry to hand over.
 fn handed_over(entries: &[ManagedFieldsEntry], manager: &str) -> Option<Vec<ManagedFieldsEntry>> {
-    let ours = |e: &ManagedFieldsEntry, operation: &str| {
-        e.manager.as_deref() == Some(manager)
-            && e.operation.as_deref() == Some(operation)
-            && e.subresource.as_deref().unwrap_or_default().is_empty()
-    };
-    let at = entries.iter().position(|e| ours(e, CREATED))?;
+    let at = entries.iter().position(|e| is_entry(e, manager, CREATED))?;
     let mut entries = entries.to_vec();
     let mut created = entries.remove(at);
-    match entries.iter_mut().find(|e| ours(e, APPLIED)) {
+    match entries.iter_mut().find(|e| is_entry(e, manager, APPLIED)) {
         Some(applied) => {
             let mut fields = applied.fields_v1.take().map_or(json!({}), |f| f.0);
             union(&mut fields, created.fields_v1.map_or(Value::Null, |f| f.0));
@@ -113,13 +108,8 @@ pub fn as_after_hand_over(mut stored: Value, manager: &str) -> Value {
     let own = |operation: &str| {
         entries
             .iter()
-            .filter(|e| {
-                e.manager.as_deref() == Some(manager)
-                    && e.operation.as_deref() == Some(operation)
-                    && e.subresource.as_deref().unwrap_or_default().is_empty()
-            })
-            .filter_map(|e| e.fields_v1.as_ref().map(|f| f.0.clone()))
-            .next()
+            .filter(|e| is_entry(e, manager, operation))
+            .find_map(|e| e.fields_v1.as_ref().map(|f| f.0.clone()))
     };
     let Some(created) = own(CREATED) else {
         return stored;
@@ -157,6 +147,14 @@ fn drop_unkept(object: &mut Value, created: &Value, kept: &Value) {
             }
         }
     }
+}
+
+/// Whether `entry` is `manager`'s record of an `operation` on the object itself (not a
+/// subresource).
+fn is_entry(entry: &ManagedFieldsEntry, manager: &str, operation: &str) -> bool {
+    entry.manager.as_deref() == Some(manager)
+        && entry.operation.as_deref() == Some(operation)
+        && entry.subresource.as_deref().unwrap_or_default().is_empty()
 }
 
 /// Add the field set `more` to `fields` (both in the `FieldsV1` form: a trie of objects).
