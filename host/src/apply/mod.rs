@@ -7,7 +7,9 @@
 //! dropped a field since the last apply, which server-side apply would act on) and every
 //! desired value is still what is observed (nobody else has changed one).
 
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
+};
 use kube::core::Request;
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
@@ -217,7 +219,7 @@ pub enum Created {
 pub async fn create(client: &Client, ar: &ApiResource, child: &Child, plugin: &str) -> kube::Result<Created> {
     let api = api(client, ar, child.namespace.as_deref());
     let body = serde_json::to_vec(&child.object).map_err(kube::Error::SerdeError)?;
-    let params = kube::api::PostParams {
+    let params = PostParams {
         field_manager: Some(field_manager(plugin)),
         ..Default::default()
     };

@@ -58,12 +58,13 @@ pub async fn hand_over(
         // Gone: the apply's UID precondition refuses it.
         return Ok(());
     };
-    let Some(entries) = handed_over(live.managed_fields(), &field_manager(plugin)) else {
-        return Ok(());
-    };
+    // Replaced by another object: the apply's UID precondition refuses it.
     if live.uid().as_deref() != Some(uid) {
         return Ok(());
     }
+    let Some(entries) = handed_over(live.managed_fields(), &field_manager(plugin)) else {
+        return Ok(());
+    };
     let patch = json!([
         {"op": "test", "path": "/metadata/uid", "value": uid},
         {"op": "test", "path": "/metadata/resourceVersion", "value": live.resource_version()},
