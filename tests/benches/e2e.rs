@@ -640,26 +640,10 @@ async fn measure_floor(plane: &Plane, n: usize, which: Floor) -> Result<f64> {
         .await?;
     let client = plane.client().await?;
     floor_parents(&client, &ns, &echo_resource(), n, 16).await?;
-    let mut watches = Vec::new();
-    if which == Floor::Watched {
-        let parents: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
-        let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-        let (listed, mut ready) = tokio::sync::mpsc::channel::<()>(2);
-        watches.push(tokio::spawn(drain(
-            watcher(parents, watcher::Config::default()),
-            listed.clone(),
-        )));
-        watches.push(tokio::spawn(drain(
-            watcher(jobs, watcher::Config::default()),
-            listed,
-        )));
-        for _ in 0..2 {
-            ready
-                .recv()
-                .await
-                .context("a floor watch ended before its first list")?;
-        }
-    }
+    let watches = match which {
+        Floor::Watched => open_watches(&client, &ns).await?,
+        _ => Vec::new(),
+    };
     let echos = match which {
         Floor::SameWrites => Some(echo_writes(&client, &ns).await?),
         _ => None,
@@ -720,6 +704,28 @@ async fn echo_writes(client: &kube::Client, namespace: &str) -> Result<Vec<Floor
         });
     }
     Ok(writes)
+}
+
+/// A watch on the Echos and one on the Jobs of `namespace`, read as a controller reads
+/// them, once both have listed.
+async fn open_watches(client: &kube::Client, namespace: &str) -> Result<Vec<tokio::task::JoinHandle<()>>> {
+    let parents: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &echo_resource());
+    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
+    let (listed, mut ready) = tokio::sync::mpsc::channel::<()>(2);
+    let watches = vec![
+        tokio::spawn(drain(
+            watcher(parents, watcher::Config::default()),
+            listed.clone(),
+        )),
+        tokio::spawn(drain(watcher(jobs, watcher::Config::default()), listed)),
+    ];
+    for _ in 0..2 {
+        ready
+            .recv()
+            .await
+            .context("a floor watch ended before its first list")?;
+    }
+    Ok(watches)
 }
 
 /// Read a watch to its end, as a controller would, saying when its first list is in.
