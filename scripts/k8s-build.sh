@@ -3,7 +3,7 @@
 # by version, once. Prebuilt release downloads are not reachable here; the Go module
 # proxy is. `node` adds what a real node needs from the same Kubernetes module: kubelet,
 # kube-proxy, and the pause container compiled from the module's pause.c.
-# Usage: scripts/k8s-build.sh [all|kube|node|etcd|kwok|helm]...
+# Usage: scripts/k8s-build.sh [all|kube|node|etcd|kwok|helm|registry]...
 # Prints the cache root on its last line.
 set -euo pipefail
 
@@ -15,6 +15,7 @@ kube_dir=$cache/k8s-$KUBERNETES_VERSION
 etcd_dir=$cache/etcd-$ETCD_VERSION
 kwok_dir=$cache/kwok-$KWOK_VERSION
 helm_dir=$cache/helm-$HELM_VERSION
+registry_dir=$cache/registry-$REGISTRY_VERSION
 
 die() { echo "k8s-build: $*" >&2; exit 1; }
 step() { echo "==> $*" >&2; }
@@ -151,6 +152,15 @@ build_helm() {
   step "helm $HELM_VERSION: built in $((SECONDS - t0)) s"
 }
 
+# The CNCF Distribution registry, for the tests that push and pull plugins as OCI artifacts.
+build_registry() {
+  [ -x "$registry_dir/bin/registry" ] && { step "registry $REGISTRY_VERSION: cached"; return; }
+  step "registry $REGISTRY_VERSION: building"
+  mkdir -p "$registry_dir/bin"
+  GOBIN="$registry_dir/bin" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" \
+    "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION" || die "building the registry failed"
+}
+
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(all)
 for t in "${targets[@]}"; do
@@ -161,7 +171,8 @@ for t in "${targets[@]}"; do
     etcd) build_etcd ;;
     kwok) build_kwok ;;
     helm) build_helm ;;
-    *) die "unknown target '$t' (all|kube|node|etcd|kwok|helm)" ;;
+    registry) build_registry ;;
+    *) die "unknown target '$t' (all|kube|node|etcd|kwok|helm|registry)" ;;
   esac
 done
 echo "$cache"

@@ -16,7 +16,7 @@ mod common;
 
 use common::{
     chart, ci_values, echo_grants, event_grants, grant, grants, helm, host_config, of_kind, one, render,
-    scheduled_echo_grants, union, wasm_from, with_custom_section,
+    scheduled_echo_grants, strings, union, wasm_from, with_custom_section,
 };
 
 #[test]
@@ -430,5 +430,47 @@ fn shadow_and_canary_entries_reach_the_host_config_and_only_known_modes_pass() -
     let refused = render("capstan", &["-f", values.to_str().unwrap()]).unwrap_err();
     assert!(refused.to_string().contains("mode"), "{refused}");
     std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
+#[test]
+fn an_oci_source_is_pulled_by_the_host_with_the_pull_secret_ca_and_digest_rule_the_values_give() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let values = dir.path().join("oci.yaml");
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let reference = format!("oci://registry.example/plugins/echo:1.0@{digest}");
+    let text = format!(
+        "registry: {{pullSecret: regcred, caConfigMap: registry-ca, plainHttp: ['10.0.0.9:5000'], requireDigest: true}}\n\
+         plugins:\n  echo:\n    source: {{oci: '{reference}'}}\n    \
+         parent: {{group: capstan.dev, version: v1alpha1, kind: Echo, plural: echoes, namespaced: true}}\n    \
+         children: [{{group: batch, version: v1, kind: Job, plural: jobs, namespaced: true}}]\n"
+    );
+    std::fs::write(&values, &text)?;
+    let docs = render("capstan", &["-f", values.to_str().unwrap()])?;
+    // The host reads what the chart wrote: the reference, the credentials and CA it mounts.
+    let config = capstan::config::parse(host_config(&docs))?;
+    assert_eq!(config.plugins[0].path.to_str(), Some(reference.as_str()));
+    assert!(config.registry.require_digest);
+    assert_eq!(config.registry.plain_http, ["10.0.0.9:5000"]);
+    assert_eq!(config.registry.auth_file.as_deref(), Some(Path::new("../registry-auth/.dockerconfigjson")));
+    assert_eq!(config.registry.ca_files, [Path::new("../registry-ca/ca.crt")]);
+    let pod = &one(&docs, "Deployment")["spec"]["template"]["spec"];
+    let volumes = serde_json::to_string(&pod["volumes"])?;
+    assert!(volumes.contains("\"secretName\":\"regcred\"") && volumes.contains("\"name\":\"registry-ca\""), "{volumes}");
+    assert!(!volumes.contains("plugin-echo"), "an oci source has no volume: {volumes}");
+    let args = strings(&pod["containers"][0]["args"]);
+    assert!(args.contains(&"--pull-dir=/var/lib/capstan/pulled".to_string()), "{args:?}");
+
+    // A tag without a digest is refused at render when requireDigest is set.
+    std::fs::write(&values, text.replace(&format!("@{digest}"), ""))?;
+    let refused = render("capstan", &["-f", values.to_str().unwrap()]).unwrap_err();
+    assert!(refused.to_string().contains("no digest"), "{refused}");
+    // And a source is one of wasm, volume or oci.
+    std::fs::write(
+        &values,
+        text.replace("source: {oci:", "source: {volume: {emptyDir: {}}, oci:"),
+    )?;
+    let refused = render("capstan", &["-f", values.to_str().unwrap()]).unwrap_err();
+    assert!(refused.to_string().contains("exactly one of"), "{refused}");
     Ok(())
 }

@@ -84,6 +84,7 @@ impl Host {
             .env("KUBECONFIG", plane.kubeconfig())
             .env("RUST_LOG", "info")
             .env("CAPSTAN_CACHE_DIR", compile_cache())
+            .env("CAPSTAN_PULL_DIR", crate::pull_dir())
             .stdout(Stdio::null())
             .stderr(file);
         for (k, v) in env {

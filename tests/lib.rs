@@ -4,6 +4,7 @@
 
 pub mod governance;
 pub mod host;
+pub mod oci;
 pub mod requests;
 pub mod toolchains;
 
@@ -82,6 +83,7 @@ pub fn capstan(args: &[&str]) -> std::process::Output {
         .args(args)
         .env_remove("RUST_LOG")
         .env("CAPSTAN_CACHE_DIR", compile_cache())
+        .env("CAPSTAN_PULL_DIR", pull_dir())
         .output()
         .expect("capstan runs")
 }
@@ -116,6 +118,12 @@ pub fn compile_cache() -> &'static Path {
         }
         root.join("wasm")
     })
+}
+
+/// Where the `capstan` processes the tests start keep pulled plugins (`CAPSTAN_PULL_DIR`):
+/// beside [`compile_cache`], removed with it.
+pub fn pull_dir() -> PathBuf {
+    compile_cache().with_file_name("oci")
 }
 
 /// `cargo build` for Wasm plugins (`plugin` profile, `wasm32-wasip2`) with `args`.

@@ -2,8 +2,14 @@
 //! and allowed cluster-scoped kinds.
 //!
 //! ```yaml
+//! registry:                      # how plugins named oci://… are pulled (all optional)
+//!   plainHttp: [localhost:5000]  # registries spoken to without TLS
+//!   caFiles: [ca.pem]            # CA certificates trusted for registries
+//!   authFile: /etc/capstan/registry/.dockerconfigjson
+//!   requireDigest: true          # refuse references without @sha256:…
+//!   maxBytes: 67108864           # the largest plugin layer pulled
 //! plugins:
-//!   - path: echo.wasm            # relative to this file
+//!   - path: echo.wasm            # relative to this file, or oci://REGISTRY/REPO:TAG@sha256:…
 //!     name: echo-blue              # run under this name instead of the plugin's own
 //!     concurrency: 8
 //!     resync: 5m
@@ -36,13 +42,17 @@ pub struct Config {
     /// Plugins to run.
     #[serde(default)]
     pub plugins: Vec<PluginConfig>,
+    /// How plugins named by registry reference are pulled.
+    #[serde(default)]
+    pub registry: crate::registry::Settings,
 }
 
 /// One plugin's settings; anything unset takes the command-line default.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PluginConfig {
-    /// The `.wasm` file, relative to the config file.
+    /// The `.wasm` file, relative to the config file, or a registry reference
+    /// (`oci://REGISTRY/REPOSITORY[:TAG][@sha256:DIGEST]`).
     pub path: PathBuf,
     /// The name to run the plugin under instead of its own, so one file may run twice
     /// (with other settings); its children are labelled and its metrics named with it.
@@ -86,7 +96,7 @@ pub struct PluginConfig {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CanaryConfig {
-    /// The candidate `.wasm`, relative to the config file. Same kinds as the stable file;
+    /// The candidate `.wasm`, relative to the config file, or a registry reference. Same kinds as the stable file;
     /// run under the same name, settings and limits.
     pub path: PathBuf,
     /// Which parents it reconciles (a Kubernetes label selector: `matchLabels`,
@@ -136,12 +146,30 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
     let mut config = parse(&text).map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
     let base = path.parent().unwrap_or(Path::new("."));
     for plugin in &mut config.plugins {
-        plugin.path = base.join(&plugin.path);
+        plugin.path = beside(base, &plugin.path);
         if let Some(canary) = &mut plugin.canary {
-            canary.path = base.join(&canary.path);
+            canary.path = beside(base, &canary.path);
         }
     }
+    let registry = &mut config.registry;
+    for file in registry.ca_files.iter_mut().chain(registry.auth_file.as_mut()) {
+        *file = base.join(&*file);
+    }
     Ok(config)
+}
+
+/// `path` relative to the config file's directory; a registry reference as it is.
+fn beside(base: &Path, path: &Path) -> PathBuf {
+    match path.to_str() {
+        Some(text) if crate::registry::is_reference(text) => path.to_path_buf(),
+        _ => base.join(path),
+    }
+}
+
+/// The registry reference an entry's path is, if it is one (checked when the file is read).
+pub fn reference(path: &Path) -> Option<crate::registry::PluginRef> {
+    let text = path.to_str().filter(|t| crate::registry::is_reference(t))?;
+    crate::registry::PluginRef::parse(text).ok()
 }
 
 /// Read and check a config's text; plugin paths stay as written.
@@ -149,6 +177,12 @@ pub fn parse(text: &str) -> anyhow::Result<Config> {
     let config: Config =
         serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| anyhow::anyhow!("{e}"))?;
     for plugin in &config.plugins {
+        let canary = plugin.canary.as_ref().map(|c| &c.path);
+        for source in std::iter::once(&plugin.path).chain(canary) {
+            if let Some(text) = source.to_str().filter(|t| crate::registry::is_reference(t)) {
+                crate::registry::PluginRef::parse(text)?;
+            }
+        }
         if plugin.concurrency == Some(0) {
             anyhow::bail!("concurrency of {} must be at least 1", plugin.path.display());
         }

@@ -20,6 +20,7 @@ pub mod ops;
 pub mod preview;
 pub mod project;
 pub mod record;
+pub mod registry;
 pub mod reload;
 /// Splitting the watched objects between replicas by hash range.
 pub mod shard;

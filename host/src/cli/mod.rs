@@ -8,6 +8,7 @@ mod diff;
 mod input;
 mod inspect;
 mod new;
+mod registry;
 mod replay;
 mod run;
 mod test;
@@ -44,6 +45,10 @@ enum LogFormat {
 enum Command {
     /// Show a plugin's metadata and contract version.
     Inspect(inspect::InspectArgs),
+    /// Push a plugin to an OCI registry; prints the reference pinned to its digest.
+    Push(registry::PushArgs),
+    /// Pull a plugin from an OCI registry into a file; prints the reference pinned to its digest.
+    Pull(registry::PullArgs),
     /// Run a plugin offline on fixture files and print (or check) its response; in a
     /// plugin project without arguments, run its golden cases.
     Test(test::TestArgs),
@@ -110,8 +115,9 @@ impl CacheArgs {
 /// Options shared by commands that load one plugin.
 #[derive(Args, Debug)]
 struct PluginArgs {
-    /// The plugin component (`.wasm`) [default: what the plugin project here builds, as
-    /// its capstan.toml says].
+    /// The plugin component: a `.wasm` file, or a registry reference
+    /// `oci://REGISTRY/REPOSITORY[:TAG][@sha256:DIGEST]` [default: what the plugin project
+    /// here builds, as its capstan.toml says].
     plugin: Option<PathBuf>,
     /// Wall-clock deadline per call, e.g. `1s`, `250ms`.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
@@ -124,6 +130,8 @@ struct PluginArgs {
     settings: Option<PathBuf>,
     #[command(flatten)]
     cache: CacheArgs,
+    #[command(flatten)]
+    registry: registry::RegistryArgs,
 }
 
 /// Linear memory per call when neither the command line nor the project says.
@@ -133,7 +141,7 @@ impl PluginArgs {
     /// The component to load and its memory cap: the one given, or the project's output.
     fn component(&self) -> anyhow::Result<(PathBuf, usize)> {
         match &self.plugin {
-            Some(path) => Ok((path.clone(), self.memory_mib.unwrap_or(MEMORY_MIB))),
+            Some(source) => Ok((self.registry.local(source)?, self.memory_mib.unwrap_or(MEMORY_MIB))),
             None => {
                 let project = crate::project::Project::find(Path::new("."))?;
                 let memory = self
@@ -166,8 +174,12 @@ impl PluginArgs {
         let (first, memory) = self.component()?;
         let settings = settings_or_none(self.settings.as_deref())?;
         let engine = self.cache.engine()?;
+        let others = others
+            .iter()
+            .map(|source| self.registry.local(source))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         std::iter::once(first)
-            .chain(others.iter().cloned())
+            .chain(others)
             .map(|path| {
                 let plugin = self
                     .load_in(&engine, &path, memory)?
@@ -219,6 +231,8 @@ pub fn main() -> ExitCode {
     init_logging(cli.log_format, cli.command.default_log_filter());
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
+        Command::Push(args) => registry::push(args),
+        Command::Pull(args) => registry::pull(args),
         Command::Test(args) => test::run(args),
         Command::Build(args) => build::run(args),
         Command::New(args) => new::run(args),
@@ -255,6 +269,8 @@ impl Command {
             #[cfg(feature = "dev")]
             Command::Dev(_) => QUIET_LOG_FILTER,
             Command::Inspect(_)
+            | Command::Push(_)
+            | Command::Pull(_)
             | Command::Diff(_)
             | Command::Test(_)
             | Command::Bench(_)

@@ -66,6 +66,11 @@ pub struct RunArgs {
     /// beyond it are deleted.
     #[arg(long, value_parser = parse_size, default_value = "64Mi", requires = "record")]
     record_max_bytes: usize,
+    /// Keep plugins named by registry reference (`oci://…` in --config) here, by digest
+    /// [default: $XDG_CACHE_HOME/capstan/oci or ~/.cache/capstan/oci]. Must be writable
+    /// only by the host: its files run as code.
+    #[arg(long, env = "CAPSTAN_PULL_DIR", value_name = "DIR")]
+    pull_dir: Option<PathBuf>,
     #[command(flatten)]
     election: ElectionArgs,
     #[command(flatten)]
@@ -154,6 +159,7 @@ impl RunArgs {
                 dir,
                 max_bytes: self.record_max_bytes as u64,
             }),
+            pull_dir: self.pull_dir.clone().or_else(super::registry::default_pull_dir),
         }
     }
 

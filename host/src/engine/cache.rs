@@ -25,31 +25,39 @@ pub(crate) struct CompileCache {
     dir: PathBuf,
 }
 
+/// Make `dir` (and its parents) if missing, private to this user; refuse one that others
+/// could write to or that another user owns: the compile cache and the pulled plugins
+/// hold what runs as code in the host.
+pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        other => other?,
+    }
+    let meta = std::fs::metadata(dir)?;
+    let mode = meta.permissions().mode() & 0o777;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if !meta.is_dir() {
+        return Err(std::io::Error::other("not a directory"));
+    }
+    if meta.uid() != euid || mode & 0o022 != 0 {
+        return Err(std::io::Error::other(format!(
+            "not private to this user (owner uid {}, mode {mode:o}); its files would run as code in the host",
+            meta.uid()
+        )));
+    }
+    Ok(())
+}
+
 impl CompileCache {
     /// Use `dir`, creating it private to this user; refuse one that others could write to,
     /// since a planted entry would run as code in the host.
     pub(crate) fn open(dir: &Path) -> std::io::Result<CompileCache> {
-        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-        if let Some(parent) = dir.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            other => other?,
-        }
-        let meta = std::fs::metadata(dir)?;
-        let mode = meta.permissions().mode() & 0o777;
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let euid = unsafe { libc::geteuid() };
-        if !meta.is_dir() {
-            return Err(std::io::Error::other("not a directory"));
-        }
-        if meta.uid() != euid || mode & 0o022 != 0 {
-            return Err(std::io::Error::other(format!(
-                "not private to this user (owner uid {}, mode {mode:o}); its files would run as code in the host",
-                meta.uid()
-            )));
-        }
+        private_dir(dir)?;
         Ok(CompileCache {
             dir: dir.to_path_buf(),
         })

@@ -43,6 +43,7 @@ use std::time::Duration;
 use wasmtime::component::Linker;
 
 pub use bindings::{OLDER_VERSIONS, WIT_PACKAGE};
+pub(crate) use cache::private_dir;
 pub use deadline::{ThreadClock, thread_cpu_time};
 pub use fault::{DispatchError, Fault};
 pub use instance::Instance;

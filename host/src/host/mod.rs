@@ -27,6 +27,7 @@
 //! ```
 
 mod plugins;
+mod references;
 pub use plugins::options as entry_options;
 mod sharded;
 
@@ -74,6 +75,8 @@ pub struct HostConfig {
     pub sharding: Option<Sharding>,
     /// Record every dispatched reconcile as a replayable fixture.
     pub record: Option<crate::record::RecordConfig>,
+    /// Where plugins named by registry reference are kept, by digest.
+    pub pull_dir: Option<PathBuf>,
 }
 
 /// A sharded host's group and key.
@@ -100,6 +103,7 @@ impl Default for HostConfig {
             election: None,
             sharding: None,
             record: None,
+            pull_dir: None,
         }
     }
 }
@@ -131,8 +135,8 @@ impl Host {
         let loaded = if config.plugins.is_some() || config.config.is_some() {
             plugins::load(
                 &engine,
-                config.config.as_ref(),
-                config.plugins.as_ref(),
+                (config.config.as_ref(), config.plugins.as_ref()),
+                config.pull_dir.as_deref(),
                 &config.defaults,
             )?
         } else {
@@ -215,6 +219,7 @@ impl Host {
             health,
             stop,
             reload,
+            references: self.loaded.references,
             metrics_addr,
             health_addr,
             grace,
@@ -246,6 +251,8 @@ pub struct Serving {
     stop: CancellationToken,
     /// How often to look at plugin files, with hot reload.
     reload: Option<Duration>,
+    /// The config's registry references, followed with hot reload.
+    references: Option<references::References>,
     metrics_addr: SocketAddr,
     health_addr: SocketAddr,
     grace: Duration,
@@ -264,7 +271,7 @@ impl Serving {
 
     /// Run until `shutdown` resolves, then stop: readiness fails at once, in-flight
     /// reconciles finish within the grace period, the Lease is released.
-    pub async fn until(self, shutdown: impl Future<Output = ()>) {
+    pub async fn until(mut self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut reload = tokio::time::interval(self.reload.unwrap_or(Duration::from_secs(3600)));
         reload.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -275,7 +282,16 @@ impl Serving {
                 () = &mut shutdown => break,
                 _ = beat.tick() => self.health.beat(),
                 _ = trim.tick() => ops::heap::trim(),
-                _ = reload.tick(), if self.reload.is_some() => self.supervisor.reload(),
+                _ = reload.tick(), if self.reload.is_some() => {
+                    // A changed reference is pulled first, so the look at the files sees its link flipped.
+                    if let Some(references) = self.references.as_mut() {
+                        tokio::select! {
+                            () = &mut shutdown => break,
+                            () = references.refresh() => {}
+                        }
+                    }
+                    self.supervisor.reload();
+                }
             }
         }
         self.stop().await;

@@ -2,9 +2,11 @@
 //! other `*.wasm` in the plugin directory with the host's defaults. A file that does not
 //! load (or asks for what it was not granted) is that file's trouble alone.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+
+use super::references::References;
 
 use crate::config::{self, PluginConfig};
 use crate::controller::Options;
@@ -16,19 +18,25 @@ use crate::{reload, supervisor};
 pub(super) struct Loaded {
     pub plugins: Vec<(PathBuf, Plugin, Options)>,
     pub broken: Vec<(PathBuf, String)>,
+    /// The config's registry references, for hot reload to follow.
+    pub references: Option<References>,
 }
 
 /// Load every configured plugin; fails only when nothing is left to run. A second file
 /// of a plugin name is refused like a file that does not load.
 pub(super) fn load(
     engine: &Engine,
-    config: Option<&PathBuf>,
-    dir: Option<&PathBuf>,
+    (config, dir): (Option<&PathBuf>, Option<&PathBuf>),
+    pull_dir: Option<&Path>,
     defaults: &Options,
 ) -> anyhow::Result<Loaded> {
-    let entries = entries(config, dir)?;
     let mut loaded = Loaded::default();
+    let entries = entries(config, dir, pull_dir, &mut loaded)?;
+    let pulls_failed: Vec<PathBuf> = loaded.broken.iter().map(|(p, _)| p.clone()).collect();
     for e in entries {
+        if pulls_failed.contains(&e.path) {
+            continue;
+        }
         let mut options = options(&e, defaults)?;
         let loading = engine.load_file(&e.path, e.limits.clone());
         let plugin = loading
@@ -129,10 +137,22 @@ fn same_kinds(stable: &Plugin, candidate: &Plugin) -> Result<(), String> {
     }
 }
 
-/// The config file's entries, then every other `*.wasm` of `dir` with default settings.
-fn entries(config: Option<&PathBuf>, dir: Option<&PathBuf>) -> anyhow::Result<Vec<PluginConfig>> {
+/// The config file's entries (their registry references pulled; a failed pull goes to
+/// `loaded.broken`), then every other `*.wasm` of `dir` with default settings.
+fn entries(
+    config: Option<&PathBuf>,
+    dir: Option<&PathBuf>,
+    pull_dir: Option<&Path>,
+    loaded: &mut Loaded,
+) -> anyhow::Result<Vec<PluginConfig>> {
     let mut entries: Vec<PluginConfig> = match config {
-        Some(path) => config::load(path)?.plugins,
+        Some(path) => {
+            let mut config = config::load(path)?;
+            let (references, broken) = References::resolve(path, &mut config, pull_dir);
+            loaded.references = references;
+            loaded.broken.extend(broken);
+            config.plugins
+        }
         None => Vec::new(),
     };
     if let Some(dir) = dir {
