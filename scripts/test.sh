@@ -10,9 +10,9 @@ if command -v rustup >/dev/null; then
 fi
 # The real node's runtime for tests/node*.rs (Debian's packages; as root, which the node
 # needs anyway), then the control plane, the node's kubelet, kube-proxy and pause, and helm
-# for the chart tests.
+# for the chart tests, and the CNCF Distribution registry the registry tests push to.
 scripts/node-packages.sh
-scripts/k8s-build.sh all node helm >/dev/null
+scripts/k8s-build.sh all node helm registry >/dev/null
 # The Python and JavaScript plugins' toolchains (componentize-py from PyPI, componentize-js
 # and jco from npm) into ~/.cache/capstan, keyed by version; the tests find them there.
 scripts/toolchain-python.sh >/dev/null

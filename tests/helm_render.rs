@@ -434,7 +434,8 @@ fn shadow_and_canary_entries_reach_the_host_config_and_only_known_modes_pass() -
 }
 
 #[test]
-fn an_oci_source_is_pulled_by_the_host_with_the_pull_secret_ca_and_digest_rule_the_values_give() -> Result<()> {
+fn an_oci_source_is_pulled_by_the_host_with_the_pull_secret_ca_and_digest_rule_the_values_give() -> Result<()>
+{
     let dir = tempfile::tempdir()?;
     let values = dir.path().join("oci.yaml");
     let digest = format!("sha256:{}", "ab".repeat(32));
@@ -452,14 +453,26 @@ fn an_oci_source_is_pulled_by_the_host_with_the_pull_secret_ca_and_digest_rule_t
     assert_eq!(config.plugins[0].path.to_str(), Some(reference.as_str()));
     assert!(config.registry.require_digest);
     assert_eq!(config.registry.plain_http, ["10.0.0.9:5000"]);
-    assert_eq!(config.registry.auth_file.as_deref(), Some(Path::new("../registry-auth/.dockerconfigjson")));
+    assert_eq!(
+        config.registry.auth_file.as_deref(),
+        Some(Path::new("../registry-auth/.dockerconfigjson"))
+    );
     assert_eq!(config.registry.ca_files, [Path::new("../registry-ca/ca.crt")]);
     let pod = &one(&docs, "Deployment")["spec"]["template"]["spec"];
     let volumes = serde_json::to_string(&pod["volumes"])?;
-    assert!(volumes.contains("\"secretName\":\"regcred\"") && volumes.contains("\"name\":\"registry-ca\""), "{volumes}");
-    assert!(!volumes.contains("plugin-echo"), "an oci source has no volume: {volumes}");
+    assert!(
+        volumes.contains("\"secretName\":\"regcred\"") && volumes.contains("\"name\":\"registry-ca\""),
+        "{volumes}"
+    );
+    assert!(
+        !volumes.contains("plugin-echo"),
+        "an oci source has no volume: {volumes}"
+    );
     let args = strings(&pod["containers"][0]["args"]);
-    assert!(args.contains(&"--pull-dir=/var/lib/capstan/pulled".to_string()), "{args:?}");
+    assert!(
+        args.contains(&"--pull-dir=/var/lib/capstan/pulled".to_string()),
+        "{args:?}"
+    );
 
     // A tag without a digest is refused at render when requireDigest is set.
     std::fs::write(&values, text.replace(&format!("@{digest}"), ""))?;

@@ -125,8 +125,14 @@ impl Registry {
     /// A Docker config file holding [`USER`]'s credentials for this registry.
     pub fn auth_file(&self) -> Result<PathBuf> {
         let file = self.dir.path().join("docker-config.json");
-        let auth = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("{}:{}", USER.0, USER.1));
-        std::fs::write(&file, format!(r#"{{"auths":{{"{}":{{"auth":"{auth}"}}}}}}"#, self.addr))?;
+        let auth = base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            format!("{}:{}", USER.0, USER.1),
+        );
+        std::fs::write(
+            &file,
+            format!(r#"{{"auths":{{"{}":{{"auth":"{auth}"}}}}}}"#, self.addr),
+        )?;
         Ok(file)
     }
 
@@ -154,8 +160,13 @@ fn certificates(dir: &Path) -> Result<(PathBuf, PathBuf, PathBuf)> {
     let ca_cert = ca_params.self_signed(&ca_key)?;
     let issuer = Issuer::new(ca_params, ca_key);
     let key = KeyPair::generate()?;
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?.signed_by(&key, &issuer)?;
-    let files = (dir.join("ca.pem"), dir.join("registry.pem"), dir.join("registry.key"));
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?
+        .signed_by(&key, &issuer)?;
+    let files = (
+        dir.join("ca.pem"),
+        dir.join("registry.pem"),
+        dir.join("registry.key"),
+    );
     std::fs::write(&files.0, ca_cert.pem())?;
     std::fs::write(&files.1, cert.pem())?;
     std::fs::write(&files.2, key.serialize_pem())?;

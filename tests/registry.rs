@@ -65,14 +65,20 @@ fn push_then_pull_by_tag_and_by_digest_gives_the_same_bytes() -> Result<()> {
     ensure!(std::fs::read(&by_tag)? == original && std::fs::read(&by_digest)? == original);
 
     let report = ok(&[&["inspect", &pinned][..], &plain].concat())?;
-    ensure!(report.contains("\"name\": \"echo\""), "inspect works on a reference: {report}");
+    ensure!(
+        report.contains("\nname: echo\n"),
+        "inspect works on a reference: {report}"
+    );
 
     // The tag moves to another plugin; the pinned digest still means the first.
     let moved = ok(&[&["push", arg(&plugin("echo-canary")), &tag][..], &plain].concat())?;
     ensure!(moved != pinned);
     let again = dir.path().join("again.wasm");
     ok(&[&["pull", &pinned, "-o", arg(&again)][..], &plain].concat())?;
-    ensure!(std::fs::read(&again)? == original, "a pinned digest is not the moved tag");
+    ensure!(
+        std::fs::read(&again)? == original,
+        "a pinned digest is not the moved tag"
+    );
     Ok(())
 }
 
@@ -94,11 +100,26 @@ fn a_registry_with_tls_and_basic_auth_needs_its_ca_and_credentials() -> Result<(
     let fresh = ["--pull-dir", arg(&elsewhere)];
     let no_file = out.path().join("none.wasm");
     refused(
-        &[&["pull", &pinned, "-o", arg(&no_file), "--registry-ca", arg(&ca)][..], &fresh].concat(),
+        &[
+            &["pull", &pinned, "-o", arg(&no_file), "--registry-ca", arg(&ca)][..],
+            &fresh,
+        ]
+        .concat(),
         &pinned,
     )?;
     refused(
-        &[&["pull", &pinned, "-o", arg(&no_file), "--registry-auth", arg(&auth)][..], &fresh].concat(),
+        &[
+            &[
+                "pull",
+                &pinned,
+                "-o",
+                arg(&no_file),
+                "--registry-auth",
+                arg(&auth),
+            ][..],
+            &fresh,
+        ]
+        .concat(),
         &pinned,
     )?;
     ensure!(!no_file.exists(), "nothing is written when a pull fails");
@@ -131,20 +152,28 @@ fn push_odd(registry: &Registry, path: &str, media_type: &str, layer: Vec<u8>) -
     use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
     use oci_client::manifest::OciImageManifest;
     let reference: oci_client::Reference = format!("{}/{path}", registry.addr).parse()?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = oci_client::Client::new(ClientConfig {
         protocol: ClientProtocol::Http,
         ..ClientConfig::default()
     });
     let layers = vec![ImageLayer::new(layer, media_type.to_string(), None)];
     let config = Config::new(
-        br#"{"architecture":"wasm","os":"wasip2","layerDigests":[]}"#.to_vec(),
+        br#"{"created":"2026-01-01T00:00:00Z","architecture":"wasm","os":"wasip2","layerDigests":[]}"#
+            .to_vec(),
         "application/vnd.wasm.config.v0+json".to_string(),
         None,
     );
     let mut manifest = OciImageManifest::build(&layers, &config, None);
     manifest.media_type = Some("application/vnd.oci.image.manifest.v1+json".to_string());
     let auth = oci_client::secrets::RegistryAuth::Anonymous;
-    tokio::runtime::Runtime::new()?.block_on(client.push(&reference, &layers, config, &auth, Some(manifest)))?;
+    tokio::runtime::Runtime::new()?.block_on(client.push(
+        &reference,
+        &layers,
+        config,
+        &auth,
+        Some(manifest),
+    ))?;
     Ok(registry.reference(path))
 }
 
@@ -155,22 +184,50 @@ fn bad_references_and_bad_artifacts_are_one_line_errors() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let out = dir.path().join("out.wasm");
     let pull = |reference: &str, extra: &[&str], cause: &str| {
-        refused(&[&["pull", reference, "-o", arg(&out)][..], &plain, extra].concat(), cause)
+        refused(
+            &[&["pull", reference, "-o", arg(&out)][..], &plain, extra].concat(),
+            cause,
+        )
     };
     pull("oci://echo:1.0", &[], "name the registry")?;
     pull("oci://reg.example/Echo:1.0", &[], "malformed reference")?;
-    pull(&format!("{}@sha256:abc", registry.reference("echo:1.0")), &[], "malformed digest")?;
-    pull(&registry.reference("plugins/absent:1.0"), &[], "plugins/absent:1.0")?;
+    pull(
+        &format!("{}@sha256:abc", registry.reference("echo:1.0")),
+        &[],
+        "malformed",
+    )?;
+    pull(
+        &registry.reference("plugins/absent:1.0"),
+        &[],
+        "plugins/absent:1.0",
+    )?;
 
     let html = html_server()?;
     refused(
-        &["pull", &format!("oci://{html}/plugins/echo:1.0"), "-o", arg(&out), "--plain-http", &html],
+        &[
+            "pull",
+            &format!("oci://{html}/plugins/echo:1.0"),
+            "-o",
+            arg(&out),
+            "--plain-http",
+            &html,
+        ],
         &html,
     )?;
 
-    let tar = push_odd(&registry, "odd/tar:1", "application/vnd.oci.image.layer.v1.tar", b"not a plugin".to_vec())?;
+    let tar = push_odd(
+        &registry,
+        "odd/tar:1",
+        "application/vnd.oci.image.layer.v1.tar",
+        b"not a plugin".to_vec(),
+    )?;
     pull(&tar, &[], "not application/wasm")?;
-    let text = push_odd(&registry, "odd/text:1", "application/wasm", b"#!/bin/sh\necho hi\n".to_vec())?;
+    let text = push_odd(
+        &registry,
+        "odd/text:1",
+        "application/wasm",
+        b"#!/bin/sh\necho hi\n".to_vec(),
+    )?;
     pull(&text, &[], "not WebAssembly")?;
 
     let tag = registry.reference("plugins/echo:1.0");
@@ -181,7 +238,10 @@ fn bad_references_and_bad_artifacts_are_one_line_errors() -> Result<()> {
 
     let not_wasm = dir.path().join("x.wasm");
     std::fs::write(&not_wasm, "plugins:\n")?;
-    refused(&[&["push", arg(&not_wasm), &tag][..], &plain].concat(), "not a WebAssembly file")?;
+    refused(
+        &[&["push", arg(&not_wasm), &tag][..], &plain].concat(),
+        "not a WebAssembly file",
+    )?;
     Ok(())
 }
 
@@ -200,13 +260,17 @@ fn write_config(file: &Path, registry: &Registry, reference: &str) -> Result<()>
 
 /// The Job of Echo `name`, once there is one.
 async fn job_of(jobs: &Api<Job>, name: &str) -> Result<Job> {
-    eventually(&format!("the Job of {name}"), Duration::from_secs(60), async || {
-        let listed = jobs.list(&ListParams::default()).await?;
-        Ok(listed
-            .items
-            .into_iter()
-            .find(|j| j.metadata.name.as_deref().is_some_and(|n| n.starts_with(name))))
-    })
+    eventually(
+        &format!("the Job of {name}"),
+        Duration::from_secs(60),
+        async || {
+            let listed = jobs.list(&ListParams::default()).await?;
+            Ok(listed
+                .items
+                .into_iter()
+                .find(|j| j.metadata.name.as_deref().is_some_and(|n| n.starts_with(name))))
+        },
+    )
     .await
 }
 
@@ -232,40 +296,75 @@ async fn the_host_runs_a_pinned_reference_follows_a_changed_one_and_outlives_its
     write_config(&config, &registry, &v1)?;
     let host = Host::start(
         plane,
-        &["--config", arg(&config), "--namespace", &ns, "--hot-reload", "--reload-interval", "200ms"],
+        &[
+            "--config",
+            arg(&config),
+            "--namespace",
+            &ns,
+            "--hot-reload",
+            "--reload-interval",
+            "200ms",
+        ],
         &dir.path().join("host.log"),
         &[],
     )?;
     let client = plane.client().await?;
     let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
     let jobs: Api<Job> = Api::namespaced(client, &ns);
-    echoes.create(&PostParams::default(), &echo("first", "hello")?).await?;
-    ensure!(!canary(&job_of(&jobs, "first").await?), "v1 makes Echo's own Jobs");
+    echoes
+        .create(&PostParams::default(), &echo("first", "hello")?)
+        .await?;
     ensure!(
-        host.log().iter().any(|l| l["message"] == "plugin pulled" && l["reference"] == v1.as_str()),
+        !canary(&job_of(&jobs, "first").await?),
+        "v1 makes Echo's own Jobs"
+    );
+    ensure!(
+        host.log()
+            .iter()
+            .any(|l| l["message"] == "plugin pulled" && l["reference"] == v1.as_str()),
         "the host says what it pulled"
     );
 
     // The tag moves on; the pinned digest in the config does not.
     let v2 = ok(&[&["push", arg(&plugin("echo-canary")), &tag][..], &plain].concat())?;
-    echoes.create(&PostParams::default(), &echo("second", "hello")?).await?;
-    ensure!(!canary(&job_of(&jobs, "second").await?), "a moved tag is not followed");
+    echoes
+        .create(&PostParams::default(), &echo("second", "hello")?)
+        .await?;
+    ensure!(
+        !canary(&job_of(&jobs, "second").await?),
+        "a moved tag is not followed"
+    );
 
     // A new reference in the config is pulled and swapped in.
     write_config(&config, &registry, &v2)?;
-    eventually("the reload to v2", Duration::from_secs(60), async || Ok(host.logged("plugin reloaded").then_some(()))).await?;
-    echoes.create(&PostParams::default(), &echo("third", "hello")?).await?;
-    ensure!(canary(&job_of(&jobs, "third").await?), "v2 reconciles after the reference changed");
+    eventually("the reload to v2", Duration::from_secs(60), async || {
+        Ok(host.logged("plugin reloaded").then_some(()))
+    })
+    .await?;
+    echoes
+        .create(&PostParams::default(), &echo("third", "hello")?)
+        .await?;
+    ensure!(
+        canary(&job_of(&jobs, "third").await?),
+        "v2 reconciles after the reference changed"
+    );
 
     // The registry goes away: a reference it cannot serve leaves v2 running.
     registry.stop();
     let gone = format!("{tag}@sha256:{}", "0".repeat(64));
     write_config(&config, &registry, &gone)?;
     eventually("the failed pull", Duration::from_secs(90), async || {
-        Ok(host.logged("pull failed; the running version stays").then_some(()))
+        Ok(host
+            .logged("pull failed; the running version stays")
+            .then_some(()))
     })
     .await?;
-    echoes.create(&PostParams::default(), &echo("fourth", "hello")?).await?;
-    ensure!(canary(&job_of(&jobs, "fourth").await?), "the running version keeps serving");
+    echoes
+        .create(&PostParams::default(), &echo("fourth", "hello")?)
+        .await?;
+    ensure!(
+        canary(&job_of(&jobs, "fourth").await?),
+        "the running version keeps serving"
+    );
     Ok(())
 }

@@ -141,7 +141,10 @@ impl PluginArgs {
     /// The component to load and its memory cap: the one given, or the project's output.
     fn component(&self) -> anyhow::Result<(PathBuf, usize)> {
         match &self.plugin {
-            Some(source) => Ok((self.registry.local(source)?, self.memory_mib.unwrap_or(MEMORY_MIB))),
+            Some(source) => Ok((
+                self.registry.local(source)?,
+                self.memory_mib.unwrap_or(MEMORY_MIB),
+            )),
             None => {
                 let project = crate::project::Project::find(Path::new("."))?;
                 let memory = self
@@ -254,12 +257,13 @@ pub fn main() -> ExitCode {
 
 /// Log filter of the commands whose output is on stdout: warnings, and plugins' own logs.
 /// kube_client logs every failed readiness probe of `dev up` as an error; they are expected.
-const QUIET_LOG_FILTER: &str = "warn,kube_client=off,capstan::plugin=info";
+/// rustls' verifier logs each refused certificate, which the registry client reports itself.
+const QUIET_LOG_FILTER: &str = "warn,kube_client=off,rustls_platform_verifier=off,capstan::plugin=info";
 
 /// Log filter of `run`, a service: what it bound, runs and decides (capstan's own `info`),
 /// dependencies at `warn`. kube_client is off: it logs each failed request as an error,
-/// which the controller reports itself.
-const RUN_LOG_FILTER: &str = "warn,capstan=info,kube_client=off";
+/// which the controller reports itself; rustls' verifier too, for the registry client.
+const RUN_LOG_FILTER: &str = "warn,capstan=info,kube_client=off,rustls_platform_verifier=off";
 
 impl Command {
     /// The log filter when `RUST_LOG` is not set.

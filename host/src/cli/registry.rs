@@ -50,8 +50,9 @@ impl RegistryArgs {
     pub(super) fn pull_dir(&self) -> anyhow::Result<PathBuf> {
         match &self.pull_dir {
             Some(dir) => Ok(dir.clone()),
-            None => default_pull_dir()
-                .ok_or_else(|| anyhow::anyhow!("no place to keep pulled plugins: set --pull-dir or CAPSTAN_PULL_DIR")),
+            None => default_pull_dir().ok_or_else(|| {
+                anyhow::anyhow!("no place to keep pulled plugins: set --pull-dir or CAPSTAN_PULL_DIR")
+            }),
         }
     }
 
@@ -102,7 +103,8 @@ pub struct PullArgs {
 /// Push a plugin; prints the reference pinned to the digest the registry stored.
 pub fn push(args: PushArgs) -> anyhow::Result<ExitCode> {
     let reference = PluginRef::parse(&args.reference)?;
-    let wasm = std::fs::read(&args.plugin).map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", args.plugin.display()))?;
+    let wasm = std::fs::read(&args.plugin)
+        .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", args.plugin.display()))?;
     anyhow::ensure!(
         wasm.starts_with(b"\0asm"),
         "{}: not a WebAssembly file",

@@ -24,7 +24,9 @@ pub(super) struct References {
 fn sources(entries: &mut [PluginConfig]) -> Vec<(String, PluginRef, &mut PathBuf)> {
     let mut out = Vec::new();
     for entry in entries {
-        let PluginConfig { name, path, canary, .. } = entry;
+        let PluginConfig {
+            name, path, canary, ..
+        } = entry;
         if let Some(r) = config::reference(path) {
             out.push((name.clone().unwrap_or_else(|| r.repository()), r, path));
         }
@@ -53,12 +55,18 @@ impl References {
             return (None, broken);
         }
         let registry = pull_dir
-            .ok_or_else(|| anyhow::anyhow!("no place to keep pulled plugins: set --pull-dir or CAPSTAN_PULL_DIR"))
+            .ok_or_else(|| {
+                anyhow::anyhow!("no place to keep pulled plugins: set --pull-dir or CAPSTAN_PULL_DIR")
+            })
             .and_then(|dir| Registry::new(config.registry.clone(), dir));
         let registry = match registry {
             Ok(registry) => registry,
             Err(e) => {
-                broken.extend(sources.iter().map(|(_, r, _)| (PathBuf::from(r.to_string()), format!("{e:#}"))));
+                broken.extend(
+                    sources
+                        .iter()
+                        .map(|(_, r, _)| (PathBuf::from(r.to_string()), format!("{e:#}"))),
+                );
                 return (None, broken);
             }
         };
@@ -104,7 +112,9 @@ impl References {
         self.text = text;
         let mut config = match config::load(&self.config) {
             Ok(config) => config,
-            Err(e) => return tracing::warn!(config = %self.config.display(), error = %format!("{e:#}"), "config not read; plugins keep running as they are"),
+            Err(e) => {
+                return tracing::warn!(config = %self.config.display(), error = %format!("{e:#}"), "config not read; plugins keep running as they are");
+            }
         };
         for (name, reference, _) in sources(&mut config.plugins) {
             if self.current.get(&name) == Some(&reference) {
@@ -122,7 +132,9 @@ impl References {
                 Ok(_) => {
                     self.current.insert(name, reference);
                 }
-                Err(e) => tracing::warn!(plugin = %name, reference = %reference, error = %format!("{e:#}"), "pull failed; the running version stays"),
+                Err(e) => {
+                    tracing::warn!(plugin = %name, reference = %reference, error = %format!("{e:#}"), "pull failed; the running version stays")
+                }
             }
         }
     }

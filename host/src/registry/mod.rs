@@ -103,8 +103,8 @@ impl Registry {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut roots = Vec::new();
         for file in &settings.ca_files {
-            let data =
-                std::fs::read(file).map_err(|e| anyhow::anyhow!("cannot read CA file {}: {e}", file.display()))?;
+            let data = std::fs::read(file)
+                .map_err(|e| anyhow::anyhow!("cannot read CA file {}: {e}", file.display()))?;
             roots.push(Certificate {
                 encoding: CertificateEncoding::Pem,
                 data,
@@ -117,7 +117,8 @@ impl Registry {
             connect_timeout: Some(TIMEOUT),
             ..ClientConfig::default()
         };
-        let client = oci_client::Client::try_from(config).map_err(|e| anyhow::anyhow!("registry client: {}", one_line(&e)))?;
+        let client = oci_client::Client::try_from(config)
+            .map_err(|e| anyhow::anyhow!("registry client: {}", one_line(&e)))?;
         Ok(Registry {
             client: WasmClient::new(client),
             store: Store::open(store)?,
@@ -160,7 +161,10 @@ impl Registry {
             .pull_manifest_and_config(reference.oci(), &auth)
             .await?;
         if let Some(pinned) = reference.digest() {
-            anyhow::ensure!(digest == pinned, "the registry served manifest {digest}, not the pinned {pinned}");
+            anyhow::ensure!(
+                digest == pinned,
+                "the registry served manifest {digest}, not the pinned {pinned}"
+            );
         }
         let layer = &manifest.layers[0];
         anyhow::ensure!(
@@ -196,9 +200,16 @@ impl Registry {
         let mut bytes = Vec::new();
         while let Some(chunk) = stream.next().await {
             bytes.extend_from_slice(&chunk?);
-            anyhow::ensure!(bytes.len() as u64 <= max, "its layer is over the maximum of {max} bytes");
+            anyhow::ensure!(
+                bytes.len() as u64 <= max,
+                "its layer is over the maximum of {max} bytes"
+            );
         }
-        anyhow::ensure!(sha256(&bytes) == layer.digest, "its layer does not match its digest {}", layer.digest);
+        anyhow::ensure!(
+            sha256(&bytes) == layer.digest,
+            "its layer does not match its digest {}",
+            layer.digest
+        );
         Ok(bytes)
     }
 
@@ -209,7 +220,9 @@ impl Registry {
             let (config, layer) = WasmConfig::from_raw_component(wasm, None)
                 .map_err(|e| anyhow::anyhow!("not a WebAssembly component: {}", one_line(&e)))?;
             let auth = self.auth(reference.registry())?;
-            self.client.push(reference.oci(), &auth, layer, config, None).await?;
+            self.client
+                .push(reference.oci(), &auth, layer, config, None)
+                .await?;
             let digest = self.client.fetch_manifest_digest(reference.oci(), &auth).await?;
             anyhow::Ok(reference.pinned(&digest))
         };
@@ -237,7 +250,9 @@ impl Registry {
         match found {
             Ok(DockerCredential::UsernamePassword(user, password)) => Ok(RegistryAuth::Basic(user, password)),
             Ok(DockerCredential::IdentityToken(token)) => Ok(RegistryAuth::Bearer(token)),
-            Err(E::ConfigNotFound | E::NoCredentialConfigured | E::ConfigReadError) => Ok(RegistryAuth::Anonymous),
+            Err(E::ConfigNotFound | E::NoCredentialConfigured | E::ConfigReadError) => {
+                Ok(RegistryAuth::Anonymous)
+            }
             Err(e) => anyhow::bail!("credentials for {registry}: {e}"),
         }
     }
@@ -245,7 +260,9 @@ impl Registry {
 
 /// Run `future` to its end from synchronous code: on a thread of its own when called
 /// from inside a Tokio runtime, which may not block on another.
-pub fn block_on<T: Send>(future: impl std::future::Future<Output = anyhow::Result<T>> + Send) -> anyhow::Result<T> {
+pub fn block_on<T: Send>(
+    future: impl std::future::Future<Output = anyhow::Result<T>> + Send,
+) -> anyhow::Result<T> {
     let run = || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -255,7 +272,8 @@ pub fn block_on<T: Send>(future: impl std::future::Future<Output = anyhow::Resul
     if tokio::runtime::Handle::try_current().is_err() {
         return run();
     }
-    std::thread::scope(|s| s.spawn(run).join()).unwrap_or_else(|_| anyhow::bail!("the registry client panicked"))
+    std::thread::scope(|s| s.spawn(run).join())
+        .unwrap_or_else(|_| anyhow::bail!("the registry client panicked"))
 }
 
 /// An error and its causes as one short line: registries answer with whole HTML pages.

@@ -35,7 +35,10 @@ impl PluginRef {
         if let Some(digest) = inner.digest() {
             let hex = digest.strip_prefix("sha256:").unwrap_or_default();
             anyhow::ensure!(
-                hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
+                hex.len() == 64
+                    && hex
+                        .bytes()
+                        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
                 "{text}: malformed digest {digest} (sha256: and 64 lowercase hex digits)"
             );
         }
@@ -105,7 +108,10 @@ mod tests {
         let bare = PluginRef::parse(&format!("oci://reg.example/echo@{DIGEST}")).unwrap();
         assert_eq!(bare.digest(), Some(DIGEST));
         assert_eq!(
-            PluginRef::parse("oci://reg.example/echo:1.0").unwrap().pinned(DIGEST).to_string(),
+            PluginRef::parse("oci://reg.example/echo:1.0")
+                .unwrap()
+                .pinned(DIGEST)
+                .to_string(),
             text
         );
     }
@@ -122,7 +128,10 @@ mod tests {
             "oci://reg.example/echo:bad tag",
         ] {
             let e = PluginRef::parse(bad).expect_err(bad).to_string();
-            assert!(e.starts_with(bad.split(' ').next().unwrap()) && !e.contains('\n'), "{bad}: {e}");
+            assert!(
+                e.starts_with(bad.split(' ').next().unwrap()) && !e.contains('\n'),
+                "{bad}: {e}"
+            );
         }
         assert!(is_reference("oci://x/y") && !is_reference("/plugins/oci.wasm"));
     }

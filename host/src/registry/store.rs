@@ -36,11 +36,21 @@ impl Store {
     /// A store in `dir`, created private (0700) when missing; one others could write to is
     /// refused, since its files run as code.
     pub fn open(dir: &Path) -> anyhow::Result<Store> {
-        for sub in ["", "blobs", "blobs/sha256", "manifests", "manifests/sha256", "links"] {
+        for sub in [
+            "",
+            "blobs",
+            "blobs/sha256",
+            "manifests",
+            "manifests/sha256",
+            "links",
+        ] {
             let path = dir.join(sub);
-            crate::engine::private_dir(&path).map_err(|e| anyhow::anyhow!("pulled plugins in {}: {e}", path.display()))?;
+            crate::engine::private_dir(&path)
+                .map_err(|e| anyhow::anyhow!("pulled plugins in {}: {e}", path.display()))?;
         }
-        Ok(Store { dir: dir.to_path_buf() })
+        Ok(Store {
+            dir: dir.to_path_buf(),
+        })
     }
 
     /// The layer a pulled manifest pinned, if it is here and intact.
@@ -58,9 +68,10 @@ impl Store {
         let blob = self
             .blob(layer)
             .ok_or_else(|| anyhow::anyhow!("{layer}: not a sha256 digest"))?;
-        let index = self.dir.join("manifests/sha256").join(
-            hex(manifest).ok_or_else(|| anyhow::anyhow!("{manifest}: not a sha256 digest"))?,
-        );
+        let index = self
+            .dir
+            .join("manifests/sha256")
+            .join(hex(manifest).ok_or_else(|| anyhow::anyhow!("{manifest}: not a sha256 digest"))?);
         write_atomically(&blob, bytes)?;
         write_atomically(&index, layer.as_bytes())?;
         Ok(blob)
@@ -80,13 +91,23 @@ impl Store {
     pub fn link_path(&self, name: &str) -> PathBuf {
         let safe: String = name
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect();
         self.dir.join("links").join(format!("{safe}.wasm"))
     }
 
     fn blob(&self, layer: &str) -> Option<PathBuf> {
-        Some(self.dir.join("blobs/sha256").join(format!("{}.wasm", hex(layer)?)))
+        Some(
+            self.dir
+                .join("blobs/sha256")
+                .join(format!("{}.wasm", hex(layer)?)),
+        )
     }
 }
 
