@@ -2,8 +2,9 @@
 //! `capstan run` as one of the installed pods with only the chart's ServiceAccount token:
 //! with leader election (the HA values: the Lease held, Echo→Job and ScheduledEcho→CronJob
 //! converge, 403 for everything no plugin declared, `--reuse-values` refused, a
-//! `helm upgrade` with a new plugin hot-reloaded without a rollout) and namespace-scoped
-//! (confined to its namespace).
+//! `helm upgrade` with a new plugin hot-reloaded without a rollout), namespace-scoped
+//! (confined to its namespace), and with Echo pulled from a registry (TLS, pull Secret,
+//! digest pinned).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -391,5 +392,105 @@ async fn namespace_scoped_install_is_confined_to_its_namespace() -> Result<()> {
 
     drop(host);
     std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn installed_chart_pulls_its_plugin_from_a_registry_with_the_pull_secret_and_ca() -> Result<()> {
+    use capstan_tests::oci::Registry;
+    let registry = Registry::secured()?;
+    let ca = registry.ca.clone().context("a secured registry has a CA")?;
+    let auth = registry.auth_file()?;
+    let pushed = capstan_tests::capstan(&[
+        "push",
+        capstan_tests::arg(&plugin("echo")),
+        &registry.reference("plugins/echo:1.0"),
+        "--registry-ca",
+        capstan_tests::arg(&ca),
+        "--registry-auth",
+        capstan_tests::arg(&auth),
+    ]);
+    anyhow::ensure!(
+        pushed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    let pinned = String::from_utf8(pushed.stdout)?.trim().to_string();
+
+    let plane = Plane::shared().await?;
+    let admin = plane.client().await?;
+    let ns = restricted_namespace(plane, "helm-oci").await?;
+    let watched = plane.namespace("helm-oci-watched").await?;
+    let kubeconfig = Some(plane.kubeconfig());
+    let dir = tempfile::tempdir()?;
+    // What an operator makes: `kubectl create secret docker-registry` and a CA ConfigMap.
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "regcred"}, "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": serde_json::to_value(k8s_openapi::ByteString(std::fs::read(&auth)?))?},
+    }))?;
+    Api::<Secret>::namespaced(admin.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await?;
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "registry-ca"}, "data": {"ca.crt": std::fs::read_to_string(&ca)?},
+    }))?;
+    Api::<ConfigMap>::namespaced(admin.clone(), &ns)
+        .create(&PostParams::default(), &cm)
+        .await?;
+    // The namespaced values with the registry as Echo's source.
+    let namespaced = std::fs::read_to_string(ci_values("namespaced-values.yaml"))?;
+    let volume =
+        "    source:\n      volume:\n        configMap:\n          name: my-plugins\n      file: echo.wasm\n";
+    anyhow::ensure!(
+        namespaced.contains(volume),
+        "namespaced-values.yaml's echo source moved"
+    );
+    let values = dir.path().join("values.yaml");
+    std::fs::write(
+        &values,
+        format!(
+            "{}registry: {{pullSecret: regcred, caConfigMap: registry-ca, requireDigest: true}}\n",
+            namespaced.replace(volume, &format!("    source: {{oci: '{pinned}'}}\n"))
+        ),
+    )?;
+    let chart = chart();
+    let set_watch = format!("watchNamespace={watched}");
+    let args = [
+        "install",
+        "pulled",
+        chart.to_str().unwrap(),
+        "-n",
+        &ns,
+        "-f",
+        capstan_tests::arg(&values),
+        "--set",
+        &set_watch,
+    ];
+    helm_ok(&args, kubeconfig)?;
+    crds_established(&admin).await?;
+    let pods = available_pods(&admin, &ns, "pulled-capstan", 1).await?;
+
+    let sa_kubeconfig = dir.path().join("sa.kubeconfig");
+    service_account_kubeconfig(plane, &ns, "pulled-capstan", &sa_kubeconfig).await?;
+    let deployment = Api::<Deployment>::namespaced(admin.clone(), &ns)
+        .get("pulled-capstan")
+        .await?;
+    let mut host = PodOnThisMachine::start(
+        &admin,
+        &deployment,
+        &pods[0],
+        &sa_kubeconfig,
+        &dir.path().join("pod"),
+        &[],
+    )
+    .await?;
+    echo_converges(&admin, &mut host, &watched, "pulled").await?;
+    let said = host.log();
+    anyhow::ensure!(
+        said.iter()
+            .any(|l| l["message"] == "plugin pulled" && l["reference"] == pinned.as_str()),
+        "the pod says what it pulled:\n{}",
+        host.log_text()
+    );
     Ok(())
 }

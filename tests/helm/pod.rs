@@ -14,7 +14,7 @@ use capstan_tests::host::{echo_resource, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -144,6 +144,15 @@ impl PodOnThisMachine {
                     .with_context(|| format!("no local content for image {reference}"))?;
                 std::fs::create_dir_all(&dir)?;
                 std::fs::copy(file, dir.join(file.file_name().unwrap()))?;
+            } else if let Some(source) = &v.secret {
+                // Laid out as kubelet projects a ConfigMap: the same ..data flip.
+                let name = source.secret_name.as_deref().unwrap_or_default();
+                let secret = Api::<Secret>::namespaced(admin.clone(), &ns).get(name).await?;
+                let as_files = ConfigMap {
+                    binary_data: secret.data,
+                    ..ConfigMap::default()
+                };
+                project_config_map(&as_files, &dir, 1)?;
             } else if v.empty_dir.is_some() {
                 std::fs::create_dir_all(&dir)?;
             } else {
