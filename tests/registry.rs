@@ -234,6 +234,9 @@ fn bad_references_and_bad_artifacts_are_one_line_errors() -> Result<()> {
     ok(&[&["push", arg(&plugin("echo")), &tag][..], &plain].concat())?;
     pull(&tag, &["--max-bytes", "1000"], "over the maximum of 1000")?;
     pull(&tag, &["--require-digest"], "requireDigest")?;
+    let garbled = dir.path().join("docker-config.json");
+    std::fs::write(&garbled, "{\"auths\": [")?;
+    pull(&tag, &["--registry-auth", arg(&garbled)], "credentials for")?;
     ensure!(!out.exists(), "nothing is written when a pull fails");
 
     let not_wasm = dir.path().join("x.wasm");

@@ -250,9 +250,9 @@ impl Registry {
         match found {
             Ok(DockerCredential::UsernamePassword(user, password)) => Ok(RegistryAuth::Basic(user, password)),
             Ok(DockerCredential::IdentityToken(token)) => Ok(RegistryAuth::Bearer(token)),
-            Err(E::ConfigNotFound | E::NoCredentialConfigured | E::ConfigReadError) => {
-                Ok(RegistryAuth::Anonymous)
-            }
+            Err(E::ConfigNotFound | E::NoCredentialConfigured) => Ok(RegistryAuth::Anonymous),
+            // The user's own Docker config may be anything; a file named for this is not.
+            Err(E::ConfigReadError) if self.settings.auth_file.is_none() => Ok(RegistryAuth::Anonymous),
             Err(e) => anyhow::bail!("credentials for {registry}: {e}"),
         }
     }
