@@ -143,6 +143,27 @@ fn cargo(args: &[&str]) {
     assert!(status.success(), "cargo {} failed", args.join(" "));
 }
 
+/// A tool pinned in `scripts/versions.env` (`VERSION_KEY=…`) and built by
+/// `scripts/k8s-build.sh TARGET` into the cache as `TARGET-VERSION/bin/BIN`, built on first use.
+pub fn pinned_tool(target: &str, version_key: &str, bin: &str) -> PathBuf {
+    const VERSIONS_ENV: &str = include_str!("../scripts/versions.env");
+    let version = VERSIONS_ENV
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(version_key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("scripts/versions.env pins {version_key}"))
+        .trim();
+    let path = capstan::dev::cache_root().join(format!("{target}-{version}/bin/{bin}"));
+    if !path.exists() {
+        let status = Command::new(workspace().join("scripts/k8s-build.sh"))
+            .arg(target)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("scripts/k8s-build.sh runs");
+        assert!(status.success(), "scripts/k8s-build.sh {target} failed");
+    }
+    path
+}
+
 /// A fixture of the Echo plugin.
 pub fn echo_fixture(name: &str) -> PathBuf {
     workspace().join("plugins/echo/fixtures").join(name)

@@ -9,32 +9,11 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use capstan::dev::cache_root;
-
-use crate::workspace;
-
-const VERSIONS_ENV: &str = include_str!("../scripts/versions.env");
 
 /// The pinned registry binary, built into the cache when missing.
 pub fn registry_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let version = VERSIONS_ENV
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("REGISTRY_VERSION="))
-            .expect("scripts/versions.env pins REGISTRY_VERSION")
-            .trim();
-        let bin = cache_root().join(format!("registry-{version}/bin/registry"));
-        if !bin.exists() {
-            let status = Command::new(workspace().join("scripts/k8s-build.sh"))
-                .arg("registry")
-                .stdout(Stdio::null())
-                .status()
-                .expect("scripts/k8s-build.sh runs");
-            assert!(status.success(), "scripts/k8s-build.sh registry failed");
-        }
-        bin
-    })
+    BIN.get_or_init(|| crate::pinned_tool("registry", "REGISTRY_VERSION", "registry"))
 }
 
 /// A user of a registry with basic auth.

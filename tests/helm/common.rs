@@ -8,17 +8,15 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 
 use anyhow::Result;
-use capstan::dev::{Plane, Versions, cache_root};
+use capstan::dev::{Plane, Versions};
 use capstan_tests::workspace;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{Value, json};
-
-pub const VERSIONS_ENV: &str = include_str!("../../scripts/versions.env");
 
 pub fn chart() -> PathBuf {
     workspace().join("charts/capstan")
@@ -31,23 +29,7 @@ pub fn ci_values(name: &str) -> String {
 /// The pinned helm, built into the cache by `scripts/k8s-build.sh helm` when missing.
 pub fn helm_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let version = VERSIONS_ENV
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("HELM_VERSION="))
-            .expect("scripts/versions.env pins HELM_VERSION")
-            .trim();
-        let bin = cache_root().join(format!("helm-{version}/bin/helm"));
-        if !bin.exists() {
-            let status = Command::new(workspace().join("scripts/k8s-build.sh"))
-                .arg("helm")
-                .stdout(Stdio::null())
-                .status()
-                .expect("scripts/k8s-build.sh runs");
-            assert!(status.success(), "scripts/k8s-build.sh helm failed");
-        }
-        bin
-    })
+    BIN.get_or_init(|| capstan_tests::pinned_tool("helm", "HELM_VERSION", "helm"))
 }
 
 /// `helm ARGS` with its own config/cache/data dirs; only with `kubeconfig` may it reach

@@ -98,11 +98,7 @@ impl CacheArgs {
         if let Some(dir) = &self.cache_dir {
             return Engine::new(config(Some(dir.clone())));
         }
-        let default = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .map(|base| base.join("capstan/wasm"));
-        if let Some(dir) = default {
+        if let Some(dir) = user_cache("wasm") {
             match Engine::new(config(Some(dir))) {
                 Ok(engine) => return Ok(engine),
                 Err(e) => tracing::warn!("compiling without a cache: {e:#}"),
@@ -110,6 +106,15 @@ impl CacheArgs {
         }
         Engine::new(config(None))
     }
+}
+
+/// `$XDG_CACHE_HOME/capstan/SUB` or `~/.cache/capstan/SUB`: where compiled and pulled
+/// plugins are kept unless a flag says otherwise.
+fn user_cache(sub: &str) -> Option<PathBuf> {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .map(|base| base.join("capstan").join(sub))
 }
 
 /// Options shared by commands that load one plugin.

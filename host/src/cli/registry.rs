@@ -71,10 +71,7 @@ impl RegistryArgs {
 
 /// `$XDG_CACHE_HOME/capstan/oci` or `~/.cache/capstan/oci`.
 pub fn default_pull_dir() -> Option<PathBuf> {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .map(|base| base.join("capstan/oci"))
+    super::user_cache("oci")
 }
 
 /// Arguments of `capstan push`.
