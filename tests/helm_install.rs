@@ -396,7 +396,8 @@ async fn namespace_scoped_install_is_confined_to_its_namespace() -> Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn installed_chart_pulls_its_plugin_from_a_registry_with_the_pull_secret_and_ca() -> Result<()> {
+async fn installed_chart_pulls_its_signed_plugin_from_a_registry_with_the_pull_secret_ca_and_key()
+-> Result<()> {
     use capstan_tests::oci::Registry;
     let registry = Registry::secured()?;
     let ca = registry.ca.clone().context("a secured registry has a CA")?;
@@ -416,6 +417,30 @@ async fn installed_chart_pulls_its_plugin_from_a_registry_with_the_pull_secret_a
         String::from_utf8_lossy(&pushed.stderr)
     );
     let pinned = String::from_utf8(pushed.stdout)?.trim().to_string();
+    // Signed with a key of the operator's, whose public half the policy names.
+    let keys = tempfile::tempdir()?;
+    let prefix = keys.path().join("release");
+    let registry_flags = [
+        "--registry-ca",
+        capstan_tests::arg(&ca),
+        "--registry-auth",
+        capstan_tests::arg(&auth),
+    ];
+    for args in [
+        vec![
+            "generate-key-pair",
+            "--output-prefix",
+            capstan_tests::arg(&prefix),
+        ],
+        [
+            &["sign", &pinned, "--key", &format!("{}.key", prefix.display())][..],
+            &registry_flags,
+        ]
+        .concat(),
+    ] {
+        let out = capstan_tests::capstan(&args);
+        anyhow::ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
 
     let plane = Plane::shared().await?;
     let admin = plane.client().await?;
@@ -437,6 +462,13 @@ async fn installed_chart_pulls_its_plugin_from_a_registry_with_the_pull_secret_a
     Api::<ConfigMap>::namespaced(admin.clone(), &ns)
         .create(&PostParams::default(), &cm)
         .await?;
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "plugin-keys"},
+        "data": {"release.pub": std::fs::read_to_string(keys.path().join("release.pub"))?},
+    }))?;
+    Api::<ConfigMap>::namespaced(admin.clone(), &ns)
+        .create(&PostParams::default(), &cm)
+        .await?;
     // The namespaced values with the registry as Echo's source.
     let namespaced = std::fs::read_to_string(ci_values("namespaced-values.yaml"))?;
     let volume =
@@ -449,7 +481,7 @@ async fn installed_chart_pulls_its_plugin_from_a_registry_with_the_pull_secret_a
     std::fs::write(
         &values,
         format!(
-            "{}registry: {{pullSecret: regcred, caConfigMap: registry-ca, requireDigest: true}}\n",
+            "{}registry: {{pullSecret: regcred, caConfigMap: registry-ca, requireDigest: true, verify: {{keysConfigMap: plugin-keys, keys: [release.pub]}}}}\n",
             namespaced.replace(volume, &format!("    source: {{oci: '{pinned}'}}\n"))
         ),
     )?;
@@ -490,6 +522,12 @@ async fn installed_chart_pulls_its_plugin_from_a_registry_with_the_pull_secret_a
         said.iter()
             .any(|l| l["message"] == "plugin pulled" && l["reference"] == pinned.as_str()),
         "the pod says what it pulled:\n{}",
+        host.log_text()
+    );
+    anyhow::ensure!(
+        said.iter().any(|l| l["message"] == "plugin signature verified"
+            && l["key"].as_str().is_some_and(|k| k.ends_with("release.pub"))),
+        "the pod checked the signature under the policy:\n{}",
         host.log_text()
     );
     Ok(())

@@ -487,3 +487,49 @@ fn an_oci_source_is_pulled_by_the_host_with_the_pull_secret_ca_and_digest_rule_t
     assert!(refused.to_string().contains("exactly one of"), "{refused}");
     Ok(())
 }
+
+#[test]
+fn a_signature_policy_reaches_the_host_with_its_keys_and_refuses_plugins_from_files() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let values = dir.path().join("verify.yaml");
+    let reference = format!(
+        "oci://registry.example/plugins/echo:1.0@sha256:{}",
+        "ab".repeat(32)
+    );
+    let kinds = "parent: {group: capstan.dev, version: v1alpha1, kind: Echo, plural: echoes, namespaced: true}\n    \
+                 children: [{group: batch, version: v1, kind: Job, plural: jobs, namespaced: true}]\n";
+    let text = format!(
+        "registry: {{verify: {{keysConfigMap: plugin-keys, keys: [release.pub]}}}}\n\
+         plugins:\n  echo:\n    source: {{oci: '{reference}'}}\n    {kinds}  \
+         greeter:\n    source: {{oci: '{reference}'}}\n    verify: {{keys: [team-a.pub]}}\n    {kinds}"
+    );
+    std::fs::write(&values, &text)?;
+    let docs = render("capstan", &["-f", values.to_str().unwrap()])?;
+    let config = capstan::config::parse(host_config(&docs))?;
+    let global = config.verify.as_ref().expect("a global policy");
+    assert_eq!(global.keys, [Path::new("../verify-keys/release.pub")]);
+    let own = config
+        .plugins
+        .iter()
+        .find_map(|p| p.verify.as_ref())
+        .expect("greeter's own policy");
+    assert_eq!(own.keys, [Path::new("../verify-keys/team-a.pub")]);
+    let pod = &one(&docs, "Deployment")["spec"]["template"]["spec"];
+    let volumes = serde_json::to_string(&pod["volumes"])?;
+    assert!(volumes.contains("\"name\":\"plugin-keys\""), "{volumes}");
+
+    // A plugin from a ConfigMap under the policy never loads: helm says so.
+    let from_volume = text.replacen(
+        &format!("source: {{oci: '{reference}'}}"),
+        "source: {volume: {configMap: {name: my-plugins}}, file: echo.wasm}",
+        1,
+    );
+    std::fs::write(&values, from_volume)?;
+    let refused = render("capstan", &["-f", values.to_str().unwrap()]).unwrap_err();
+    assert!(refused.to_string().contains("carries no signature"), "{refused}");
+    // Keys need the ConfigMap they are entries of.
+    std::fs::write(&values, text.replace("keysConfigMap: plugin-keys, ", ""))?;
+    let refused = render("capstan", &["-f", values.to_str().unwrap()]).unwrap_err();
+    assert!(refused.to_string().contains("keysConfigMap"), "{refused}");
+    Ok(())
+}

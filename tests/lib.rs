@@ -79,8 +79,14 @@ pub fn capstan_bin() -> PathBuf {
 /// `capstan ARGS` run to completion, as a user runs it: the default log level, the tests'
 /// own compile cache.
 pub fn capstan(args: &[&str]) -> std::process::Output {
+    capstan_with(args, &[])
+}
+
+/// [`capstan`] with these environment variables set too.
+pub fn capstan_with(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     Command::new(capstan_bin())
         .args(args)
+        .envs(env.iter().copied())
         .env_remove("RUST_LOG")
         .env("CAPSTAN_CACHE_DIR", compile_cache())
         .env("CAPSTAN_PULL_DIR", pull_dir())

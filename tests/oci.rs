@@ -96,6 +96,11 @@ impl Registry {
         anyhow::bail!("the registry did not listen on {} within 30 s", self.addr)
     }
 
+    /// Where it keeps blobs and manifests (`docker/registry/v2/…`), to tamper with.
+    pub fn storage(&self) -> PathBuf {
+        self.dir.path().join("storage")
+    }
+
     /// `oci://ADDR/PATH`.
     pub fn reference(&self, path: &str) -> String {
         format!("oci://{}/{path}", self.addr)

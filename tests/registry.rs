@@ -152,7 +152,7 @@ fn push_odd(registry: &Registry, path: &str, media_type: &str, layer: Vec<u8>) -
     use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
     use oci_client::manifest::OciImageManifest;
     let reference: oci_client::Reference = format!("{}/{path}", registry.addr).parse()?;
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let client = oci_client::Client::new(ClientConfig {
         protocol: ClientProtocol::Http,
         ..ClientConfig::default()

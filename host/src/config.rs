@@ -8,6 +8,8 @@
 //!   authFile: /etc/capstan/registry/.dockerconfigjson
 //!   requireDigest: true          # refuse references without @sha256:…
 //!   maxBytes: 67108864           # the largest plugin layer pulled
+//! verify:                        # every plugin must be signed (cosign) by one of these keys
+//!   keys: [release.pub]
 //! plugins:
 //!   - path: echo.wasm            # relative to this file, or oci://REGISTRY/REPO:TAG@sha256:…
 //!     name: echo-blue              # run under this name instead of the plugin's own
@@ -25,6 +27,7 @@
 //!       selector: { matchLabels: { canary: "true" } }
 //!     mode: live                   # or shadow: run beside the live plugin of this name,
 //!                                  # writing nothing, and report where it would differ
+//!     verify: { keys: [team-a.pub] } # this entry's keys instead of the global ones
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -45,6 +48,10 @@ pub struct Config {
     /// How plugins named by registry reference are pulled.
     #[serde(default)]
     pub registry: crate::registry::Settings,
+    /// Keys every plugin must be signed by, unless its entry names its own; a plugin from a
+    /// file carries no signature and is refused under a policy.
+    #[serde(default)]
+    pub verify: Option<crate::registry::Policy>,
 }
 
 /// One plugin's settings; anything unset takes the command-line default.
@@ -90,6 +97,9 @@ pub struct PluginConfig {
     /// A candidate version for some parents.
     #[serde(default)]
     pub canary: Option<CanaryConfig>,
+    /// Keys this plugin (and its canary) must be signed by, instead of the global ones.
+    #[serde(default)]
+    pub verify: Option<crate::registry::Policy>,
 }
 
 /// A canary: another file of the same plugin, for the parents a label selector picks.
@@ -135,6 +145,7 @@ impl PluginConfig {
             settings: None,
             mode: Mode::Live,
             canary: None,
+            verify: None,
         }
     }
 }
@@ -152,7 +163,18 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
         }
     }
     let registry = &mut config.registry;
-    for file in registry.ca_files.iter_mut().chain(registry.auth_file.as_mut()) {
+    let keys = config
+        .plugins
+        .iter_mut()
+        .filter_map(|p| p.verify.as_mut())
+        .chain(config.verify.as_mut())
+        .flat_map(|policy| policy.keys.iter_mut());
+    for file in registry
+        .ca_files
+        .iter_mut()
+        .chain(registry.auth_file.as_mut())
+        .chain(keys)
+    {
         *file = base.join(&*file);
     }
     Ok(config)
@@ -176,12 +198,28 @@ pub fn reference(path: &Path) -> Option<crate::registry::PluginRef> {
 pub fn parse(text: &str) -> anyhow::Result<Config> {
     let config: Config =
         serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    anyhow::ensure!(
+        config.verify.as_ref().is_none_or(|p| !p.keys.is_empty()),
+        "verify names no key"
+    );
     for plugin in &config.plugins {
         let canary = plugin.canary.as_ref().map(|c| &c.path);
         for source in std::iter::once(&plugin.path).chain(canary) {
             if let Some(text) = source.to_str().filter(|t| crate::registry::is_reference(t)) {
                 crate::registry::PluginRef::parse(text)?;
             }
+        }
+        if let Some(policy) = &plugin.verify {
+            anyhow::ensure!(
+                !policy.keys.is_empty(),
+                "{}: verify names no key",
+                plugin.path.display()
+            );
+            anyhow::ensure!(
+                reference(&plugin.path).is_some(),
+                "{}: verify is for a plugin from a registry (oci://…); a file carries no signature",
+                plugin.path.display()
+            );
         }
         if plugin.concurrency == Some(0) {
             anyhow::bail!("concurrency of {} must be at least 1", plugin.path.display());
@@ -247,5 +285,19 @@ mod tests {
         );
         assert!(parse("plugins: [unclosed").is_err());
         assert!(parse("plugins:\n- path: a.wasm\n  concurrency: 0\n").is_err());
+    }
+
+    #[test]
+    fn verify_keys_are_relative_to_the_file_and_only_for_references() {
+        let c = parse(
+            "verify: {keys: [release.pub]}\nplugins:\n- path: oci://r.example/p/echo:1\n  verify: {keys: [team.pub]}\n",
+        )
+        .unwrap();
+        let global = &c.verify.as_ref().unwrap().keys[0];
+        assert!(global.is_absolute() && global.ends_with("release.pub"));
+        assert!(c.plugins[0].verify.as_ref().unwrap().keys[0].ends_with("team.pub"));
+        let on_file = parse("plugins:\n- path: a.wasm\n  verify: {keys: [k.pub]}\n").unwrap_err();
+        assert!(on_file.to_string().contains("carries no signature"), "{on_file}");
+        assert!(parse("verify: {keys: []}\nplugins: []\n").is_err());
     }
 }

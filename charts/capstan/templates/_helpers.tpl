@@ -100,6 +100,13 @@ Checks that fail the render with one clear line instead of a host that cannot st
 {{- fail (printf "plugins.%s: %s has no digest and registry.requireDigest is set: pin it (capstan push prints the reference with its digest)" $name $ref) }}
 {{- end }}
 {{- end }}
+{{- $policy := or ($p.verify | default dict).keys $.Values.registry.verify.keys }}
+{{- if and $policy (not $.Values.registry.verify.keysConfigMap) }}
+{{- fail (printf "plugins.%s: verify keys name entries of registry.verify.keysConfigMap, which is not set" $name) }}
+{{- end }}
+{{- if and $policy (or (not $p.source.oci) (and $p.canary (not $p.canary.oci))) }}
+{{- fail (printf "plugins.%s: a signature policy applies and a plugin from a file or volume carries no signature: give it source.oci (and canary.oci)" $name) }}
+{{- end }}
 {{- if and $p.canary (ne (len (pick $p.canary "file" "oci")) 1) }}
 {{- fail (printf "plugins.%s.canary needs exactly one of file (in the source volume) or oci (a registry reference)" $name) }}
 {{- end }}
@@ -194,6 +201,10 @@ registry:
   requireDigest: {{ $r.requireDigest }}
   maxBytes: {{ int64 $r.maxBytes }}
 {{- end }}
+{{- with .Values.registry.verify.keys }}
+verify:
+  keys: {{ include "capstan.verifyKeys" . }}
+{{- end }}
 plugins:
 {{- range $name, $p := .Values.plugins }}
   {{- if $p.source.oci }}
@@ -264,7 +275,18 @@ plugins:
     {{- with $p.settings }}
     settings: {{ toJson . }}
     {{- end }}
+    {{- with $p.verify }}
+    verify:
+      keys: {{ include "capstan.verifyKeys" .keys }}
+    {{- end }}
 {{- end }}
+{{- end }}
+
+{{/* Key names of registry.verify.keysConfigMap as paths beside the config file. */}}
+{{- define "capstan.verifyKeys" -}}
+{{- $paths := list }}
+{{- range . }}{{ $paths = append $paths (printf "../verify-keys/%s" .) }}{{ end }}
+{{- toJson $paths }}
 {{- end }}
 
 {{/* "true" when some plugin (or canary) is pulled from a registry; empty otherwise. */}}

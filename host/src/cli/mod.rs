@@ -11,6 +11,7 @@ mod new;
 mod registry;
 mod replay;
 mod run;
+mod sign;
 mod test;
 
 use std::path::{Path, PathBuf};
@@ -49,6 +50,13 @@ enum Command {
     Push(registry::PushArgs),
     /// Pull a plugin from an OCI registry into a file; prints the reference pinned to its digest.
     Pull(registry::PullArgs),
+    /// Sign a plugin in its registry, as cosign does; prints the reference pinned to the digest signed.
+    Sign(sign::SignArgs),
+    /// Check that a plugin in a registry is signed by one of the keys
+    /// (exit 0: it is, 1: it is not, 2: error).
+    Verify(sign::VerifyArgs),
+    /// Write a new signing key pair (cosign's format).
+    GenerateKeyPair(sign::KeyPairArgs),
     /// Run a plugin offline on fixture files and print (or check) its response; in a
     /// plugin project without arguments, run its golden cases.
     Test(test::TestArgs),
@@ -241,6 +249,9 @@ pub fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Push(args) => registry::push(args),
         Command::Pull(args) => registry::pull(args),
+        Command::Sign(args) => sign::sign(args),
+        Command::Verify(args) => sign::verify(args),
+        Command::GenerateKeyPair(args) => sign::generate_key_pair(args),
         Command::Test(args) => test::run(args),
         Command::Build(args) => build::run(args),
         Command::New(args) => new::run(args),
@@ -262,13 +273,15 @@ pub fn main() -> ExitCode {
 
 /// Log filter of the commands whose output is on stdout: warnings, and plugins' own logs.
 /// kube_client logs every failed readiness probe of `dev up` as an error; they are expected.
-/// rustls' verifier logs each refused certificate, which the registry client reports itself.
-const QUIET_LOG_FILTER: &str = "warn,kube_client=off,rustls_platform_verifier=off,capstan::plugin=info";
+/// rustls' verifier logs each refused certificate, and sigstore each signature it cannot
+/// fetch, which the registry client reports itself.
+const QUIET_LOG_FILTER: &str =
+    "warn,kube_client=off,rustls_platform_verifier=off,sigstore=off,capstan::plugin=info";
 
 /// Log filter of `run`, a service: what it bound, runs and decides (capstan's own `info`),
 /// dependencies at `warn`. kube_client is off: it logs each failed request as an error,
-/// which the controller reports itself; rustls' verifier too, for the registry client.
-const RUN_LOG_FILTER: &str = "warn,capstan=info,kube_client=off,rustls_platform_verifier=off";
+/// which the controller reports itself; rustls' verifier and sigstore too, for the registry client.
+const RUN_LOG_FILTER: &str = "warn,capstan=info,kube_client=off,rustls_platform_verifier=off,sigstore=off";
 
 impl Command {
     /// The log filter when `RUST_LOG` is not set.
@@ -280,6 +293,9 @@ impl Command {
             Command::Inspect(_)
             | Command::Push(_)
             | Command::Pull(_)
+            | Command::Sign(_)
+            | Command::Verify(_)
+            | Command::GenerateKeyPair(_)
             | Command::Diff(_)
             | Command::Test(_)
             | Command::Bench(_)

@@ -56,7 +56,7 @@ impl RegistryArgs {
         }
     }
 
-    fn registry(&self) -> anyhow::Result<Registry> {
+    pub(super) fn registry(&self) -> anyhow::Result<Registry> {
         Registry::new(self.settings(), &self.pull_dir()?)
     }
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::config::{self, Config, PluginConfig};
-use crate::registry::{PluginRef, Registry};
+use crate::registry::{PluginRef, Policy, Registry, Verifier};
 
 /// The references of one config file, and what each link points at.
 pub(super) struct References {
@@ -19,25 +19,72 @@ pub(super) struct References {
     current: BTreeMap<String, PluginRef>,
 }
 
+/// One plugin source named by reference: its link's name, the reference, the keys it must be
+/// signed by, and its entry's path, to point at the link.
+struct Source<'a> {
+    name: String,
+    reference: PluginRef,
+    policy: Option<Policy>,
+    path: &'a mut PathBuf,
+}
+
 /// Every reference of these entries, each with the name of its link (the entry's name, or its
-/// repository; `.canary` for a canary) and its entry's path, to point at the link.
-fn sources(entries: &mut [PluginConfig]) -> Vec<(String, PluginRef, &mut PathBuf)> {
+/// repository; `.canary` for a canary). Under a policy, a stable file is refused into `broken`
+/// and a canary file dropped: a file carries no signature.
+fn sources<'a>(
+    entries: &'a mut [PluginConfig],
+    global: Option<&Policy>,
+    broken: &mut Vec<(PathBuf, String)>,
+) -> Vec<Source<'a>> {
+    const UNSIGNED: &str = "refused: a verify policy applies, and a plugin from a file carries no signature (use a signed oci:// reference)";
     let mut out = Vec::new();
     for entry in entries {
+        let policy = entry.verify.clone().or_else(|| global.cloned());
+        if policy.is_some()
+            && let Some(c) = entry.canary.take_if(|c| config::reference(&c.path).is_none())
+        {
+            broken.push((c.path, UNSIGNED.to_string()));
+        }
         let PluginConfig {
             name, path, canary, ..
         } = entry;
-        if let Some(r) = config::reference(path) {
-            out.push((name.clone().unwrap_or_else(|| r.repository()), r, path));
+        match config::reference(path) {
+            Some(reference) => out.push(Source {
+                name: name.clone().unwrap_or_else(|| reference.repository()),
+                reference,
+                policy: policy.clone(),
+                path,
+            }),
+            None if policy.is_some() => broken.push((path.clone(), UNSIGNED.to_string())),
+            None => {}
         }
         if let Some(c) = canary
-            && let Some(r) = config::reference(&c.path)
+            && let Some(reference) = config::reference(&c.path)
         {
-            let base = name.clone().unwrap_or_else(|| r.repository());
-            out.push((format!("{base}.canary"), r, &mut c.path));
+            let base = name.clone().unwrap_or_else(|| reference.repository());
+            out.push(Source {
+                name: format!("{base}.canary"),
+                reference,
+                policy: policy.clone(),
+                path: &mut c.path,
+            });
         }
     }
     out
+}
+
+/// Pull `source` and check its signature under its policy; the plugin in the store.
+async fn fetch(registry: &Registry, source: &Source<'_>) -> anyhow::Result<PathBuf> {
+    let pulled = registry.pull(&source.reference).await?;
+    if let Some(policy) = &source.policy {
+        let verifier = Verifier::load(policy)?;
+        let key = registry
+            .verify(&pulled.reference, &pulled.digest, &verifier)
+            .await?;
+        tracing::info!(reference = %pulled.reference, key = %key, "plugin signature verified");
+    }
+    tracing::info!(reference = %pulled.reference, digest = %pulled.digest, path = %pulled.path.display(), fetched = pulled.fetched, "plugin pulled");
+    Ok(pulled.path)
 }
 
 impl References {
@@ -50,7 +97,7 @@ impl References {
         pull_dir: Option<&Path>,
     ) -> (Option<References>, Vec<(PathBuf, String)>) {
         let mut broken = Vec::new();
-        let mut sources = sources(&mut config.plugins);
+        let mut sources = sources(&mut config.plugins, config.verify.as_ref(), &mut broken);
         if sources.is_empty() {
             return (None, broken);
         }
@@ -65,28 +112,26 @@ impl References {
                 broken.extend(
                     sources
                         .iter()
-                        .map(|(_, r, _)| (PathBuf::from(r.to_string()), format!("{e:#}"))),
+                        .map(|s| (PathBuf::from(s.reference.to_string()), format!("{e:#}"))),
                 );
                 return (None, broken);
             }
         };
         let mut current = BTreeMap::new();
-        for (name, reference, path) in &mut sources {
-            let pulled = registry.pull_blocking(reference).and_then(|p| {
-                pulled(&p);
-                registry.store().link(name, &p.path)
-            });
+        for source in &mut sources {
+            let pulled = crate::registry::block_on(fetch(&registry, source))
+                .and_then(|path| registry.store().link(&source.name, &path));
             match pulled {
                 Ok(link) => {
-                    **path = link;
-                    current.insert(name.clone(), reference.clone());
+                    *source.path = link;
+                    current.insert(source.name.clone(), source.reference.clone());
                 }
                 Err(e) => {
                     // A link left by an earlier run would start a version the config no longer names.
-                    let link = registry.store().link_path(name);
+                    let link = registry.store().link_path(&source.name);
                     let _ = std::fs::remove_file(&link);
                     broken.push((link.clone(), format!("{e:#}")));
-                    **path = link;
+                    *source.path = link;
                 }
             }
         }
@@ -116,31 +161,23 @@ impl References {
                 return tracing::warn!(config = %self.config.display(), error = %format!("{e:#}"), "config not read; plugins keep running as they are");
             }
         };
-        for (name, reference, _) in sources(&mut config.plugins) {
-            if self.current.get(&name) == Some(&reference) {
+        let global = config.verify.clone();
+        for source in sources(&mut config.plugins, global.as_ref(), &mut Vec::new()) {
+            if self.current.get(&source.name) == Some(&source.reference) {
                 continue;
             }
-            let store = self.registry.store().clone();
-            let flipped = match self.registry.pull(&reference).await {
-                Ok(p) => {
-                    pulled(&p);
-                    store.link(&name, &p.path)
-                }
+            let flipped = match fetch(&self.registry, &source).await {
+                Ok(path) => self.registry.store().link(&source.name, &path),
                 Err(e) => Err(e),
             };
             match flipped {
                 Ok(_) => {
-                    self.current.insert(name, reference);
+                    self.current.insert(source.name, source.reference);
                 }
                 Err(e) => {
-                    tracing::warn!(plugin = %name, reference = %reference, error = %format!("{e:#}"), "pull failed; the running version stays")
+                    tracing::warn!(plugin = %source.name, reference = %source.reference, error = %format!("{e:#}"), "pull failed; the running version stays")
                 }
             }
         }
     }
-}
-
-/// Say what a reference resolved to: a tag without a digest is pinned here, once.
-fn pulled(p: &crate::registry::Pulled) {
-    tracing::info!(reference = %p.reference, digest = %p.digest, path = %p.path.display(), fetched = p.fetched, "plugin pulled");
 }

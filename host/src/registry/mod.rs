@@ -27,9 +27,11 @@ use oci_wasm::{WASM_LAYER_MEDIA_TYPE, WasmClient, WasmConfig};
 use serde::Deserialize;
 
 pub use reference::{PluginRef, SCHEME, is_reference};
+pub use signature::{Policy, Verifier, generate_key_pair};
 pub use store::{Store, sha256};
 
 mod reference;
+mod signature;
 mod store;
 
 /// How registries are reached: the `registry` section of `capstan run --config`, and the
@@ -99,8 +101,8 @@ pub struct Registry {
 impl Registry {
     /// A client with `settings`, keeping what it pulls in `store`.
     pub fn new(settings: Settings, store: &Path) -> anyhow::Result<Registry> {
-        // reqwest takes the process's rustls provider: ring, as kube's. Installed already is fine.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        // reqwest takes the process's rustls provider: aws-lc, as kube's. Installed already is fine.
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let mut roots = Vec::new();
         for file in &settings.ca_files {
             let data = std::fs::read(file)
