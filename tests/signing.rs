@@ -246,7 +246,15 @@ async fn a_host_under_a_verify_policy_runs_the_signed_plugin_and_refuses_the_oth
     std::fs::write(&config, serde_json::to_string(&text)?)?;
     let host = Host::start(
         plane,
-        &["--config", arg(&config), "--namespace", &ns],
+        &[
+            "--config",
+            arg(&config),
+            "--namespace",
+            &ns,
+            "--hot-reload",
+            "--reload-interval",
+            "200ms",
+        ],
         &setup.file("host.log"),
         &[],
     )?;
@@ -305,5 +313,47 @@ async fn a_host_under_a_verify_policy_runs_the_signed_plugin_and_refuses_the_oth
             == 2,
         "echo under the global key, scheduled-echo under its own"
     );
+
+    // A new version under the policy that nobody signed: refused, the signed one serves on.
+    let mut text = text;
+    text["plugins"][0]["path"] = serde_json::json!(unsigned);
+    let tmp = setup.file("config.tmp");
+    std::fs::write(&tmp, serde_json::to_string(&text)?)?;
+    std::fs::rename(&tmp, &config)?;
+    eventually("the refused reload", Duration::from_secs(60), async || {
+        Ok(host
+            .log()
+            .iter()
+            .any(|l| {
+                l["message"] == "pull failed; the running version stays"
+                    && l["error"].as_str().is_some_and(|e| e.contains("not signed"))
+            })
+            .then_some(()))
+    })
+    .await?;
+    echoes
+        .create(&PostParams::default(), &echo("second", "hello")?)
+        .await?;
+    eventually("the second Echo's Job", Duration::from_secs(60), async || {
+        let listed = jobs.list(&ListParams::default()).await?;
+        Ok(listed
+            .items
+            .iter()
+            .find(|j| {
+                j.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("second"))
+            })
+            .map(|j| j.metadata.labels.clone().unwrap_or_default()))
+    })
+    .await
+    .and_then(|labels| {
+        ensure!(
+            !labels.contains_key("capstan.dev/canary"),
+            "the signed version still reconciles: {labels:?}"
+        );
+        Ok(())
+    })?;
     Ok(())
 }
