@@ -1,6 +1,6 @@
 //! Plugins shipped like images: pushed to and pulled from OCI registries, in the Wasm
 //! artifact layout of CNCF TAG Runtime (config `application/vnd.wasm.config.v0+json`, one
-//! `application/wasm` layer), through `oci-client` and `oci-wasm`.
+//! `application/wasm` layer), through `oci-client`.
 //!
 //! A pull is checked before anything is kept: the manifest against a pinned digest, the
 //! layer's media type, its size against a maximum, its bytes against its digest and the
@@ -23,13 +23,13 @@ use std::time::Duration;
 use futures::StreamExt;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use oci_client::secrets::RegistryAuth;
-use oci_wasm::{WASM_LAYER_MEDIA_TYPE, WasmClient, WasmConfig};
 use serde::Deserialize;
 
 pub use reference::{PluginRef, SCHEME, is_reference};
 pub use signature::{Policy, Verifier, generate_key_pair};
 pub use store::{Store, sha256};
 
+mod artifact;
 mod reference;
 mod signature;
 mod store;
@@ -93,7 +93,7 @@ pub struct Pulled {
 
 /// A client for plugin artifacts with its settings and its store.
 pub struct Registry {
-    client: WasmClient,
+    client: oci_client::Client,
     settings: Settings,
     store: Store,
 }
@@ -122,7 +122,7 @@ impl Registry {
         let client = oci_client::Client::try_from(config)
             .map_err(|e| anyhow::anyhow!("registry client: {}", one_line(&e)))?;
         Ok(Registry {
-            client: WasmClient::new(client),
+            client,
             store: Store::open(store)?,
             settings,
         })
@@ -158,10 +158,8 @@ impl Registry {
 
     async fn fetch(&self, reference: &PluginRef) -> anyhow::Result<Pulled> {
         let auth = self.auth(reference.registry())?;
-        let (manifest, _config, digest) = self
-            .client
-            .pull_manifest_and_config(reference.oci(), &auth)
-            .await?;
+        let (manifest, digest) = self.client.pull_image_manifest(reference.oci(), &auth).await?;
+        artifact::check(&manifest)?;
         if let Some(pinned) = reference.digest() {
             anyhow::ensure!(
                 digest == pinned,
@@ -170,9 +168,10 @@ impl Registry {
         }
         let layer = &manifest.layers[0];
         anyhow::ensure!(
-            layer.media_type == WASM_LAYER_MEDIA_TYPE,
-            "its layer is {}, not {WASM_LAYER_MEDIA_TYPE}",
-            layer.media_type
+            layer.media_type == artifact::LAYER_MEDIA_TYPE,
+            "its layer is {}, not {}",
+            layer.media_type,
+            artifact::LAYER_MEDIA_TYPE
         );
         let max = self.settings.max_bytes;
         anyhow::ensure!(
@@ -219,11 +218,12 @@ impl Registry {
     /// registry stored.
     pub async fn push(&self, wasm: Vec<u8>, reference: &PluginRef) -> anyhow::Result<PluginRef> {
         let pushed = async {
-            let (config, layer) = WasmConfig::from_raw_component(wasm, None)
-                .map_err(|e| anyhow::anyhow!("not a WebAssembly component: {}", one_line(&e)))?;
+            let (config, layer) = artifact::pack(wasm)?;
             let auth = self.auth(reference.registry())?;
+            let layers = [layer];
+            let manifest = artifact::manifest(&layers, &config);
             self.client
-                .push(reference.oci(), &auth, layer, config, None)
+                .push(reference.oci(), &layers, config, &auth, Some(manifest))
                 .await?;
             let digest = self.client.fetch_manifest_digest(reference.oci(), &auth).await?;
             anyhow::Ok(reference.pinned(&digest))
