@@ -2,7 +2,8 @@
 //! pairs from `capstan generate-key-pair`, `capstan sign` pushing a cosign signature,
 //! `capstan verify` accepting key A and refusing unsigned, key-B and tampered plugins, and
 //! a host on the local plane whose verify policy loads the plugin signed with A and refuses
-//! the others in one line each while it serves.
+//! the others (unsigned, signed with B, a file, a signed layer changed) in one line each
+//! while it serves.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -221,6 +222,15 @@ async fn a_host_under_a_verify_policy_runs_the_signed_plugin_and_refuses_the_oth
     setup.ok(&["sign", &by_b, "--key", arg(&setup.file("b.key"))], "")?;
     let other = setup.push(&plugin("scheduled-echo"), "plugins/scheduled-echo:1.0")?;
     setup.ok(&["sign", &other, "--key", arg(&setup.file("b.key"))], "")?;
+    // Signed with A, then one byte of its layer changed in the registry's storage.
+    let tenant = plugin("tenant");
+    let tampered = setup.push(&tenant, "plugins/tampered:1.0")?;
+    setup.ok(&["sign", &tampered, "--key", arg(&setup.file("a.key"))], PASSWORD)?;
+    let mut bytes = std::fs::read(&tenant)?;
+    let blob = blob_file(&setup.registry.storage(), &bytes).expect("the registry keeps the layer");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&blob, &bytes)?;
 
     let plane = Plane::shared().await?;
     install_plugin_crd(plane, "echo").await?;
@@ -239,6 +249,7 @@ async fn a_host_under_a_verify_policy_runs_the_signed_plugin_and_refuses_the_oth
             {"path": unsigned, "name": "unsigned"},
             {"path": by_b, "name": "by-b"},
             {"path": plugin("echo-canary"), "name": "from-file"},
+            {"path": tampered, "name": "tampered"},
             // Its own policy instead of the global one.
             {"path": other, "verify": {"keys": [setup.file("b.pub")]}},
         ],
@@ -300,7 +311,11 @@ async fn a_host_under_a_verify_policy_runs_the_signed_plugin_and_refuses_the_oth
         said("echo_canary.wasm", "carries no signature"),
         "a file under a policy is refused: {refused:?}"
     );
-    ensure!(refused.len() == 3, "exactly three refused: {refused:?}");
+    ensure!(
+        said("tampered", "digest"),
+        "a changed layer is refused: {refused:?}"
+    );
+    ensure!(refused.len() == 4, "exactly four refused: {refused:?}");
     ensure!(
         log.iter()
             .any(|l| l["message"] == "plugin signature verified" && l["reference"] == signed.as_str()),
