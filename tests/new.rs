@@ -37,12 +37,19 @@ fn builds_and_passes_its_golden(project: &Path) {
 fn a_new_rust_plugin_builds_and_passes_its_tests() {
     let dir = scaffold("rust");
     let project = dir.path().join("ping-pong");
-    // The workspace's lock and target directory: the same crates, built once.
+    // The workspace's lock, target directory and dev profile: the same crates, built once.
     std::fs::copy(workspace().join("Cargo.lock"), project.join("Cargo.lock")).unwrap();
     let target =
         std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| arg(&workspace().join("target")).into());
+    let profile = [
+        "--config",
+        "profile.dev.debug=\"line-tables-only\"",
+        "--config",
+        "profile.dev.package.\"*\".debug=false",
+    ];
     let cargo = |args: &[&str]| {
         std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(profile)
             .args(args)
             .current_dir(&project)
             .env("CARGO_TARGET_DIR", &target)
