@@ -103,15 +103,13 @@ impl Registry {
     pub fn new(settings: Settings, store: &Path) -> anyhow::Result<Registry> {
         // reqwest takes the process's rustls provider: aws-lc, as kube's. Installed already is fine.
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        let mut roots = Vec::new();
-        for file in &settings.ca_files {
-            let data = std::fs::read(file)
-                .map_err(|e| anyhow::anyhow!("cannot read CA file {}: {e}", file.display()))?;
-            roots.push(Certificate {
+        let roots = ca_pems(&settings)?
+            .into_iter()
+            .map(|data| Certificate {
                 encoding: CertificateEncoding::Pem,
                 data,
-            });
-        }
+            })
+            .collect();
         let config = ClientConfig {
             protocol: ClientProtocol::HttpsExcept(settings.plain_http.clone()),
             extra_root_certificates: roots,
@@ -258,6 +256,17 @@ impl Registry {
             Err(e) => anyhow::bail!("credentials for {registry}: {e}"),
         }
     }
+}
+
+/// The CA files' contents (PEM), read for each client made.
+fn ca_pems(settings: &Settings) -> anyhow::Result<Vec<Vec<u8>>> {
+    settings
+        .ca_files
+        .iter()
+        .map(|file| {
+            std::fs::read(file).map_err(|e| anyhow::anyhow!("cannot read CA file {}: {e}", file.display()))
+        })
+        .collect()
 }
 
 /// Run `future` to its end from synchronous code: on a thread of its own when called

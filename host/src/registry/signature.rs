@@ -147,15 +147,13 @@ impl Registry {
     /// A cosign client reaching registries as this one does.
     fn cosign(&self) -> anyhow::Result<sigstore::cosign::Client> {
         let settings = &self.settings;
-        let mut roots = Vec::new();
-        for file in &settings.ca_files {
-            let data = std::fs::read(file)
-                .map_err(|e| anyhow::anyhow!("cannot read CA file {}: {e}", file.display()))?;
-            roots.push(Certificate {
+        let roots = super::ca_pems(settings)?
+            .into_iter()
+            .map(|data| Certificate {
                 encoding: CertificateEncoding::Pem,
                 data,
-            });
-        }
+            })
+            .collect();
         let config = ClientConfig {
             protocol: ClientProtocol::HttpsExcept(settings.plain_http.clone()),
             extra_root_certificates: roots,
