@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::StreamExt;
-use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
+use oci_client::client::ClientConfig;
 use oci_client::secrets::RegistryAuth;
 use serde::Deserialize;
 
@@ -94,6 +94,8 @@ pub struct Pulled {
 /// A client for plugin artifacts with its settings and its store.
 pub struct Registry {
     client: oci_client::Client,
+    /// How sigstore's client reaches registries: the same protocols and CAs.
+    cosign: sigstore::registry::ClientConfig,
     settings: Settings,
     store: Store,
 }
@@ -103,24 +105,18 @@ impl Registry {
     pub fn new(settings: Settings, store: &Path) -> anyhow::Result<Registry> {
         // reqwest takes the process's rustls provider: aws-lc, as kube's. Installed already is fine.
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-        let roots = ca_pems(&settings)?
-            .into_iter()
-            .map(|data| Certificate {
-                encoding: CertificateEncoding::Pem,
-                data,
-            })
-            .collect();
+        // One reading of the CA files for both clients: sigstore's config converts to oci-client's.
+        let cosign = signature::client_config(&settings)?;
         let config = ClientConfig {
-            protocol: ClientProtocol::HttpsExcept(settings.plain_http.clone()),
-            extra_root_certificates: roots,
             read_timeout: Some(TIMEOUT),
             connect_timeout: Some(TIMEOUT),
-            ..ClientConfig::default()
+            ..cosign.clone().into()
         };
         let client = oci_client::Client::try_from(config)
             .map_err(|e| anyhow::anyhow!("registry client: {}", one_line(&e)))?;
         Ok(Registry {
             client,
+            cosign,
             store: Store::open(store)?,
             settings,
         })
@@ -256,17 +252,6 @@ impl Registry {
             Err(e) => anyhow::bail!("credentials for {registry}: {e}"),
         }
     }
-}
-
-/// The CA files' contents (PEM), read for each client made.
-fn ca_pems(settings: &Settings) -> anyhow::Result<Vec<Vec<u8>>> {
-    settings
-        .ca_files
-        .iter()
-        .map(|file| {
-            std::fs::read(file).map_err(|e| anyhow::anyhow!("cannot read CA file {}: {e}", file.display()))
-        })
-        .collect()
 }
 
 /// Run `future` to its end from synchronous code: on a thread of its own when called

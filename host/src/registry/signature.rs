@@ -146,21 +146,8 @@ impl Registry {
 
     /// A cosign client reaching registries as this one does.
     fn cosign(&self) -> anyhow::Result<sigstore::cosign::Client> {
-        let settings = &self.settings;
-        let roots = super::ca_pems(settings)?
-            .into_iter()
-            .map(|data| Certificate {
-                encoding: CertificateEncoding::Pem,
-                data,
-            })
-            .collect();
-        let config = ClientConfig {
-            protocol: ClientProtocol::HttpsExcept(settings.plain_http.clone()),
-            extra_root_certificates: roots,
-            ..ClientConfig::default()
-        };
         ClientBuilder::default()
-            .with_oci_client_config(config)
+            .with_oci_client_config(self.cosign.clone())
             .build()
             .map_err(|e| anyhow::anyhow!("cosign client: {}", one_line(&e)))
     }
@@ -173,6 +160,28 @@ impl Registry {
             RegistryAuth::Bearer(token) => Auth::Bearer(token),
         })
     }
+}
+
+/// How registries are reached under `settings` (plain HTTP where listed, extra CAs), as
+/// sigstore's client takes it; the pull client's config is made from it.
+pub(super) fn client_config(settings: &super::Settings) -> anyhow::Result<ClientConfig> {
+    let roots = settings
+        .ca_files
+        .iter()
+        .map(|file| {
+            let data = std::fs::read(file)
+                .map_err(|e| anyhow::anyhow!("cannot read CA file {}: {e}", file.display()))?;
+            Ok(Certificate {
+                encoding: CertificateEncoding::Pem,
+                data,
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok(ClientConfig {
+        protocol: ClientProtocol::HttpsExcept(settings.plain_http.clone()),
+        extra_root_certificates: roots,
+        ..ClientConfig::default()
+    })
 }
 
 /// sigstore's reference to `reference`'s repository, by `digest` when there is one.
