@@ -280,6 +280,26 @@ fn reconciles_in(body: &str) -> f64 {
         .sum()
 }
 
+/// Reconciles per Echo by what they did: the plugin called, answered from memory
+/// (inputs unchanged), or put off (the caches not yet showing the last writes, or the
+/// plugin over its CPU share).
+struct Kinds {
+    called: f64,
+    unchanged: f64,
+    put_off: f64,
+}
+
+impl Kinds {
+    fn of(bodies: &[String], n: usize) -> Kinds {
+        let sum = |name: &str| bodies.iter().map(|b| sample(b, name)).sum::<f64>() / n as f64;
+        Kinds {
+            called: sum(r#"capstan_wasm_dispatch_seconds_count{plugin="echo"}"#),
+            unchanged: sum(r#"capstan_reconcile_unchanged_total{plugin="echo"}"#),
+            put_off: sum(r#"controller_runtime_reconcile_total{controller="echo",result="requeue_after"}"#),
+        }
+    }
+}
+
 /// The resync period the host runs with: longer than convergence takes.
 fn resync_for(n: usize) -> Duration {
     Duration::from_secs(n as u64 / 100 + 20)
@@ -318,6 +338,8 @@ fn quantile(body: &str, metric: &str, q: f64) -> f64 {
 }
 
 struct Row {
+    /// Reconciles per Echo by what they did, until convergence.
+    kinds: Kinds,
     jobs: Duration,
     statuses: Duration,
     reconciles: f64,
@@ -525,6 +547,7 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
     let statuses = statuses_at.unwrap_or_default();
     let reconciles: f64 = bodies.iter().map(|b| reconciles_in(b)).sum();
     Ok(Row {
+        kinds: Kinds::of(&bodies, n),
         jobs: jobs_at.unwrap_or_default(),
         statuses,
         reconciles: reconciles / statuses.as_secs_f64(),
@@ -906,6 +929,10 @@ fn main() -> Result<()> {
                     t.events,
                     t.reads,
                     r.cpu * 1000.0 / n as f64
+                );
+                println!(
+                    "          reconciles per Echo: plugin called {:.2}, inputs unchanged {:.2}, put off {:.2}",
+                    r.kinds.called, r.kinds.unchanged, r.kinds.put_off
                 );
                 if r.rss.len() > 1 {
                     let each: Vec<String> = r.rss.iter().map(|m| format!("{m:.1}")).collect();
