@@ -23,7 +23,8 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Planes take turns: two at once take all of a 2-core machine.
@@ -35,7 +36,7 @@ struct Fleet {
     ns: String,
     dir: PathBuf,
     echoes: Api<DynamicObject>,
-    jobs: Api<Job>,
+    jobs: Jobs,
     n: usize,
     hosts: BTreeMap<String, Host>,
     /// Replicas stopped or killed, with when (their logs still count).
@@ -52,7 +53,7 @@ impl Fleet {
         let client = plane.client().await?;
         let fleet = Fleet {
             echoes: Api::namespaced_with(client.clone(), &ns, &echo_resource()),
-            jobs: Api::namespaced(client, &ns),
+            jobs: Jobs::watch(Api::namespaced(client, &ns)),
             plane,
             ns,
             dir,
@@ -128,19 +129,7 @@ impl Fleet {
     async fn settled(&self, message: &str, timeout: Duration) -> Result<Duration> {
         let start = Instant::now();
         loop {
-            let mut by_echo: BTreeMap<String, Vec<String>> = BTreeMap::new();
-            for job in self.jobs.list(&ListParams::default()).await?.items {
-                let said = job
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.template.spec.as_ref())
-                    .and_then(|p| p.containers.first())
-                    .and_then(|c| c.command.as_ref()?.last().cloned())
-                    .unwrap_or_default();
-                for owner in job.owner_references() {
-                    by_echo.entry(owner.name.clone()).or_default().push(said.clone());
-                }
-            }
+            let by_echo = self.jobs.said_by_owner().await?;
             let done = (0..self.n)
                 .filter(|i| {
                     by_echo
@@ -157,7 +146,7 @@ impl Fleet {
                 self.n - done,
                 self.n
             );
-            tokio::time::sleep(Duration::from_secs(2)).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
 
@@ -339,6 +328,48 @@ async fn pipe(
         }
     }
     let _ = to.shutdown().await;
+}
+
+/// The namespace's Jobs, kept by a watch. Listing thousands of Jobs every poll from an
+/// unoptimised test binary took a good share of the 2 cores the API server and the
+/// replicas under test need; a watch decodes each change once.
+struct Jobs {
+    store: reflector::Store<Job>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Jobs {
+    fn watch(api: Api<Job>) -> Jobs {
+        let (store, writer) = reflector::store();
+        let stream = reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
+        let task = tokio::spawn(stream.for_each(|_| async {}));
+        Jobs { store, task }
+    }
+
+    /// What each owner's Jobs echo (the last word of their command).
+    async fn said_by_owner(&self) -> Result<BTreeMap<String, Vec<String>>> {
+        self.store.wait_until_ready().await?;
+        let mut by_owner: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for job in self.store.state() {
+            let said = job
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .and_then(|p| p.containers.first())
+                .and_then(|c| c.command.as_ref()?.last().cloned())
+                .unwrap_or_default();
+            for owner in job.owner_references() {
+                by_owner.entry(owner.name.clone()).or_default().push(said.clone());
+            }
+        }
+        Ok(by_owner)
+    }
+}
+
+impl Drop for Jobs {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// The host:port of the plane's API server.
