@@ -106,5 +106,12 @@ pub(super) async fn stuck(parent: &DynamicObject, shared: &Shared, plugin: &str)
         parent.name_any()
     );
     warn(shared, parent, "FinalizerStuck", &message);
+    let label = crate::ops::metrics::PluginLabel {
+        plugin: plugin.into(),
+    };
+    crate::ops::metrics::get()
+        .finalizers_stuck
+        .get_or_create(&label)
+        .inc();
     Some(timeout)
 }

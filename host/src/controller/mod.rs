@@ -291,7 +291,9 @@ impl Wiring {
         (events, busy): (events::Recorder, events::Busy),
     ) -> Shared {
         let name = self.metadata.name;
-        crate::ops::metrics::get()
+        let metrics = crate::ops::metrics::get();
+        metrics.start_plugin(&name, crate::engine::Fault::CAUSES);
+        metrics
             .max_concurrent
             .get_or_create(&crate::ops::metrics::ControllerLabel {
                 controller: name.clone(),

@@ -59,6 +59,19 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// Every [`Fault::cause`], so a plugin's fault series can start at zero.
+    pub const CAUSES: &[&str] = &[
+        "deadline",
+        "out_of_memory",
+        "stack_overflow",
+        "panic",
+        "trap",
+        "malformed_response",
+        "response_too_large",
+        "too_many_children",
+        "instantiate",
+    ];
+
     /// A short stable label for metrics (`cause`).
     pub fn cause(&self) -> &'static str {
         match self {
@@ -155,5 +168,26 @@ mod tests {
             Some("boom: bad input (at src/lib.rs:12:9)")
         );
         assert_eq!(panic_message("nothing here"), None);
+    }
+
+    #[test]
+    fn every_cause_is_listed_and_every_listed_cause_occurs() {
+        let faults = [
+            Fault::Deadline(Duration::from_secs(1)),
+            Fault::OutOfMemory(1),
+            Fault::PluginMemory(1),
+            Fault::HostMemory(1),
+            Fault::StackOverflow,
+            Fault::Panic(String::new()),
+            Fault::Trap(String::new()),
+            Fault::MalformedResponse(String::new()),
+            Fault::ResponseTooLarge { size: 2, cap: 1 },
+            Fault::TooManyChildren { count: 2, cap: 1 },
+            Fault::TooMuchData(1),
+            Fault::Instantiate(String::new()),
+        ];
+        let causes: std::collections::BTreeSet<_> = faults.iter().map(Fault::cause).collect();
+        let listed: std::collections::BTreeSet<_> = Fault::CAUSES.iter().copied().collect();
+        assert_eq!(causes, listed);
     }
 }

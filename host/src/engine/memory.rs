@@ -208,6 +208,11 @@ impl Budget {
         self.held.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The budget and what is reserved or held above floors now, in bytes.
+    pub fn usage(&self) -> (usize, usize) {
+        (self.total, self.lock().reserved())
+    }
+
     /// Reserve a floor of `bytes` for plugin `name`, or say why it does not fit.
     pub fn reserve(self: &Arc<Self>, name: &str, bytes: usize) -> Result<Reservation, String> {
         let mut held = self.lock();

@@ -204,6 +204,12 @@ impl Engine {
 }
 
 impl Engine {
+    /// The memory budget shared by all plugins and what they reserve or hold of it now,
+    /// `(total, used)` in bytes.
+    pub fn memory_budget(&self) -> (usize, usize) {
+        self.budget.usage()
+    }
+
     /// Instances that may exist at once across all plugins.
     pub fn max_instances(&self) -> u32 {
         self.config.max_instances

@@ -188,6 +188,7 @@ impl Host {
         let tenure = shards
             .as_ref()
             .map_or(tenure, |s| s.target.borrow().tenure.clone());
+        let engine = self.engine.clone();
         let mut supervisor = Supervisor::new(client.clone(), self.engine, tenure, health.clone(), grace);
         if let Some(record) = self.config.record.clone() {
             let dir = record.dir.display().to_string();
@@ -223,6 +224,7 @@ impl Host {
             metrics_addr,
             health_addr,
             grace,
+            engine,
         })
     }
 }
@@ -256,6 +258,8 @@ pub struct Serving {
     metrics_addr: SocketAddr,
     health_addr: SocketAddr,
     grace: Duration,
+    /// The engine, for the memory budget's gauges.
+    engine: Engine,
 }
 
 impl Serving {
@@ -281,7 +285,10 @@ impl Serving {
             tokio::select! {
                 () = &mut shutdown => break,
                 _ = beat.tick() => self.health.beat(),
-                _ = trim.tick() => ops::heap::trim(),
+                _ = trim.tick() => {
+                    ops::heap::trim();
+                    ops::metrics::get().memory(self.engine.memory_budget());
+                }
                 _ = reload.tick(), if self.reload.is_some() => {
                     // A changed reference is pulled first, so the look at the files sees its link flipped.
                     if let Some(references) = self.references.as_mut() {

@@ -2,103 +2,26 @@
 //! workqueue so existing dashboards and alerts work unchanged; Wasm-specific ones are
 //! prefixed `capstan_`. One registry per process, one place that names every metric.
 
+mod labels;
+mod register;
+
+pub use labels::*;
+pub use register::Described;
+
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// `controller` label, as controller-runtime uses it.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ControllerLabel {
-    /// Controller name: the plugin name.
-    pub controller: String,
-}
-
-/// `controller` and `result` labels of `controller_runtime_reconcile_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
-    /// Controller name.
-    pub controller: String,
-    /// success, error, requeue or requeue_after.
-    pub result: String,
-}
-
-/// `name` label of client-go's workqueue metrics.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QueueLabel {
-    /// Queue name: the plugin name.
-    pub name: String,
-}
-
-/// `name` label of `leader_election_master_status`: the Lease name.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LeaseLabel {
-    /// Lease name.
-    pub name: String,
-}
-
-/// Labels of Wasm fault counts.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FaultLabels {
-    /// Plugin name.
-    pub plugin: String,
-    /// Fault cause, see `Fault::cause`.
-    pub cause: String,
-}
-
-/// Labels of `capstan_plugin_reloads_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReloadLabels {
-    /// Plugin name (empty when a new file could not be read as a plugin at all).
-    pub plugin: String,
-    /// reloaded, restarted, started or refused.
-    pub result: String,
-}
-
-/// `plugin` label.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PluginLabel {
-    /// Plugin name.
-    pub plugin: String,
-}
-
-/// Labels of the shadow divergence metrics.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DivergenceLabels {
-    /// The shadow's name.
-    pub plugin: String,
-    /// The kind of the object that would change.
-    pub kind: String,
-    /// `would-create`, `would-change`, `would-delete`, `would-refuse`, `would-fail`.
-    pub change: String,
-}
-
-/// Labels of `capstan_events_dropped_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EventsDroppedLabels {
-    /// Plugin name.
-    pub plugin: String,
-    /// Why: `budget`, `queue`, `failed` or `shutdown`.
-    pub cause: String,
-}
-
-/// Labels of `capstan_cache_objects`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CacheLabels {
-    /// Plugin name.
-    pub plugin: String,
-    /// The cached kind.
-    pub kind: String,
-}
-
 /// Every metric the host exports.
 pub struct Metrics {
     registry: Registry,
+    /// Every metric in `registry`: name, kind, help.
+    described: Vec<Described>,
     /// controller_runtime_reconcile_total.
     pub reconcile_total: Family<ResultLabels, Counter>,
     /// controller_runtime_reconcile_errors_total.
@@ -169,6 +92,13 @@ pub struct Metrics {
     pub shard_share: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// capstan_shard_rebalances_total: changes of this replica's ranges.
     pub shard_rebalances: Counter,
+    /// capstan_finalizers_stuck_total: deletions found waiting past the finalizer
+    /// timeout for a plugin's cleanup (each time the host warns about one).
+    pub finalizers_stuck: Family<PluginLabel, Counter>,
+    /// capstan_memory_budget_bytes: the host's memory budget for plugins (`--memory-budget`).
+    pub memory_budget: Gauge,
+    /// capstan_memory_budget_used_bytes: what plugins reserve of it, and hold above that.
+    pub memory_budget_used: Gauge,
 }
 
 /// client-go's workqueue buckets: 1 µs to 10 s, ×10.
@@ -186,6 +116,7 @@ pub fn get() -> &'static Metrics {
     METRICS.get_or_init(|| {
         let mut m = Metrics {
             registry: Registry::default(),
+            described: Vec::new(),
             reconcile_total: Family::default(),
             reconcile_errors: Family::default(),
             reconcile_panics: Family::default(),
@@ -219,10 +150,15 @@ pub fn get() -> &'static Metrics {
             shard_ranges: Gauge::default(),
             shard_share: Gauge::default(),
             shard_rebalances: Counter::default(),
+            finalizers_stuck: Family::default(),
+            memory_budget: Gauge::default(),
+            memory_budget_used: Gauge::default(),
         };
         let mut registry = std::mem::take(&mut m.registry);
-        register_controller_runtime(&mut registry, &m);
-        register_capstan(&mut registry, &m);
+        let mut registrar = register::Registrar::new(&mut registry);
+        register::controller_runtime(&mut registrar, &m);
+        register::capstan(&mut registrar, &m);
+        m.described = registrar.described;
         m.registry = registry;
         m
     })
@@ -239,12 +175,72 @@ impl Metrics {
             .clone()
     }
 
+    /// Every metric the host exports, whether or not it has a series yet.
+    pub fn described(&self) -> &[Described] {
+        &self.described
+    }
+
     /// The text exposition format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// Start `plugin`'s counters at zero, as controller-runtime does for each controller:
+    /// a series that first appears at 1 shows no `increase()`, so an alert on a plugin's
+    /// first fault (of any of `fault_causes`) would never fire, and a dashboard would show
+    /// nothing rather than 0.
+    pub fn start_plugin(&self, plugin: &str, fault_causes: &[&str]) {
+        let controller = ControllerLabel {
+            controller: plugin.into(),
+        };
+        for result in ["success", "error", "requeue", "requeue_after"] {
+            let labels = ResultLabels {
+                controller: plugin.into(),
+                result: result.into(),
+            };
+            drop(self.reconcile_total.get_or_create(&labels));
+        }
+        drop(self.reconcile_errors.get_or_create(&controller));
+        drop(self.reconcile_panics.get_or_create(&controller));
+        for cause in fault_causes {
+            let labels = FaultLabels {
+                plugin: plugin.into(),
+                cause: (*cause).into(),
+            };
+            drop(self.faults.get_or_create(&labels));
+        }
+        for cause in ["budget", "queue", "failed", "shutdown"] {
+            let labels = EventsDroppedLabels {
+                plugin: plugin.into(),
+                cause: cause.into(),
+            };
+            drop(self.events_dropped.get_or_create(&labels));
+        }
+        let label = PluginLabel {
+            plugin: plugin.into(),
+        };
+        for family in [
+            &self.refused,
+            &self.api_writes,
+            &self.unchanged,
+            &self.child_conflicts,
+            &self.events_written,
+            &self.status_conflicts,
+            &self.write_loops,
+            &self.finalizers_stuck,
+        ] {
+            drop(family.get_or_create(&label));
+        }
+    }
+
+    /// The memory budget, `(total, used)` bytes, as the engine reports it.
+    pub fn memory(&self, (total, used): (usize, usize)) {
+        self.memory_budget.set(i64::try_from(total).unwrap_or(i64::MAX));
+        self.memory_budget_used
+            .set(i64::try_from(used).unwrap_or(i64::MAX));
     }
 
     /// Count one finished reconcile of `controller`.
@@ -267,162 +263,34 @@ impl Metrics {
     }
 }
 
-/// controller-runtime's and client-go's names, so their dashboards work unchanged.
-/// prometheus-client appends `_total` to counters itself.
-fn register_controller_runtime(r: &mut Registry, m: &Metrics) {
-    r.register(
-        "controller_runtime_reconcile",
-        "Total number of reconciliations per controller",
-        m.reconcile_total.clone(),
-    );
-    r.register(
-        "controller_runtime_reconcile_errors",
-        "Total number of reconciliation errors per controller",
-        m.reconcile_errors.clone(),
-    );
-    r.register(
-        "controller_runtime_reconcile_panics",
-        "Total number of reconciliation panics per controller",
-        m.reconcile_panics.clone(),
-    );
-    r.register(
-        "controller_runtime_reconcile_time_seconds",
-        "Length of time per reconciliation per controller",
-        m.reconcile_time.clone(),
-    );
-    r.register(
-        "controller_runtime_max_concurrent_reconciles",
-        "Maximum number of concurrent reconciles per controller",
-        m.max_concurrent.clone(),
-    );
-    r.register(
-        "controller_runtime_active_workers",
-        "Number of currently used workers per controller",
-        m.active_workers.clone(),
-    );
-    r.register(
-        "workqueue_retries",
-        "Total number of retries handled by workqueue",
-        m.retries.clone(),
-    );
-    r.register(
-        "workqueue_adds",
-        "Total number of adds handled by workqueue",
-        m.queue_adds.clone(),
-    );
-    r.register(
-        "workqueue_depth",
-        "Current depth of workqueue",
-        m.queue_depth.clone(),
-    );
-    r.register(
-        "workqueue_queue_duration_seconds",
-        "How long in seconds an item stays in workqueue before being requested",
-        m.queue_duration.clone(),
-    );
-    r.register(
-        "workqueue_work_duration_seconds",
-        "How long in seconds processing an item from workqueue takes",
-        m.work_duration.clone(),
-    );
-    r.register(
-        "leader_election_master_status",
-        "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
-        m.leader.clone(),
-    );
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Capstan's own: the sandbox, the write path's guards, plugin lifecycle.
-fn register_capstan(r: &mut Registry, m: &Metrics) {
-    r.register(
-        "capstan_wasm_dispatch_seconds",
-        "Time of one sandboxed plugin call, instantiation included",
-        m.dispatch_time.clone(),
-    );
-    r.register("capstan_wasm_faults", "Plugin faults by cause", m.faults.clone());
-    r.register(
-        "capstan_plugin_response_refused",
-        "Plugin responses refused by validation",
-        m.refused.clone(),
-    );
-    r.register(
-        "capstan_reconcile_unchanged",
-        "Reconciles that found the inputs of the parent's last quiet reconcile and did not call the plugin",
-        m.unchanged.clone(),
-    );
-    r.register(
-        "capstan_api_writes",
-        "API writes (apply, delete, status, finalizer) made by reconciles; events are counted in capstan_events_written",
-        m.api_writes.clone(),
-    );
-    r.register(
-        "capstan_plugin_reloads",
-        "Plugin files reloaded, restarted with new watches, started, or refused",
-        m.reloads.clone(),
-    );
-    r.register(
-        "capstan_child_conflicts",
-        "Responses refused because a child they name exists and belongs to another owner",
-        m.child_conflicts.clone(),
-    );
-    r.register(
-        "capstan_events_dropped",
-        "Events not recorded, by cause: budget (over the budget of their object and reason: 3, then 1 a minute), queue (the plugin's event queue full), failed (the write failed), shutdown (still queued when the controller stopped)",
-        m.events_dropped.clone(),
-    );
-    r.register(
-        "capstan_events_written",
-        "Event creates and series updates written, off the reconciles' path",
-        m.events_written.clone(),
-    );
-    r.register(
-        "capstan_status_conflicts",
-        "Status writes not made: another plugin manages a field they set",
-        m.status_conflicts.clone(),
-    );
-    r.register(
-        "capstan_write_loops",
-        "Writes not made: they rewrote content the plugin had just written (3, then 1 a minute per object)",
-        m.write_loops.clone(),
-    );
-    r.register(
-        "capstan_plugin_up",
-        "1 while the plugin's controller runs, 0 while it waits for its kinds or failed to load",
-        m.plugin_up.clone(),
-    );
-    r.register(
-        "capstan_shadow_divergences",
-        "What a shadow plugin's reconciles would have written differently from the cluster, per reconcile, by kind and change",
-        m.divergences.clone(),
-    );
-    r.register(
-        "capstan_shadow_divergent_objects",
-        "Objects a shadow plugin would write differently now (its last reconcile of each parent), by kind and change",
-        m.divergent.clone(),
-    );
-    r.register(
-        "capstan_cache_objects",
-        "Objects held in the host's caches, by plugin and kind (parents, children, related)",
-        m.cached_objects.clone(),
-    );
-    r.register(
-        "capstan_shard_members",
-        "Live members of the shard group, as this replica counts them",
-        m.shard_members.clone(),
-    );
-    r.register(
-        "capstan_shard_ranges",
-        "Hash ranges this replica reconciles",
-        m.shard_ranges.clone(),
-    );
-    r.register(
-        "capstan_shard_share",
-        "Share of the hash space this replica reconciles (0 to 1)",
-        m.shard_share.clone(),
-    );
-    r.register(
-        "capstan_shard_rebalances",
-        "Changes of the ranges this replica reconciles",
-        m.shard_rebalances.clone(),
-    );
+    #[test]
+    fn a_started_plugin_exports_its_counters_at_zero() {
+        let m = get();
+        m.start_plugin("zeroed", &["trap", "deadline"]);
+        let text = m.encode();
+        for series in [
+            r#"controller_runtime_reconcile_total{controller="zeroed",result="error"} 0"#,
+            r#"controller_runtime_reconcile_errors_total{controller="zeroed"} 0"#,
+            r#"capstan_wasm_faults_total{plugin="zeroed",cause="trap"} 0"#,
+            r#"capstan_wasm_faults_total{plugin="zeroed",cause="deadline"} 0"#,
+            r#"capstan_events_dropped_total{plugin="zeroed",cause="queue"} 0"#,
+            r#"capstan_write_loops_total{plugin="zeroed"} 0"#,
+            r#"capstan_finalizers_stuck_total{plugin="zeroed"} 0"#,
+        ] {
+            assert!(text.contains(series), "missing {series}");
+        }
+    }
+
+    #[test]
+    fn the_memory_budget_is_exported_as_set() {
+        let m = get();
+        m.memory((400 << 20, 100 << 20));
+        let text = m.encode();
+        assert!(text.contains(&format!("capstan_memory_budget_bytes {}", 400u64 << 20)));
+        assert!(text.contains(&format!("capstan_memory_budget_used_bytes {}", 100u64 << 20)));
+    }
 }

@@ -1,0 +1,87 @@
+//! The label sets of the host's metrics.
+
+use prometheus_client::encoding::EncodeLabelSet;
+
+/// `controller` label, as controller-runtime uses it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    /// Controller name: the plugin name.
+    pub controller: String,
+}
+
+/// `controller` and `result` labels of `controller_runtime_reconcile_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// Controller name.
+    pub controller: String,
+    /// success, error, requeue or requeue_after.
+    pub result: String,
+}
+
+/// `name` label of client-go's workqueue metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabel {
+    /// Queue name: the plugin name.
+    pub name: String,
+}
+
+/// `name` label of `leader_election_master_status`: the Lease name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabel {
+    /// Lease name.
+    pub name: String,
+}
+
+/// Labels of Wasm fault counts.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FaultLabels {
+    /// Plugin name.
+    pub plugin: String,
+    /// Fault cause, see `Fault::cause`.
+    pub cause: String,
+}
+
+/// Labels of `capstan_plugin_reloads_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// Plugin name (empty when a new file could not be read as a plugin at all).
+    pub plugin: String,
+    /// reloaded, restarted, started or refused.
+    pub result: String,
+}
+
+/// `plugin` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabel {
+    /// Plugin name.
+    pub plugin: String,
+}
+
+/// Labels of the shadow divergence metrics.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DivergenceLabels {
+    /// The shadow's name.
+    pub plugin: String,
+    /// The kind of the object that would change.
+    pub kind: String,
+    /// `would-create`, `would-change`, `would-delete`, `would-refuse`, `would-fail`.
+    pub change: String,
+}
+
+/// Labels of `capstan_events_dropped_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventsDroppedLabels {
+    /// Plugin name.
+    pub plugin: String,
+    /// Why: `budget`, `queue`, `failed` or `shutdown`.
+    pub cause: String,
+}
+
+/// Labels of `capstan_cache_objects`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    /// Plugin name.
+    pub plugin: String,
+    /// The cached kind.
+    pub kind: String,
+}
