@@ -1,7 +1,9 @@
 //! The chart's alerts and dashboard (`charts/capstan/monitoring`): `promtool` checks the
 //! rules and runs their unit tests (every alert firing, and silent on a healthy twin);
 //! every expression of the rules and the dashboard names only metrics the host exports;
-//! every alert has its runbook; and the chart ships both files unchanged.
+//! every alert has its runbook; the chart ships both files unchanged; and a real
+//! Prometheus scraping a host on the local plane, while a plugin faults, has data for every
+//! panel and every metric the alerts read, and holds the fault alert.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -215,5 +217,195 @@ fn the_chart_ships_the_rules_and_the_dashboard_unchanged() -> Result<()> {
         .context("a ConfigMap labelled grafana_dashboard=1")?;
     let json = shipped["data"]["capstan.json"].as_str().context("capstan.json")?;
     assert_eq!(serde_json::from_str::<Value>(json)?, dashboard()?);
+    Ok(())
+}
+
+/// A Prometheus server (Debian's) on a free loopback port, scraping `target` every second
+/// with the labels a ServiceMonitor gives, and evaluating the chart's alerts.
+struct Prometheus {
+    child: std::process::Child,
+    address: String,
+}
+
+impl Prometheus {
+    fn start(dir: &std::path::Path, target: &str) -> Result<Prometheus> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
+                 rule_files: [{rules:?}]\n\
+                 scrape_configs:\n\
+                 - job_name: capstan\n  \
+                   static_configs:\n  \
+                   - targets: [{target:?}]\n    \
+                     labels: {{namespace: monitoring-test, pod: capstan-0}}\n",
+                rules = monitoring().join("alerts.yaml").display().to_string(),
+            ),
+        )?;
+        let log = std::fs::File::create(dir.join("prometheus.log"))?;
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("prometheus (Debian's prometheus package; scripts/node-packages.sh installs it)")?;
+        Ok(Prometheus {
+            child,
+            address: format!("127.0.0.1:{port}"),
+        })
+    }
+
+    /// The series `expr` returns now.
+    fn query(&self, expr: &str) -> Result<Vec<Value>> {
+        let path = format!("/api/v1/query?query={}", percent(expr));
+        let (status, body) = capstan_tests::host::http_get(&self.address, &path)?;
+        anyhow::ensure!(status.contains(" 200 "), "{expr}: {status}: {body}");
+        let answer: Value = serde_json::from_str(&body)?;
+        Ok(answer["data"]["result"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// The alerts Prometheus evaluates as pending or firing now.
+    fn alerts(&self) -> Result<Vec<Value>> {
+        let (_, body) = capstan_tests::host::http_get(&self.address, "/api/v1/alerts")?;
+        let answer: Value = serde_json::from_str(&body)?;
+        Ok(answer["data"]["alerts"].as_array().cloned().unwrap_or_default())
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+/// `text` for a URL's query string.
+fn percent(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A dashboard query as Grafana sends it with every variable at "All".
+fn as_grafana_sends(expr: &str) -> String {
+    expr.replace("$__rate_interval", "30s")
+        .replace("$namespace", ".*")
+        .replace("$job", ".*")
+        .replace("$plugin", ".*")
+}
+
+/// A real Prometheus scrapes a host running Echo and a plugin that panics on one object:
+/// every dashboard query returns a series, every metric the alerts read has one, and the
+/// fault alert's expression becomes true (Prometheus itself holds it pending or firing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_prometheus_shows_every_panel_and_the_fault_alert() -> Result<()> {
+    use capstan_tests::host::{
+        echo, echo_resource, eventually, hostile_crd, hostile_resource, install_plugin_crd,
+    };
+    use kube::api::{Api, DynamicObject, PostParams};
+    use std::time::Duration;
+
+    let plane = capstan::dev::Plane::shared().await?;
+    plane.install_crds(&[hostile_crd()?]).await?;
+    install_plugin_crd(plane, "echo").await?;
+    let ns = plane.namespace("monitoring").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-monitoring-{ns}"));
+    let host = capstan_tests::host::start_host_with(
+        plane,
+        &["echo", "hostile"],
+        &ns,
+        &dir,
+        &["--leader-elect", "--leader-election-namespace", &ns],
+    )?;
+    let metrics = eventually("the host serving metrics", Duration::from_secs(60), async || {
+        Ok(host.address("metrics"))
+    })
+    .await?;
+    let prometheus = Prometheus::start(&dir, &metrics)?;
+
+    let client = plane.client().await?;
+    let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
+    echoes
+        .create(&PostParams::default(), &echo("hello", "hi")?)
+        .await?;
+    // Scraped once before the fault, so the fault counter's increase is seen.
+    eventually("a first scrape", Duration::from_secs(60), async || {
+        // Prometheus may still be starting: no answer is no scrape yet.
+        let up = prometheus.query(r#"capstan_plugin_up{plugin="hostile"} == 1"#);
+        Ok(up.ok().filter(|r| !r.is_empty()).map(drop))
+    })
+    .await?;
+    let hostiles: Api<DynamicObject> = Api::namespaced_with(client, &ns, &hostile_resource());
+    let panics: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
+        "metadata": {"name": "panic"}, "spec": {"mode": "panic", "arg": ns},
+    }))?;
+    hostiles.create(&PostParams::default(), &panics).await?;
+
+    let (fault, expr) = alerts()?
+        .into_iter()
+        .find(|(name, _)| name == "CapstanPluginFaulting")
+        .context("the fault alert")?;
+    let firing = eventually(
+        "the fault alert's expression",
+        Duration::from_secs(90),
+        async || {
+            let result = prometheus.query(&expr)?;
+            Ok((!result.is_empty()).then_some(result))
+        },
+    )
+    .await?;
+    assert_eq!(firing[0]["metric"]["plugin"], "hostile", "{firing:?}");
+    assert_eq!(firing[0]["metric"]["cause"], "panic", "{firing:?}");
+    let held = eventually(
+        "Prometheus evaluating the fault alert",
+        Duration::from_secs(60),
+        async || {
+            let alerts = prometheus.alerts()?;
+            Ok(alerts
+                .into_iter()
+                .find(|a| a["labels"]["alertname"] == fault.as_str()))
+        },
+    )
+    .await?;
+    assert!(
+        matches!(held["state"].as_str(), Some("pending" | "firing")),
+        "{held}"
+    );
+
+    // Every panel and variable returns data from the real host.
+    let dashboard = dashboard()?;
+    let mut empty = Vec::new();
+    for (place, expr) in dashboard_queries(&dashboard) {
+        let sent = as_grafana_sends(&expr);
+        let sent = if place.starts_with('$') {
+            // A variable's label_values(metric, label) is the metric's series.
+            metrics_read(&sent).into_iter().next().unwrap_or_default()
+        } else {
+            sent
+        };
+        if prometheus.query(&sent)?.is_empty() {
+            empty.push(format!("{place}: {sent}"));
+        }
+    }
+    // And every metric an alert reads has series.
+    for (name, expr) in alerts()? {
+        for metric in metrics_read(&expr) {
+            if prometheus.query(&metric)?.is_empty() {
+                empty.push(format!("{name}: {metric}"));
+            }
+        }
+    }
+    assert!(empty.is_empty(), "no data for:\n{}", empty.join("\n"));
+    drop(prometheus);
+    drop(host);
+    std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
