@@ -33,6 +33,12 @@ pub struct Cli {
     command: Command,
 }
 
+/// The whole command line as clap describes it: every subcommand, flag and help text
+/// (the CLI reference is generated from it).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
 /// Log line format.
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum LogFormat {

@@ -3,14 +3,14 @@
 use prometheus_client::encoding::EncodeLabelSet;
 
 /// `controller` label, as controller-runtime uses it.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabel {
     /// Controller name: the plugin name.
     pub controller: String,
 }
 
 /// `controller` and `result` labels of `controller_runtime_reconcile_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     /// Controller name.
     pub controller: String,
@@ -19,21 +19,21 @@ pub struct ResultLabels {
 }
 
 /// `name` label of client-go's workqueue metrics.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabel {
     /// Queue name: the plugin name.
     pub name: String,
 }
 
 /// `name` label of `leader_election_master_status`: the Lease name.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LeaseLabel {
     /// Lease name.
     pub name: String,
 }
 
 /// Labels of Wasm fault counts.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FaultLabels {
     /// Plugin name.
     pub plugin: String,
@@ -42,7 +42,7 @@ pub struct FaultLabels {
 }
 
 /// Labels of `capstan_plugin_reloads_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReloadLabels {
     /// Plugin name (empty when a new file could not be read as a plugin at all).
     pub plugin: String,
@@ -51,14 +51,14 @@ pub struct ReloadLabels {
 }
 
 /// `plugin` label.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginLabel {
     /// Plugin name.
     pub plugin: String,
 }
 
 /// Labels of the shadow divergence metrics.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DivergenceLabels {
     /// The shadow's name.
     pub plugin: String,
@@ -69,7 +69,7 @@ pub struct DivergenceLabels {
 }
 
 /// Labels of `capstan_events_dropped_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EventsDroppedLabels {
     /// Plugin name.
     pub plugin: String,
@@ -78,7 +78,7 @@ pub struct EventsDroppedLabels {
 }
 
 /// Labels of `capstan_cache_objects`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CacheLabels {
     /// Plugin name.
     pub plugin: String,

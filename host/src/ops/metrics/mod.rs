@@ -286,6 +286,29 @@ mod tests {
     }
 
     #[test]
+    fn every_metric_is_described_with_its_labels() {
+        let described = get().described();
+        let faults = described
+            .iter()
+            .find(|d| d.name == "capstan_wasm_faults")
+            .expect("described");
+        assert_eq!(
+            (faults.kind, faults.labels.clone()),
+            ("counter", vec!["plugin".into(), "cause".into()])
+        );
+        let share = described
+            .iter()
+            .find(|d| d.name == "capstan_shard_share")
+            .expect("described");
+        assert_eq!((share.kind, share.labels.len()), ("gauge", 0));
+        let dispatch = described
+            .iter()
+            .find(|d| d.name == "capstan_wasm_dispatch_seconds")
+            .expect("described");
+        assert_eq!(dispatch.series()[0], "capstan_wasm_dispatch_seconds_bucket");
+    }
+
+    #[test]
     fn the_memory_budget_is_exported_as_set() {
         let m = get();
         m.memory((400 << 20, 100 << 20));

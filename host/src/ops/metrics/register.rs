@@ -1,6 +1,11 @@
 //! Every metric's name and help text, in one place: controller-runtime's and client-go's
 //! names first, then Capstan's own.
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Metric, Registry};
 
@@ -13,6 +18,8 @@ pub struct Described {
     pub name: &'static str,
     /// `counter`, `gauge` or `histogram`.
     pub kind: &'static str,
+    /// The names of its labels (none for a single series).
+    pub labels: Vec<String>,
     /// The help text.
     pub help: &'static str,
 }
@@ -45,7 +52,12 @@ impl<'a> Registrar<'a> {
         }
     }
 
-    fn register<M: Metric + TypedMetric>(&mut self, name: &'static str, help: &'static str, metric: M) {
+    fn register<M: Metric + TypedMetric + Labels>(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        metric: M,
+    ) {
         let kind = match M::TYPE {
             MetricType::Counter => "counter",
             MetricType::Gauge => "gauge",
@@ -53,8 +65,64 @@ impl<'a> Registrar<'a> {
             MetricType::Info => "info",
             MetricType::Unknown => "unknown",
         };
-        self.described.push(Described { name, kind, help });
+        let labels = M::names();
+        self.described.push(Described {
+            name,
+            kind,
+            labels,
+            help,
+        });
         self.registry.register(name, help, metric);
+    }
+}
+
+/// The label names of a metric's series.
+trait Labels {
+    fn names() -> Vec<String>;
+}
+
+impl<N, A> Labels for Counter<N, A> {
+    fn names() -> Vec<String> {
+        Vec::new()
+    }
+}
+
+impl<N, A> Labels for Gauge<N, A> {
+    fn names() -> Vec<String> {
+        Vec::new()
+    }
+}
+
+impl Labels for Histogram {
+    fn names() -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// A label set's names, as the text format writes them: label sets only encode
+/// themselves, so one series of the default set is written out and read back.
+impl<L, M, C> Labels for Family<L, M, C>
+where
+    L: EncodeLabelSet + Default + Clone + std::hash::Hash + Eq + std::fmt::Debug + Send + Sync + 'static,
+{
+    fn names() -> Vec<String> {
+        let family = Family::<L, Counter>::default();
+        drop(family.get_or_create(&L::default()));
+        let mut registry = Registry::default();
+        registry.register("labels", "", family);
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
+        text.lines()
+            .find_map(|l| l.strip_prefix("labels_total{"))
+            .and_then(|l| l.split_once('}'))
+            .map(|(set, _)| {
+                set.split(',')
+                    .filter_map(|pair| pair.split_once('='))
+                    .map(|(name, _)| name.to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 }
 
