@@ -17,6 +17,8 @@ scripts/k8s-build.sh all node helm registry >/dev/null
 # and jco from npm) into ~/.cache/capstan, keyed by version; the tests find them there.
 scripts/toolchain-python.sh >/dev/null
 scripts/toolchain-js.sh >/dev/null
+# mdbook for the book in docs/ (crates.io, cached the same way); tests/reference.rs builds it.
+scripts/toolchain-mdbook.sh >/dev/null
 cargo build --profile plugin --target wasm32-wasip2 -p echo -p hostile -p scheduled-echo -p tenant -p broken-metadata -p greedy -p echo-canary -p hostile-twin -p namespace-defaults -p misdeclared -p misdeclared-orphans -p echo-rogue
 
 # cargo prints one result line per test binary; finish with the total on one line.

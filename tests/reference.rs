@@ -3,8 +3,10 @@
 //! registry: name, type, labels, help) and the chart's values (`values.schema.json`, with
 //! each key's default and comment from `values.yaml`). A stale page fails with the command
 //! that regenerates it: `CAPSTAN_BLESS=1 cargo test -p capstan-tests --test reference`.
+//! And the book itself: `mdbook build docs` succeeds without a warning, SUMMARY.md lists
+//! every page, and every link of the book and the README resolves (files and headings).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -206,4 +208,156 @@ fn comments(text: &str) -> BTreeMap<String, String> {
         block.clear();
     }
     found
+}
+
+/// Every Markdown file of the book, and the README.
+fn pages() -> Vec<PathBuf> {
+    let mut found = vec![workspace().join("README.md")];
+    let mut dirs = vec![workspace().join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// A heading's id, as mdBook and GitHub make it: lowercase, letters, digits, `-` and `_`
+/// kept, spaces to `-`, everything else dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            c if c.is_whitespace() => Some('-'),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The lines of a page outside its code blocks.
+fn unfenced(text: &str) -> Vec<&str> {
+    let mut fenced = false;
+    text.lines()
+        .filter(|line| {
+            let fence = line.trim_start().starts_with("```");
+            fenced ^= fence;
+            !fence && !fenced
+        })
+        .collect()
+}
+
+/// The text of a page outside its code blocks and inline code (which hold no links).
+fn prose(text: &str) -> String {
+    unfenced(text)
+        .iter()
+        .map(|line| line.split('`').step_by(2).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The ids of a page's headings (inline code counts: mdBook keeps its text).
+fn anchors(text: &str) -> BTreeSet<String> {
+    unfenced(text)
+        .into_iter()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|l| slug(l.trim_start_matches('#')))
+        .collect()
+}
+
+/// Every link target of a page: `[text](target)`.
+fn links(text: &str) -> Vec<String> {
+    let prose = prose(text);
+    let mut found = Vec::new();
+    let mut rest = prose.as_str();
+    while let Some(at) = rest.find("](") {
+        rest = &rest[at + 2..];
+        if let Some(end) = rest.find(')') {
+            found.push(rest[..end].to_string());
+            rest = &rest[end..];
+        }
+    }
+    found
+}
+
+#[test]
+fn every_link_of_the_book_and_the_readme_resolves() -> Result<()> {
+    let mut broken = Vec::new();
+    let pages = pages();
+    assert!(pages.len() > 20, "too few pages: {}", pages.len());
+    for page in &pages {
+        let text = std::fs::read_to_string(page)?;
+        let dir = page.parent().context("a directory")?;
+        for target in links(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (path, fragment) = target.split_once('#').unwrap_or((&target, ""));
+            let file = if path.is_empty() {
+                page.clone()
+            } else {
+                dir.join(path)
+            };
+            let shown = page
+                .strip_prefix(workspace())
+                .unwrap_or(page)
+                .display()
+                .to_string();
+            if !file.exists() {
+                broken.push(format!("{shown}: {target} (no such file)"));
+                continue;
+            }
+            let markdown = file.extension().is_some_and(|e| e == "md");
+            if !fragment.is_empty()
+                && markdown
+                && !anchors(&std::fs::read_to_string(&file)?).contains(fragment)
+            {
+                broken.push(format!("{shown}: {target} (no such heading)"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+    Ok(())
+}
+
+#[test]
+fn the_book_builds_and_lists_every_page() -> Result<()> {
+    let docs = workspace().join("docs");
+    let summary = std::fs::read_to_string(docs.join("SUMMARY.md"))?;
+    for page in pages() {
+        let Ok(inside) = page.strip_prefix(&docs) else {
+            continue;
+        };
+        let inside = inside.display().to_string();
+        if inside != "SUMMARY.md" {
+            assert!(
+                summary.contains(&format!("]({inside})")),
+                "SUMMARY.md does not list {inside}"
+            );
+        }
+    }
+    let out_dir = std::env::temp_dir().join(format!("capstan-book-{}", std::process::id()));
+    let out = std::process::Command::new(capstan_tests::toolchains::mdbook())
+        .arg("build")
+        .arg(&docs)
+        .arg("--dest-dir")
+        .arg(&out_dir)
+        .output()?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "mdbook build failed:\n{said}");
+    assert!(
+        !said.contains("WARN") && !said.contains("ERROR"),
+        "mdbook build warned:\n{said}"
+    );
+    assert!(out_dir.join("guides/sharding.html").is_file(), "{said}");
+    std::fs::remove_dir_all(out_dir).ok();
+    Ok(())
 }

@@ -25,6 +25,12 @@ pub fn componentize_py() -> &'static Path {
     PATH.get_or_init(|| script("toolchain-python.sh"))
 }
 
+/// The mdbook executable that builds `docs/`.
+pub fn mdbook() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| script("toolchain-mdbook.sh"))
+}
+
 /// The Python of componentize-py's venv, which runs the plugins' native tests.
 pub fn python() -> PathBuf {
     componentize_py().with_file_name("python")
