@@ -361,3 +361,24 @@ fn the_book_builds_and_lists_every_page() -> Result<()> {
     std::fs::remove_dir_all(out_dir).ok();
     Ok(())
 }
+
+#[test]
+fn every_rust_example_of_the_book_is_compiled_as_a_doc_test() -> Result<()> {
+    let doctests = std::fs::read_to_string(workspace().join("sdk/src/lib.rs"))?;
+    for page in pages() {
+        let text = std::fs::read_to_string(&page)?;
+        if !text.lines().any(|l| l.trim() == "```rust") {
+            continue;
+        }
+        let inside = page
+            .strip_prefix(workspace())
+            .unwrap_or(&page)
+            .display()
+            .to_string();
+        assert!(
+            doctests.contains(&format!("include_str!(\"../../{inside}\")")),
+            "{inside} has a Rust example that no doc test compiles: include it in sdk/src/lib.rs"
+        );
+    }
+    Ok(())
+}

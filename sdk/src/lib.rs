@@ -241,3 +241,14 @@ macro_rules! export {
 #[doc = include_str!("../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// So do the book's Rust examples: every page with one is here (`tests/reference.rs`
+/// fails on a page that is not).
+#[doc = include_str!("../../docs/tutorial/first-plugin.md")]
+#[cfg(doctest)]
+pub struct TutorialDoctests;
+
+/// The settings guide's examples.
+#[doc = include_str!("../../docs/guides/settings.md")]
+#[cfg(doctest)]
+pub struct SettingsDoctests;
