@@ -1,5 +1,5 @@
 //! The generated reference pages under `docs/reference/` match what they are generated
-//! from: the command line (clap's definitions in the binary), the metrics (the host's
+//! from: the contract (`wit/reconciler.wit`, read with wit-parser), the command line (clap's definitions in the binary), the metrics (the host's
 //! registry: name, type, labels, help) and the chart's values (`values.schema.json`, with
 //! each key's default and comment from `values.yaml`). A stale page fails with the command
 //! that regenerates it: `CAPSTAN_BLESS=1 cargo test -p capstan-tests --test reference`.
@@ -381,4 +381,176 @@ fn every_rust_example_of_the_book_is_compiled_as_a_doc_test() -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[test]
+fn the_contract_reference_is_the_wits() -> Result<()> {
+    let mut resolve = wit_parser::Resolve::default();
+    let package = resolve.push_file(workspace().join("wit/reconciler.wit"))?;
+    let pkg = &resolve.packages[package];
+    let mut out = format!(
+        "{HEADER}\n\n# Contract reference: `{}`\n\nThe WIT package every plugin is built against ([`wit/reconciler.wit`](../../wit/reconciler.wit)), type by type, with its own documentation. JSON values (`json`) are Kubernetes objects as JSON text.\n\n{}\n",
+        pkg.name,
+        docs(&pkg.docs)
+    );
+    for (name, id) in &pkg.interfaces {
+        let interface = &resolve.interfaces[*id];
+        write!(out, "\n## Interface `{name}`\n\n{}\n", docs(&interface.docs))?;
+        let mut used = Vec::new();
+        for (type_name, type_id) in &interface.types {
+            let def = &resolve.types[*type_id];
+            // `use types.{…}`: an alias of a type documented where it is defined.
+            if let wit_parser::TypeDefKind::Type(wit_parser::Type::Id(other)) = def.kind
+                && resolve.types[other].owner != def.owner
+            {
+                used.push(format!("`{type_name}`"));
+                continue;
+            }
+            type_section(&resolve, type_name, def, &mut out)?;
+        }
+        if !used.is_empty() {
+            write!(out, "\nUses {} from `types`.\n", used.join(", "))?;
+        }
+        for (function_name, function) in &interface.functions {
+            let params: Vec<String> = function
+                .params
+                .iter()
+                .map(|p| format!("{}: {}", p.name, wit_type(&resolve, &p.ty)))
+                .collect();
+            let result = function
+                .result
+                .map(|r| format!(" -> {}", wit_type(&resolve, &r)))
+                .unwrap_or_default();
+            write!(
+                out,
+                "\n### `{function_name}: func({}){result}`\n\n{}\n",
+                params.join(", "),
+                docs(&function.docs)
+            )?;
+        }
+    }
+    for (name, id) in &pkg.worlds {
+        let world = &resolve.worlds[*id];
+        let names = |items: &wit_parser::IndexMap<wit_parser::WorldKey, wit_parser::WorldItem>| {
+            items
+                .keys()
+                .map(|k| format!("`{}`", resolve.name_world_key(k)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        write!(
+            out,
+            "\n## World `{name}`\n\n{}\n\nImports {}; exports {}.\n",
+            docs(&world.docs),
+            names(&world.imports),
+            names(&world.exports)
+        )?;
+    }
+    check("contract.md", &out)
+}
+
+/// A WIT doc comment as Markdown paragraphs, each on one line.
+fn docs(docs: &wit_parser::Docs) -> String {
+    docs.contents
+        .as_deref()
+        .unwrap_or_default()
+        .trim()
+        .split("\n\n")
+        .map(|p| p.replace('\n', " "))
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+/// One named type: what it is, its documentation, and its fields or cases.
+fn type_section(
+    resolve: &wit_parser::Resolve,
+    name: &str,
+    def: &wit_parser::TypeDef,
+    out: &mut String,
+) -> Result<()> {
+    use wit_parser::TypeDefKind;
+    let (what, rows): (&str, Vec<(String, String, String)>) = match &def.kind {
+        TypeDefKind::Record(r) => (
+            "record",
+            r.fields
+                .iter()
+                .map(|f| (f.name.clone(), wit_type(resolve, &f.ty), docs(&f.docs)))
+                .collect(),
+        ),
+        TypeDefKind::Variant(v) => (
+            "variant",
+            v.cases
+                .iter()
+                .map(|c| {
+                    let ty = c.ty.map(|t| wit_type(resolve, &t)).unwrap_or_default();
+                    (c.name.clone(), ty, docs(&c.docs))
+                })
+                .collect(),
+        ),
+        TypeDefKind::Enum(e) => (
+            "enum",
+            e.cases
+                .iter()
+                .map(|c| (c.name.clone(), String::new(), docs(&c.docs)))
+                .collect(),
+        ),
+        TypeDefKind::Type(t) => {
+            write!(
+                out,
+                "\n### `type {name} = {}`\n\n{}\n",
+                wit_type(resolve, t),
+                docs(&def.docs)
+            )?;
+            return Ok(());
+        }
+        _ => ("type", Vec::new()),
+    };
+    write!(out, "\n### {what} `{name}`\n\n{}\n", docs(&def.docs))?;
+    if !rows.is_empty() {
+        let column = if what == "record" { "Field" } else { "Case" };
+        write!(out, "\n| {column} | Type | Meaning |\n|---|---|---|\n")?;
+        for (field, ty, said) in rows {
+            let ty = if ty.is_empty() {
+                String::new()
+            } else {
+                format!("`{ty}`")
+            };
+            writeln!(out, "| `{field}` | {ty} | {} |", said.replace('|', "\\|"))?;
+        }
+    }
+    Ok(())
+}
+
+/// A type as WIT writes it.
+fn wit_type(resolve: &wit_parser::Resolve, ty: &wit_parser::Type) -> String {
+    use wit_parser::{Type, TypeDefKind};
+    let id = match ty {
+        Type::Id(id) => *id,
+        Type::Bool => return "bool".into(),
+        Type::String => return "string".into(),
+        Type::Char => return "char".into(),
+        other => return format!("{other:?}").to_lowercase(),
+    };
+    let def = &resolve.types[id];
+    if let Some(name) = &def.name {
+        return name.clone();
+    }
+    match &def.kind {
+        TypeDefKind::List(t) => format!("list<{}>", wit_type(resolve, t)),
+        TypeDefKind::Option(t) => format!("option<{}>", wit_type(resolve, t)),
+        TypeDefKind::Result(r) => {
+            let side = |t: &Option<Type>| t.map(|t| wit_type(resolve, &t)).unwrap_or_else(|| "_".into());
+            format!("result<{}, {}>", side(&r.ok), side(&r.err))
+        }
+        TypeDefKind::Tuple(t) => format!(
+            "tuple<{}>",
+            t.types
+                .iter()
+                .map(|t| wit_type(resolve, t))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        TypeDefKind::Type(t) => wit_type(resolve, t),
+        other => format!("{other:?}"),
+    }
 }
