@@ -4,7 +4,9 @@
 //! each key's default and comment from `values.yaml`). A stale page fails with the command
 //! that regenerates it: `CAPSTAN_BLESS=1 cargo test -p capstan-tests --test reference`.
 //! And the book itself: `mdbook build docs` succeeds without a warning, SUMMARY.md lists
-//! every page, and every link of the book and the README resolves (files and headings).
+//! every page, every link of the book and the README resolves (files and headings), every
+//! `capstan` command line in their shell blocks parses with the binary's own clap
+//! definitions, and every page with a Rust example is compiled by a doc test.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -553,4 +555,89 @@ fn wit_type(resolve: &wit_parser::Resolve, ty: &wit_parser::Type) -> String {
         TypeDefKind::Type(t) => wit_type(resolve, t),
         other => format!("{other:?}"),
     }
+}
+
+/// The shell lines of a page's `sh` blocks, continuation lines joined, comments dropped.
+fn shell_lines(text: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut in_shell = false;
+    let mut pending = String::new();
+    for line in text.lines() {
+        let fence = line.trim_start();
+        if let Some(lang) = fence.strip_prefix("```") {
+            in_shell = !in_shell && matches!(lang.trim(), "sh" | "bash" | "console" | "shell");
+            continue;
+        }
+        if !in_shell {
+            continue;
+        }
+        let code = line.split(" # ").next().unwrap_or_default().trim_end();
+        match code.strip_suffix('\\') {
+            Some(head) => pending.push_str(head),
+            None => {
+                pending.push_str(code);
+                lines.push(
+                    std::mem::take(&mut pending)
+                        .trim()
+                        .trim_start_matches("$ ")
+                        .to_string(),
+                );
+            }
+        }
+    }
+    lines
+}
+
+#[test]
+fn every_capstan_command_in_the_book_parses() -> Result<()> {
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for page in pages() {
+        let shown = page
+            .strip_prefix(workspace())
+            .unwrap_or(&page)
+            .display()
+            .to_string();
+        for line in shell_lines(&std::fs::read_to_string(&page)?) {
+            for command in line
+                .split(" && ")
+                .flat_map(|c| c.split(" | "))
+                .flat_map(|c| c.split("; "))
+            {
+                let Some(words) = shlex::split(command.trim()) else {
+                    continue;
+                };
+                // The program: the first word after any `NAME=value` assignments.
+                let at = words.iter().take_while(|w| w.contains('=')).count();
+                if !words
+                    .get(at)
+                    .is_some_and(|w| w == "capstan" || w.ends_with("/capstan"))
+                {
+                    continue;
+                }
+                // A synopsis (`capstan run [--plugins DIR]`) is not a command line.
+                if words.iter().any(|w| w.starts_with("[-") || w == "...") {
+                    continue;
+                }
+                // What a shell redirect or substitution would take away.
+                let args: Vec<&String> = words[at..].iter().take_while(|w| !w.starts_with('>')).collect();
+                checked += 1;
+                if let Err(e) = capstan::cli::command().try_get_matches_from(args.iter().map(|w| w.as_str()))
+                {
+                    use clap::error::ErrorKind;
+                    if !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                        let first = e.to_string().lines().next().unwrap_or_default().to_string();
+                        wrong.push(format!("{shown}: {line}\n    {first}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 15, "too few capstan commands found: {checked}");
+    assert!(
+        wrong.is_empty(),
+        "commands the CLI does not take:\n{}",
+        wrong.join("\n")
+    );
+    Ok(())
 }
