@@ -10,7 +10,11 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{Context, Result};
+use capstan_tests::host::{
+    echo, echo_resource, eventually, hostile_crd, hostile_resource, install_plugin_crd,
+};
 use capstan_tests::{plugin, workspace};
+use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::Value;
 
 #[path = "helm/common.rs"]
@@ -306,12 +310,6 @@ fn as_grafana_sends(expr: &str) -> String {
 /// fault alert's expression becomes true (Prometheus itself holds it pending or firing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_prometheus_shows_every_panel_and_the_fault_alert() -> Result<()> {
-    use capstan_tests::host::{
-        echo, echo_resource, eventually, hostile_crd, hostile_resource, install_plugin_crd,
-    };
-    use kube::api::{Api, DynamicObject, PostParams};
-    use std::time::Duration;
-
     let plane = capstan::dev::Plane::shared().await?;
     plane.install_crds(&[hostile_crd()?]).await?;
     install_plugin_crd(plane, "echo").await?;
@@ -324,19 +322,18 @@ async fn a_real_prometheus_shows_every_panel_and_the_fault_alert() -> Result<()>
         &dir,
         &["--leader-elect", "--leader-election-namespace", &ns],
     )?;
-    let metrics = eventually("the host serving metrics", Duration::from_secs(60), async || {
+    let metrics = eventually("the host serving metrics", WAIT, async || {
         Ok(host.address("metrics"))
     })
     .await?;
     let prometheus = Prometheus::start(&dir, &metrics)?;
-
     let client = plane.client().await?;
     let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
     echoes
         .create(&PostParams::default(), &echo("hello", "hi")?)
         .await?;
     // Scraped once before the fault, so the fault counter's increase is seen.
-    eventually("a first scrape", Duration::from_secs(60), async || {
+    eventually("a first scrape", WAIT, async || {
         // Prometheus may still be starting: no answer is no scrape yet.
         let up = prometheus.query(r#"capstan_plugin_up{plugin="hostile"} == 1"#);
         Ok(up.ok().filter(|r| !r.is_empty()).map(drop))
@@ -349,41 +346,51 @@ async fn a_real_prometheus_shows_every_panel_and_the_fault_alert() -> Result<()>
     }))?;
     hostiles.create(&PostParams::default(), &panics).await?;
 
+    the_fault_alert_fires(&prometheus).await?;
+    let empty = queries_without_data(&prometheus)?;
+    assert!(empty.is_empty(), "no data for:\n{}", empty.join("\n"));
+    drop(prometheus);
+    drop(host);
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
+/// How long the live test waits for each thing it waits for.
+const WAIT: std::time::Duration = std::time::Duration::from_secs(90);
+
+/// The fault alert's expression returns the panicking plugin, and Prometheus holds the
+/// alert pending or firing.
+async fn the_fault_alert_fires(prometheus: &Prometheus) -> Result<()> {
     let (fault, expr) = alerts()?
         .into_iter()
         .find(|(name, _)| name == "CapstanPluginFaulting")
         .context("the fault alert")?;
-    let firing = eventually(
-        "the fault alert's expression",
-        Duration::from_secs(90),
-        async || {
-            let result = prometheus.query(&expr)?;
-            Ok((!result.is_empty()).then_some(result))
-        },
-    )
+    let firing = eventually("the fault alert's expression", WAIT, async || {
+        let result = prometheus.query(&expr)?;
+        Ok((!result.is_empty()).then_some(result))
+    })
     .await?;
     assert_eq!(firing[0]["metric"]["plugin"], "hostile", "{firing:?}");
     assert_eq!(firing[0]["metric"]["cause"], "panic", "{firing:?}");
-    let held = eventually(
-        "Prometheus evaluating the fault alert",
-        Duration::from_secs(60),
-        async || {
-            let alerts = prometheus.alerts()?;
-            Ok(alerts
-                .into_iter()
-                .find(|a| a["labels"]["alertname"] == fault.as_str()))
-        },
-    )
+    let held = eventually("Prometheus evaluating the fault alert", WAIT, async || {
+        let alerts = prometheus.alerts()?;
+        Ok(alerts
+            .into_iter()
+            .find(|a| a["labels"]["alertname"] == fault.as_str()))
+    })
     .await?;
     assert!(
         matches!(held["state"].as_str(), Some("pending" | "firing")),
         "{held}"
     );
+    Ok(())
+}
 
-    // Every panel and variable returns data from the real host.
-    let dashboard = dashboard()?;
+/// The dashboard queries (as Grafana sends them) and the metrics the alerts read that
+/// return no series from the real host.
+fn queries_without_data(prometheus: &Prometheus) -> Result<Vec<String>> {
     let mut empty = Vec::new();
-    for (place, expr) in dashboard_queries(&dashboard) {
+    for (place, expr) in dashboard_queries(&dashboard()?) {
         let sent = as_grafana_sends(&expr);
         let sent = if place.starts_with('$') {
             // A variable's label_values(metric, label) is the metric's series.
@@ -395,7 +402,6 @@ async fn a_real_prometheus_shows_every_panel_and_the_fault_alert() -> Result<()>
             empty.push(format!("{place}: {sent}"));
         }
     }
-    // And every metric an alert reads has series.
     for (name, expr) in alerts()? {
         for metric in metrics_read(&expr) {
             if prometheus.query(&metric)?.is_empty() {
@@ -403,9 +409,5 @@ async fn a_real_prometheus_shows_every_panel_and_the_fault_alert() -> Result<()>
             }
         }
     }
-    assert!(empty.is_empty(), "no data for:\n{}", empty.join("\n"));
-    drop(prometheus);
-    drop(host);
-    std::fs::remove_dir_all(dir).ok();
-    Ok(())
+    Ok(empty)
 }
