@@ -50,7 +50,7 @@ fn the_cli_reference_is_claps() -> Result<()> {
     let mut root = capstan::cli::command();
     root.build();
     let mut out = format!(
-        "{HEADER}\n\n# Command-line reference\n\nEvery `capstan` command, as `capstan help COMMAND` prints it.\n"
+        "{HEADER}\n\n# Command-line reference\n\nEvery `capstan` command, as `capstan help COMMAND` prints it. `capstan dev` is in builds with the `dev` feature (the default); the image's binary leaves it out.\n"
     );
     let mut commands = vec![root];
     while let Some(command) = commands.pop() {
