@@ -1,7 +1,8 @@
 //! The generated reference pages under `docs/reference/` match what they are generated
 //! from: the contract (`wit/reconciler.wit`, read with wit-parser), the command line (clap's definitions in the binary), the metrics (the host's
 //! registry: name, type, labels, help) and the chart's values (`values.schema.json`, with
-//! each key's default and comment from `values.yaml`). A stale page fails with the command
+//! each key's default and comment from `values.yaml`) and the plugin limits (`Limits`'
+//! defaults and field docs). A stale page fails with the command
 //! that regenerates it: `CAPSTAN_BLESS=1 cargo test -p capstan-tests --test reference`.
 //! And the book itself: `mdbook build docs` succeeds without a warning, SUMMARY.md lists
 //! every page, every link of the book and the README resolves (files and headings), every
@@ -640,4 +641,62 @@ fn every_capstan_command_in_the_book_parses() -> Result<()> {
         wrong.join("\n")
     );
     Ok(())
+}
+
+#[test]
+fn the_limits_reference_is_the_codes() -> Result<()> {
+    let defaults = serde_json::to_value(capstan::engine::Limits::default())?;
+    let source = std::fs::read_to_string(workspace().join("host/src/engine/limits.rs"))?;
+    let docs = field_docs(&source, "pub struct Limits");
+    let mut out = format!(
+        "{HEADER}\n\n# Plugin limits reference\n\nWhat one plugin's calls may use, set per plugin under `limits:` in a `capstan run --config` entry (or the chart's `plugins.<name>.limits`), with each default. A duration is written like `500ms`, `10s` or `10m`; sizes are bytes.\n\n| Key | Default | What it bounds |\n|---|---|---|\n"
+    );
+    let fields = defaults.as_object().context("limits serialize as a mapping")?;
+    anyhow::ensure!(
+        fields.len() == docs.len(),
+        "{} fields serialized, {} documented",
+        fields.len(),
+        docs.len()
+    );
+    for (key, said) in docs {
+        let default = fields
+            .get(&key)
+            .with_context(|| format!("no default for {key}"))?;
+        let default = default
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| default.to_string());
+        writeln!(out, "| `{key}` | `{default}` | {} |", said.replace('|', "\\|"))?;
+    }
+    check("limits.md", &out)
+}
+
+/// Each field of the struct that starts at `header` in `source`: its name in camelCase (as
+/// serde renames it) and its doc comment, in source order.
+fn field_docs(source: &str, header: &str) -> Vec<(String, String)> {
+    let body = source
+        .split_once(header)
+        .and_then(|(_, rest)| rest.split_once("\n}"))
+        .map(|(body, _)| body)
+        .unwrap_or_default();
+    let mut fields = Vec::new();
+    let mut doc: Vec<&str> = Vec::new();
+    for line in body.lines().map(str::trim) {
+        if let Some(text) = line.strip_prefix("///") {
+            doc.push(text.trim());
+        } else if let Some(field) = line.strip_prefix("pub ").and_then(|l| l.split_once(':')) {
+            let camel = field
+                .0
+                .split('_')
+                .enumerate()
+                .map(|(i, w)| match i {
+                    0 => w.to_string(),
+                    _ => w[..1].to_uppercase() + &w[1..],
+                })
+                .collect::<String>();
+            fields.push((camel, doc.join(" ")));
+            doc.clear();
+        }
+    }
+    fields
 }
