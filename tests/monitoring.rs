@@ -265,7 +265,10 @@ impl Prometheus {
 
     /// The series `expr` returns now.
     fn query(&self, expr: &str) -> Result<Vec<Value>> {
-        let path = format!("/api/v1/query?query={}", percent(expr));
+        let query = form_urlencoded::Serializer::new(String::new())
+            .append_pair("query", expr)
+            .finish();
+        let path = format!("/api/v1/query?{query}");
         let (status, body) = capstan_tests::host::http_get(&self.address, &path)?;
         anyhow::ensure!(status.contains(" 200 "), "{expr}: {status}: {body}");
         let answer: Value = serde_json::from_str(&body)?;
@@ -285,16 +288,6 @@ impl Drop for Prometheus {
         self.child.kill().ok();
         self.child.wait().ok();
     }
-}
-
-/// `text` for a URL's query string.
-fn percent(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// A dashboard query as Grafana sends it with every variable at "All".
