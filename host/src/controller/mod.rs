@@ -292,7 +292,7 @@ impl Wiring {
     ) -> Shared {
         let name = self.metadata.name;
         let metrics = crate::ops::metrics::get();
-        metrics.start_plugin(&name, crate::engine::Fault::CAUSES);
+        metrics.start_plugin(&name, crate::engine::Fault::CAUSES, events::Dropped::CAUSES);
         metrics
             .max_concurrent
             .get_or_create(&crate::ops::metrics::ControllerLabel {

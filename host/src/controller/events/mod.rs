@@ -13,7 +13,7 @@ mod correlator;
 mod recorder;
 
 pub use correlator::Correlator;
-pub(crate) use recorder::{Busy, Recorder, Writing};
+pub(crate) use recorder::{Busy, Dropped, Recorder, Writing};
 
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -75,7 +75,7 @@ fn publish(
         Decision::Count { first, count } => events.send(Write::Count(Due { object, first, count })),
         Decision::Held => tracing::debug!(reason, "event repeated over its budget; counted in its series"),
         Decision::Dropped => {
-            recorder::dropped(&shared.plugin().metadata().name, "budget");
+            recorder::dropped(&shared.plugin().metadata().name, recorder::Dropped::Budget);
             tracing::debug!(reason, "event over the budget of its object and reason; dropped");
         }
     }

@@ -81,7 +81,7 @@ impl Recorder {
     /// Queue one write; a full queue drops it, counted.
     pub(super) fn send(&self, write: Write) {
         if self.queue.try_send(write).is_err() {
-            dropped(&self.plugin, "queue");
+            dropped(&self.plugin, Dropped::Queue);
         }
     }
 }
@@ -103,17 +103,39 @@ impl Writing {
         let abort = self.task.abort_handle();
         if tokio::time::timeout(DRAIN, self.task).await.is_err() {
             abort.abort();
-            dropped(&self.plugin, "shutdown");
+            dropped(&self.plugin, Dropped::Shutdown);
             tracing::warn!(plugin = %self.plugin, "events still queued at shutdown were not recorded");
         }
     }
 }
 
+/// Why an event was not recorded: the `cause` of `capstan_events_dropped_total`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Dropped {
+    /// Over the budget of its object and reason.
+    Budget,
+    /// The plugin's event queue was full.
+    Queue,
+    /// The write failed.
+    Failed,
+    /// Still queued when the host stopped.
+    Shutdown,
+}
+
+impl Dropped {
+    /// Every cause, so a plugin's series can start at zero.
+    pub(crate) const CAUSES: &[&str] = &["budget", "queue", "failed", "shutdown"];
+
+    fn label(self) -> &'static str {
+        Self::CAUSES[self as usize]
+    }
+}
+
 /// Count an event not recorded, and why.
-pub(super) fn dropped(plugin: &str, cause: &str) {
+pub(super) fn dropped(plugin: &str, cause: Dropped) {
     let labels = EventsDroppedLabels {
         plugin: plugin.into(),
-        cause: cause.into(),
+        cause: cause.label().into(),
     };
     crate::ops::metrics::get()
         .events_dropped
@@ -232,7 +254,7 @@ async fn write_one(client: kube::Client, plugin: String, write: Write) {
         // The Event expired (its TTL) or was deleted: the series has nothing to count on.
         Err(kube::Error::Api(e)) if e.code == 404 => {}
         Err(e) => {
-            dropped(&plugin, "failed");
+            dropped(&plugin, Dropped::Failed);
             tracing::warn!(plugin = %plugin, error = %e, "could not record event");
         }
     }
@@ -265,6 +287,18 @@ pub(super) fn event_name(object: &ObjectKey, first: u64) -> (String, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_cause_has_its_own_label() {
+        let all = [
+            Dropped::Budget,
+            Dropped::Queue,
+            Dropped::Failed,
+            Dropped::Shutdown,
+        ];
+        let labels: Vec<&str> = all.iter().map(|d| d.label()).collect();
+        assert_eq!(labels, Dropped::CAUSES);
+    }
 
     /// A client whose every request fails at once (nothing listens on the discard port).
     fn unreachable() -> kube::Client {

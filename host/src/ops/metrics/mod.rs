@@ -191,8 +191,8 @@ impl Metrics {
     /// Start `plugin`'s counters at zero, as controller-runtime does for each controller:
     /// a series that first appears at 1 shows no `increase()`, so an alert on a plugin's
     /// first fault (of any of `fault_causes`) would never fire, and a dashboard would show
-    /// nothing rather than 0.
-    pub fn start_plugin(&self, plugin: &str, fault_causes: &[&str]) {
+    /// nothing rather than 0. `drop_causes` are why an event may not be recorded.
+    pub fn start_plugin(&self, plugin: &str, fault_causes: &[&str], drop_causes: &[&str]) {
         let controller = ControllerLabel {
             controller: plugin.into(),
         };
@@ -212,10 +212,10 @@ impl Metrics {
             };
             drop(self.faults.get_or_create(&labels));
         }
-        for cause in ["budget", "queue", "failed", "shutdown"] {
+        for cause in drop_causes {
             let labels = EventsDroppedLabels {
                 plugin: plugin.into(),
-                cause: cause.into(),
+                cause: (*cause).into(),
             };
             drop(self.events_dropped.get_or_create(&labels));
         }
@@ -270,7 +270,7 @@ mod tests {
     #[test]
     fn a_started_plugin_exports_its_counters_at_zero() {
         let m = get();
-        m.start_plugin("zeroed", &["trap", "deadline"]);
+        m.start_plugin("zeroed", &["trap", "deadline"], &["queue"]);
         let text = m.encode();
         for series in [
             r#"controller_runtime_reconcile_total{controller="zeroed",result="error"} 0"#,
