@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite, as CI runs it: installs what it needs (the wasm32-wasip2 target, the
-# real node's Debian packages, the pinned control-plane and node binaries and helm, built
-# from Go modules into ~/.cache/capstan once), then runs every test in the workspace.
+# real node's Debian packages and Prometheus, the pinned control-plane and node binaries
+# and helm, built from Go modules into ~/.cache/capstan once, the Python/JS toolchains and
+# mdbook), then runs every test in the workspace.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
