@@ -196,17 +196,14 @@ fn comments(text: &str) -> BTreeMap<String, String> {
             .split_once(':')
             .map(|(k, _)| k)
             .filter(|k| !k.is_empty() && !k.starts_with('-') && !k.contains(' '));
-        match key {
-            Some(key) => {
-                path.retain(|(i, _)| *i < indent);
-                path.push((indent, key.to_string()));
-                if !block.is_empty() {
-                    let dotted: Vec<&str> = path.iter().map(|(_, k)| k.as_str()).collect();
-                    found.insert(dotted.join("."), block.join(" "));
-                }
+        // A comment block belongs to the key right under it; a blank line or a value ends it.
+        if let Some(key) = key {
+            path.retain(|(i, _)| *i < indent);
+            path.push((indent, key.to_string()));
+            if !block.is_empty() {
+                let dotted: Vec<&str> = path.iter().map(|(_, k)| k.as_str()).collect();
+                found.insert(dotted.join("."), block.join(" "));
             }
-            None if trimmed.is_empty() => {}
-            None => {}
         }
         block.clear();
     }
