@@ -2,6 +2,7 @@
 //! locating the `capstan` binary, once per test process, and the compile cache the
 //! `capstan` processes they start use.
 
+pub mod book;
 pub mod governance;
 pub mod host;
 pub mod oci;
