@@ -34,12 +34,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::engine::Limits;
 
 /// The whole file.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Config {
     /// Plugins to run.
@@ -55,7 +56,7 @@ pub struct Config {
 }
 
 /// One plugin's settings; anything unset takes the command-line default.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PluginConfig {
     /// The `.wasm` file, relative to the config file, or a registry reference
@@ -72,6 +73,7 @@ pub struct PluginConfig {
     pub concurrency: Option<u16>,
     /// Reconcile every parent at least this often.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<String>")]
     pub resync: Option<Duration>,
     /// Cluster-scoped child kinds this plugin may create.
     #[serde(default)]
@@ -103,7 +105,7 @@ pub struct PluginConfig {
 }
 
 /// A canary: another file of the same plugin, for the parents a label selector picks.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CanaryConfig {
     /// The candidate `.wasm`, relative to the config file, or a registry reference. Same kinds as the stable file;
@@ -111,11 +113,12 @@ pub struct CanaryConfig {
     pub path: PathBuf,
     /// Which parents it reconciles (a Kubernetes label selector: `matchLabels`,
     /// `matchExpressions`).
+    #[schemars(schema_with = "label_selector")]
     pub selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
 }
 
 /// How a plugin entry runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// It reconciles and writes.
@@ -126,6 +129,27 @@ pub enum Mode {
     /// `capstan_shadow_divergent_objects` and `capstan_shadow_divergences_total` metrics and
     /// a rate-limited `shadow diverges` line per object.
     Shadow,
+}
+
+/// A Kubernetes label selector's schema (k8s-openapi's types carry none without its
+/// `schemars` feature, which would derive one for every API type the host links).
+fn label_selector(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+            "matchExpressions": {"type": "array", "items": {
+                "type": "object",
+                "required": ["key", "operator"],
+                "properties": {
+                    "key": {"type": "string"},
+                    "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                    "values": {"type": "array", "items": {"type": "string"}}
+                }
+            }}
+        }
+    })
 }
 
 impl PluginConfig {

@@ -7,11 +7,12 @@ use super::bindings::capstan::reconciler::types as wit;
 use super::{Event, Fault, Response};
 
 /// Per-plugin limits on one call.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Limits {
     /// CPU-time deadline of one call (ten times as much wall-clock time stops it regardless).
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
     pub deadline: Duration,
     /// Linear memory cap of one call, in bytes.
     pub memory: usize,
@@ -26,6 +27,7 @@ pub struct Limits {
     /// Shortest requeue a response may ask for: `requeue-after-ms: 0` would otherwise be
     /// a busy loop of reconciles.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
     pub min_requeue: Duration,
     /// CPU the plugin's calls may use per second, in millicores (1000 = one core); over
     /// it, its reconciles wait.
@@ -39,6 +41,7 @@ pub struct Limits {
     /// How long a deletion may wait for the plugin's `finalized` before the host warns
     /// (`FinalizerStuck`) and says how to release the finalizer.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "String")]
     pub finalizer_timeout: Duration,
 }
 

@@ -21,7 +21,7 @@ use zeroize::Zeroizing;
 use super::{PluginRef, Registry, TIMEOUT, one_line};
 
 /// Which keys a plugin must be signed by (`verify:` in `capstan run --config`).
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Policy {
     /// Public keys (PEM files, cosign's `cosign.pub`); a signature by any one of them is enough.
