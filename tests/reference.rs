@@ -1,15 +1,13 @@
 //! The generated reference pages under `docs/reference/` match what they are generated
-//! from: the contract (`wit/reconciler.wit`, read with wit-parser), the command line (clap's definitions in the binary), the metrics (the host's
-//! registry: name, type, labels, help) and the chart's values (`values.schema.json`, with
-//! each key's default and comment from `values.yaml`) and the plugin limits (`Limits`'
-//! defaults and field docs). A stale page fails with the command
-//! that regenerates it: `CAPSTAN_BLESS=1 cargo test -p capstan-tests --test reference`.
-//! And the book itself: `mdbook build docs` succeeds without a warning, SUMMARY.md lists
-//! every page, every link of the book and the README resolves (files and headings), every
-//! `capstan` command line in their shell blocks parses with the binary's own clap
-//! definitions, and every page with a Rust example is compiled by a doc test.
+//! from: the contract (`wit/reconciler.wit`, read with wit-parser), the command line
+//! (clap's definitions in the binary), the metrics (the host's registry: name, type,
+//! labels, help), the chart's values (`values.schema.json`, with each key's default and
+//! comment from `values.yaml`), and the `--config` file with the plugin limits (the JSON
+//! Schema schemars derives from the host's config types: keys, types, defaults, docs). A
+//! stale page fails with the command that regenerates it:
+//! `CAPSTAN_BLESS=1 cargo test -p capstan-tests --test reference`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -114,16 +112,25 @@ fn the_chart_values_reference_is_the_schemas() -> Result<()> {
             out,
             "| `{key}` | {kind} | {} | {} |",
             default.replace('|', "\\|"),
-            said.replace('|', "\\|")
+            // Outside code, `<name>` would be an HTML tag.
+            said.replace('|', "\\|").replace('<', "&lt;")
         )?;
     }
     check("chart-values.md", &out)
 }
 
-/// Every key of `node` under `prefix` (objects with listed properties are walked; maps and
-/// `$ref`s of maps stop), with its type and the schema's description.
+/// Every key of `node` under `prefix` (objects with listed properties are walked, lists of
+/// them as `key[].field`, maps of them as `key.<name>.field`), with its type and the
+/// schema's description.
 fn keys(root: &Value, node: &Value, prefix: &str, rows: &mut Vec<(String, String, Option<String>)>) {
     let node = resolve(root, node);
+    if let Some(items) = node.get("items").filter(|_| !prefix.is_empty()) {
+        return keys(root, items, &format!("{prefix}[]"), rows);
+    }
+    // A map of named entries (the chart's `plugins`): each entry's keys under `<name>`.
+    if let Some(entry) = node.get("additionalProperties").filter(|v| v.is_object()) {
+        keys(root, entry, &format!("{prefix}.<name>"), rows);
+    }
     let Some(properties) = node["properties"].as_object() else {
         return;
     };
@@ -143,29 +150,64 @@ fn keys(root: &Value, node: &Value, prefix: &str, rows: &mut Vec<(String, String
     }
 }
 
-/// A `$ref` followed to its definition in `root`.
+/// A `$ref` followed to its definition in `root`, and an optional value (`anyOf` it or
+/// null) to what it is when set.
 fn resolve<'a>(root: &'a Value, node: &'a Value) -> &'a Value {
+    if let Some(set) = optional(node) {
+        return resolve(root, set);
+    }
     match node["$ref"].as_str().and_then(|r| r.strip_prefix("#/")) {
         Some(path) => root.pointer(&format!("/{path}")).unwrap_or(node),
         None => node,
     }
 }
 
+/// What an `anyOf` of one schema and `null` is when set.
+fn optional(node: &Value) -> Option<&Value> {
+    match node["anyOf"].as_array()?.as_slice() {
+        [set, null] | [null, set] if null["type"] == "null" => Some(set),
+        _ => None,
+    }
+}
+
 /// The type a key takes, as a reader would say it.
 fn kind(root: &Value, node: &Value) -> String {
-    if let Some(reference) = node["$ref"].as_str() {
-        return reference.rsplit('/').next().unwrap_or(reference).to_string();
+    if let Some(set) = optional(node) {
+        return kind(root, set);
     }
+    let named = node["$ref"]
+        .as_str()
+        .map(|r| r.rsplit('/').next().unwrap_or(r).to_string());
     let node = resolve(root, node);
     if let Some(values) = node["enum"].as_array() {
         let values: Vec<String> = values.iter().map(|v| v.to_string()).collect();
         return format!("one of {}", values.join(", "));
+    }
+    if let Some(items) = node.get("items") {
+        return format!("list of {}", kind(root, items));
+    }
+    // An enum whose variants carry their own docs: one constant per variant.
+    let constants: Option<Vec<String>> = node["oneOf"].as_array().and_then(|variants| {
+        variants
+            .iter()
+            .map(|v| v.get("const").map(Value::to_string))
+            .collect()
+    });
+    if let Some(constants) = constants {
+        return format!("one of {}", constants.join(", "));
+    }
+    if let Some(named) = named {
+        return named;
+    }
+    if let Some(values) = node.get("additionalProperties").filter(|v| v.is_object()) {
+        return format!("map of {}", kind(root, values));
     }
     match &node["type"] {
         Value::String(t) => t.clone(),
         Value::Array(ts) => ts
             .iter()
             .filter_map(Value::as_str)
+            .filter(|t| *t != "null")
             .collect::<Vec<_>>()
             .join(" or "),
         _ if node.get("oneOf").or(node.get("anyOf")).is_some() => "see the schema".to_string(),
@@ -208,179 +250,6 @@ fn comments(text: &str) -> BTreeMap<String, String> {
         block.clear();
     }
     found
-}
-
-/// Every Markdown file of the book, and the README.
-fn pages() -> Vec<PathBuf> {
-    let mut found = vec![workspace().join("README.md")];
-    let mut dirs = vec![workspace().join("docs")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "md") {
-                found.push(path);
-            }
-        }
-    }
-    found.sort();
-    found
-}
-
-/// A heading's id, as mdBook and GitHub make it: lowercase, letters, digits, `-` and `_`
-/// kept, spaces to `-`, everything else dropped.
-fn slug(heading: &str) -> String {
-    heading
-        .trim()
-        .to_lowercase()
-        .chars()
-        .filter_map(|c| match c {
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
-            c if c.is_whitespace() => Some('-'),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The lines of a page outside its code blocks.
-fn unfenced(text: &str) -> Vec<&str> {
-    let mut fenced = false;
-    text.lines()
-        .filter(|line| {
-            let fence = line.trim_start().starts_with("```");
-            fenced ^= fence;
-            !fence && !fenced
-        })
-        .collect()
-}
-
-/// The text of a page outside its code blocks and inline code (which hold no links).
-fn prose(text: &str) -> String {
-    unfenced(text)
-        .iter()
-        .map(|line| line.split('`').step_by(2).collect::<Vec<_>>().join(" "))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// The ids of a page's headings (inline code counts: mdBook keeps its text).
-fn anchors(text: &str) -> BTreeSet<String> {
-    unfenced(text)
-        .into_iter()
-        .filter_map(|l| l.strip_prefix('#'))
-        .map(|l| slug(l.trim_start_matches('#')))
-        .collect()
-}
-
-/// Every link target of a page: `[text](target)`.
-fn links(text: &str) -> Vec<String> {
-    let prose = prose(text);
-    let mut found = Vec::new();
-    let mut rest = prose.as_str();
-    while let Some(at) = rest.find("](") {
-        rest = &rest[at + 2..];
-        if let Some(end) = rest.find(')') {
-            found.push(rest[..end].to_string());
-            rest = &rest[end..];
-        }
-    }
-    found
-}
-
-#[test]
-fn every_link_of_the_book_and_the_readme_resolves() -> Result<()> {
-    let mut broken = Vec::new();
-    let pages = pages();
-    assert!(pages.len() > 20, "too few pages: {}", pages.len());
-    for page in &pages {
-        let text = std::fs::read_to_string(page)?;
-        let dir = page.parent().context("a directory")?;
-        for target in links(&text) {
-            if target.contains("://") || target.starts_with("mailto:") {
-                continue;
-            }
-            let (path, fragment) = target.split_once('#').unwrap_or((&target, ""));
-            let file = if path.is_empty() {
-                page.clone()
-            } else {
-                dir.join(path)
-            };
-            let shown = page
-                .strip_prefix(workspace())
-                .unwrap_or(page)
-                .display()
-                .to_string();
-            if !file.exists() {
-                broken.push(format!("{shown}: {target} (no such file)"));
-                continue;
-            }
-            let markdown = file.extension().is_some_and(|e| e == "md");
-            if !fragment.is_empty()
-                && markdown
-                && !anchors(&std::fs::read_to_string(&file)?).contains(fragment)
-            {
-                broken.push(format!("{shown}: {target} (no such heading)"));
-            }
-        }
-    }
-    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
-    Ok(())
-}
-
-#[test]
-fn the_book_builds_and_lists_every_page() -> Result<()> {
-    let docs = workspace().join("docs");
-    let summary = std::fs::read_to_string(docs.join("SUMMARY.md"))?;
-    for page in pages() {
-        let Ok(inside) = page.strip_prefix(&docs) else {
-            continue;
-        };
-        let inside = inside.display().to_string();
-        if inside != "SUMMARY.md" {
-            assert!(
-                summary.contains(&format!("]({inside})")),
-                "SUMMARY.md does not list {inside}"
-            );
-        }
-    }
-    let out_dir = std::env::temp_dir().join(format!("capstan-book-{}", std::process::id()));
-    let out = std::process::Command::new(capstan_tests::toolchains::mdbook())
-        .arg("build")
-        .arg(&docs)
-        .arg("--dest-dir")
-        .arg(&out_dir)
-        .output()?;
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "mdbook build failed:\n{said}");
-    assert!(
-        !said.contains("WARN") && !said.contains("ERROR"),
-        "mdbook build warned:\n{said}"
-    );
-    assert!(out_dir.join("guides/sharding.html").is_file(), "{said}");
-    std::fs::remove_dir_all(out_dir).ok();
-    Ok(())
-}
-
-#[test]
-fn every_rust_example_of_the_book_is_compiled_as_a_doc_test() -> Result<()> {
-    let doctests = std::fs::read_to_string(workspace().join("sdk/src/lib.rs"))?;
-    for page in pages() {
-        let text = std::fs::read_to_string(&page)?;
-        if !text.lines().any(|l| l.trim() == "```rust") {
-            continue;
-        }
-        let inside = page
-            .strip_prefix(workspace())
-            .unwrap_or(&page)
-            .display()
-            .to_string();
-        assert!(
-            doctests.contains(&format!("include_str!(\"../../{inside}\")")),
-            "{inside} has a Rust example that no doc test compiles: include it in sdk/src/lib.rs"
-        );
-    }
-    Ok(())
 }
 
 #[test]
@@ -555,145 +424,101 @@ fn wit_type(resolve: &wit_parser::Resolve, ty: &wit_parser::Type) -> String {
     }
 }
 
-/// The shell lines of a page's `sh` blocks, continuation lines joined, comments dropped.
-fn shell_lines(text: &str) -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut in_shell = false;
-    let mut pending = String::new();
-    for line in text.lines() {
-        let fence = line.trim_start();
-        if let Some(lang) = fence.strip_prefix("```") {
-            in_shell = !in_shell && matches!(lang.trim(), "sh" | "bash" | "console" | "shell");
-            continue;
-        }
-        if !in_shell {
-            continue;
-        }
-        let code = line.split(" # ").next().unwrap_or_default().trim_end();
-        match code.strip_suffix('\\') {
-            Some(head) => pending.push_str(head),
-            None => {
-                pending.push_str(code);
-                lines.push(
-                    std::mem::take(&mut pending)
-                        .trim()
-                        .trim_start_matches("$ ")
-                        .to_string(),
-                );
-            }
-        }
-    }
-    lines
+/// The `--config` file's schema, as the host's types derive it.
+fn config_schema() -> Result<Value> {
+    Ok(serde_json::to_value(schemars::schema_for!(
+        capstan::config::Config
+    ))?)
 }
 
 #[test]
-fn every_capstan_command_in_the_book_parses() -> Result<()> {
-    let mut checked = 0;
-    let mut wrong = Vec::new();
-    for page in pages() {
-        let shown = page
-            .strip_prefix(workspace())
-            .unwrap_or(&page)
-            .display()
-            .to_string();
-        for line in shell_lines(&std::fs::read_to_string(&page)?) {
-            for command in line
-                .split(" && ")
-                .flat_map(|c| c.split(" | "))
-                .flat_map(|c| c.split("; "))
-            {
-                let Some(words) = shlex::split(command.trim()) else {
-                    continue;
-                };
-                // The program: the first word after any `NAME=value` assignments.
-                let at = words.iter().take_while(|w| w.contains('=')).count();
-                if !words
-                    .get(at)
-                    .is_some_and(|w| w == "capstan" || w.ends_with("/capstan"))
-                {
-                    continue;
-                }
-                // A synopsis (`capstan run [--plugins DIR]`) is not a command line.
-                if words.iter().any(|w| w.starts_with("[-") || w == "...") {
-                    continue;
-                }
-                // What a shell redirect or substitution would take away.
-                let args: Vec<&String> = words[at..].iter().take_while(|w| !w.starts_with('>')).collect();
-                checked += 1;
-                if let Err(e) = capstan::cli::command().try_get_matches_from(args.iter().map(|w| w.as_str()))
-                {
-                    use clap::error::ErrorKind;
-                    if !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                        let first = e.to_string().lines().next().unwrap_or_default().to_string();
-                        wrong.push(format!("{shown}: {line}\n    {first}"));
-                    }
-                }
-            }
-        }
-    }
-    assert!(checked > 15, "too few capstan commands found: {checked}");
-    assert!(
-        wrong.is_empty(),
-        "commands the CLI does not take:\n{}",
-        wrong.join("\n")
+fn the_config_reference_is_the_hosts_types() -> Result<()> {
+    let schema = config_schema()?;
+    check(
+        "config.schema.json",
+        &format!("{}\n", serde_json::to_string_pretty(&schema)?),
+    )?;
+    let mut rows = Vec::new();
+    keys(&schema, &schema, "", &mut rows);
+    let mut out = format!(
+        "{HEADER}\n\n# Config file reference\n\nEvery key of the file `capstan run --config FILE` reads (YAML; any other key is an error), its type, its default and what it does. A key unset in a plugin's entry takes the command line's value ([Commands and flags](cli.md)). Durations are written like `500ms`, `30s` or `5m`; sizes are bytes. The same as a JSON Schema, for editors: [`config.schema.json`](config.schema.json) (with the YAML language server, `# yaml-language-server: $schema=…/config.schema.json` as the file's first line). How the file is used: [Running the host](../guides/running.md).\n\n| Key | Type | Default | Description |\n|---|---|---|---|\n"
     );
-    Ok(())
+    for (key, kind, description) in rows {
+        // An object's default is its fields' (each on its own row); unset is the flag's.
+        let default = match pointer_in_schema(&schema, &key) {
+            Some(Value::Object(_)) => String::new(),
+            Some(Value::Null) => "unset".to_string(),
+            Some(v) => format!("`{}`", shown(v)),
+            None => String::new(),
+        };
+        writeln!(
+            out,
+            "| `{key}` | {kind} | {} | {} |",
+            default.replace('|', "\\|"),
+            one_line(description.as_deref()).replace('|', "\\|")
+        )?;
+    }
+    check("config.md", &out)
 }
 
 #[test]
-fn the_limits_reference_is_the_codes() -> Result<()> {
-    let defaults = serde_json::to_value(capstan::engine::Limits::default())?;
-    let source = std::fs::read_to_string(workspace().join("host/src/engine/limits.rs"))?;
-    let docs = field_docs(&source, "pub struct Limits");
+fn the_limits_reference_is_the_hosts_types() -> Result<()> {
+    let schema = config_schema()?;
+    let limits = &schema["$defs"]["Limits"];
     let mut out = format!(
         "{HEADER}\n\n# Plugin limits reference\n\nWhat one plugin's calls may use, set per plugin under `limits:` in a `capstan run --config` entry (or the chart's `plugins.<name>.limits`), with each default. A duration is written like `500ms`, `10s` or `10m`; sizes are bytes.\n\n| Key | Default | What it bounds |\n|---|---|---|\n"
     );
-    let fields = defaults.as_object().context("limits serialize as a mapping")?;
-    anyhow::ensure!(
-        fields.len() == docs.len(),
-        "{} fields serialized, {} documented",
-        fields.len(),
-        docs.len()
-    );
-    for (key, said) in docs {
-        let default = fields
-            .get(&key)
+    let fields = limits["properties"]
+        .as_object()
+        .context("limits have properties")?;
+    let defaults = serde_json::to_value(capstan::engine::Limits::default())?;
+    for (key, field) in fields {
+        let default = defaults
+            .get(key)
             .with_context(|| format!("no default for {key}"))?;
-        let default = default
-            .as_str()
-            .map(str::to_string)
-            .unwrap_or_else(|| default.to_string());
-        writeln!(out, "| `{key}` | `{default}` | {} |", said.replace('|', "\\|"))?;
+        writeln!(
+            out,
+            "| `{key}` | `{}` | {} |",
+            shown(default),
+            one_line(field["description"].as_str()).replace('|', "\\|")
+        )?;
     }
     check("limits.md", &out)
 }
 
-/// Each field of the struct that starts at `header` in `source`: its name in camelCase (as
-/// serde renames it) and its doc comment, in source order.
-fn field_docs(source: &str, header: &str) -> Vec<(String, String)> {
-    let body = source
-        .split_once(header)
-        .and_then(|(_, rest)| rest.split_once("\n}"))
-        .map(|(body, _)| body)
-        .unwrap_or_default();
-    let mut fields = Vec::new();
-    let mut doc: Vec<&str> = Vec::new();
-    for line in body.lines().map(str::trim) {
-        if let Some(text) = line.strip_prefix("///") {
-            doc.push(text.trim());
-        } else if let Some(field) = line.strip_prefix("pub ").and_then(|l| l.split_once(':')) {
-            let camel = field
-                .0
-                .split('_')
-                .enumerate()
-                .map(|(i, w)| match i {
-                    0 => w.to_string(),
-                    _ => w[..1].to_uppercase() + &w[1..],
-                })
-                .collect::<String>();
-            fields.push((camel, doc.join(" ")));
-            doc.clear();
+/// A default as written in YAML: strings bare, everything else as JSON.
+fn shown(value: &Value) -> String {
+    value
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| value.to_string())
+}
+
+/// A doc comment's paragraphs as one table cell.
+fn one_line(text: Option<&str>) -> String {
+    text.unwrap_or_default()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The `default` the schema gives the key at a dotted path (`plugins[].limits.deadline`).
+fn pointer_in_schema<'a>(root: &'a Value, key: &str) -> Option<&'a Value> {
+    let mut node = root;
+    let mut default = None;
+    for part in key.split('.') {
+        let (name, items) = match part.strip_suffix("[]") {
+            Some(name) => (name, true),
+            None => (part, false),
+        };
+        let object = resolve(root, node);
+        let field = &object["properties"][name];
+        default = field.get("default").or(default.and_then(|d: &Value| d.get(name)));
+        node = field;
+        if items {
+            node = &resolve(root, field)["items"];
+            default = None;
         }
     }
-    fields
+    default
 }

@@ -1,0 +1,318 @@
+//! The book (`docs/`) and the README as a reader relies on them: `mdbook build docs`
+//! succeeds without a warning, SUMMARY.md lists every page, every link resolves (files and
+//! headings), every `capstan` command line in their shell blocks parses with the binary's
+//! own clap definitions, every page with a Rust example is compiled by a doc test, and
+//! every message the errors page explains is one the host still writes.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use capstan_tests::{book, workspace};
+
+/// Every Markdown file of the book, and the README.
+fn pages() -> Vec<PathBuf> {
+    let mut found = vec![workspace().join("README.md")];
+    let mut dirs = vec![workspace().join("docs")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// A heading's id, as mdBook and GitHub make it: lowercase, letters, digits, `-` and `_`
+/// kept, spaces to `-`, everything else dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            c if c.is_whitespace() => Some('-'),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The lines of a page outside its code blocks.
+fn unfenced(text: &str) -> Vec<&str> {
+    let mut fenced = false;
+    text.lines()
+        .filter(|line| {
+            let fence = line.trim_start().starts_with("```");
+            fenced ^= fence;
+            !fence && !fenced
+        })
+        .collect()
+}
+
+/// The text of a page outside its code blocks and inline code (which hold no links).
+fn prose(text: &str) -> String {
+    unfenced(text)
+        .iter()
+        .map(|line| line.split('`').step_by(2).collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The ids of a page's headings (inline code counts: mdBook keeps its text).
+fn anchors(text: &str) -> BTreeSet<String> {
+    unfenced(text)
+        .into_iter()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|l| slug(l.trim_start_matches('#')))
+        .collect()
+}
+
+/// Every link target of a page: `[text](target)`.
+fn links(text: &str) -> Vec<String> {
+    let prose = prose(text);
+    let mut found = Vec::new();
+    let mut rest = prose.as_str();
+    while let Some(at) = rest.find("](") {
+        rest = &rest[at + 2..];
+        if let Some(end) = rest.find(')') {
+            found.push(rest[..end].to_string());
+            rest = &rest[end..];
+        }
+    }
+    found
+}
+
+#[test]
+fn every_link_of_the_book_and_the_readme_resolves() -> Result<()> {
+    let mut broken = Vec::new();
+    let pages = pages();
+    assert!(pages.len() > 20, "too few pages: {}", pages.len());
+    for page in &pages {
+        let text = std::fs::read_to_string(page)?;
+        let dir = page.parent().context("a directory")?;
+        for target in links(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (path, fragment) = target.split_once('#').unwrap_or((&target, ""));
+            let file = if path.is_empty() {
+                page.clone()
+            } else {
+                dir.join(path)
+            };
+            let shown = page
+                .strip_prefix(workspace())
+                .unwrap_or(page)
+                .display()
+                .to_string();
+            if !file.exists() {
+                broken.push(format!("{shown}: {target} (no such file)"));
+                continue;
+            }
+            let markdown = file.extension().is_some_and(|e| e == "md");
+            if !fragment.is_empty()
+                && markdown
+                && !anchors(&std::fs::read_to_string(&file)?).contains(fragment)
+            {
+                broken.push(format!("{shown}: {target} (no such heading)"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+    Ok(())
+}
+
+#[test]
+fn the_book_builds_and_lists_every_page() -> Result<()> {
+    let docs = workspace().join("docs");
+    let summary = std::fs::read_to_string(docs.join("SUMMARY.md"))?;
+    for page in pages() {
+        let Ok(inside) = page.strip_prefix(&docs) else {
+            continue;
+        };
+        let inside = inside.display().to_string();
+        if inside != "SUMMARY.md" {
+            assert!(
+                summary.contains(&format!("]({inside})")),
+                "SUMMARY.md does not list {inside}"
+            );
+        }
+    }
+    let out_dir = std::env::temp_dir().join(format!("capstan-book-{}", std::process::id()));
+    let out = std::process::Command::new(capstan_tests::toolchains::mdbook())
+        .arg("build")
+        .arg(&docs)
+        .arg("--dest-dir")
+        .arg(&out_dir)
+        .output()?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "mdbook build failed:\n{said}");
+    assert!(
+        !said.contains("WARN") && !said.contains("ERROR"),
+        "mdbook build warned:\n{said}"
+    );
+    assert!(out_dir.join("guides/sharding.html").is_file(), "{said}");
+    std::fs::remove_dir_all(out_dir).ok();
+    Ok(())
+}
+
+#[test]
+fn every_rust_example_of_the_book_is_compiled_as_a_doc_test() -> Result<()> {
+    let doctests = std::fs::read_to_string(workspace().join("sdk/src/lib.rs"))?;
+    for page in pages() {
+        let text = std::fs::read_to_string(&page)?;
+        if !text.lines().any(|l| l.trim() == "```rust") {
+            continue;
+        }
+        let inside = page
+            .strip_prefix(workspace())
+            .unwrap_or(&page)
+            .display()
+            .to_string();
+        assert!(
+            doctests.contains(&format!("include_str!(\"../../{inside}\")")),
+            "{inside} has a Rust example that no doc test compiles: include it in sdk/src/lib.rs"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn every_capstan_command_in_the_book_parses() -> Result<()> {
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for page in pages() {
+        let shown = page
+            .strip_prefix(workspace())
+            .unwrap_or(&page)
+            .display()
+            .to_string();
+        for line in book::shell_lines(&std::fs::read_to_string(&page)?) {
+            for command in line
+                .split(" && ")
+                .flat_map(|c| c.split(" | "))
+                .flat_map(|c| c.split("; "))
+            {
+                // A command put in the background (`capstan run … &`) is the same command.
+                let command = command.trim().trim_end_matches('&').trim_end();
+                let Some(words) = shlex::split(command) else {
+                    continue;
+                };
+                // The program: the first word after any `NAME=value` assignments.
+                let at = words.iter().take_while(|w| w.contains('=')).count();
+                if !words
+                    .get(at)
+                    .is_some_and(|w| w == "capstan" || w.ends_with("/capstan"))
+                {
+                    continue;
+                }
+                // A synopsis (`capstan run [--plugins DIR]`) is not a command line.
+                if words.iter().any(|w| w.starts_with("[-") || w == "...") {
+                    continue;
+                }
+                // What a shell redirect or substitution would take away.
+                let args: Vec<&String> = words[at..].iter().take_while(|w| !w.starts_with('>')).collect();
+                checked += 1;
+                if let Err(e) = capstan::cli::command().try_get_matches_from(args.iter().map(|w| w.as_str()))
+                {
+                    use clap::error::ErrorKind;
+                    if !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                        let first = e.to_string().lines().next().unwrap_or_default().to_string();
+                        wrong.push(format!("{shown}: {line}\n    {first}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 15, "too few capstan commands found: {checked}");
+    assert!(
+        wrong.is_empty(),
+        "commands the CLI does not take:\n{}",
+        wrong.join("\n")
+    );
+    Ok(())
+}
+
+/// Every `.rs` file's text under `dirs` (relative to the workspace), joined.
+fn sources(dirs: &[&str]) -> Result<String> {
+    let mut text = String::new();
+    let mut todo: Vec<PathBuf> = dirs.iter().map(|d| workspace().join(d)).collect();
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                todo.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                text.push_str(&std::fs::read_to_string(&path)?);
+            }
+        }
+    }
+    Ok(text)
+}
+
+/// The message a row of the errors page explains: its first cell's code.
+fn message(row: &str) -> Option<&str> {
+    let cell = row.strip_prefix("| `")?;
+    Some(&cell[..cell.find("` |")?])
+}
+
+#[test]
+fn every_message_the_errors_page_explains_is_one_the_host_writes() -> Result<()> {
+    let page = std::fs::read_to_string(workspace().join("docs/reference/errors.md"))?;
+    let source = sources(&["host/src", "sdk/contract/src"])?;
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for message in page.lines().filter_map(message) {
+        checked += 1;
+        // What varies is `…` on the page and a `{…}` placeholder in the source, and a
+        // message may be built from two (`…: signature refused: …`): every fixed part of
+        // it, between those, must be in the source.
+        for part in message.split('…').flat_map(|p| p.split(": ")) {
+            let part = part.trim_matches(|c: char| c == ' ' || c == '(' || c == ')');
+            if part.len() >= 4 && !source.contains(part) {
+                missing.push(format!("{message}\n    not in the source: {part:?}"));
+            }
+        }
+    }
+    anyhow::ensure!(checked >= 30, "too few messages found: {checked}");
+    anyhow::ensure!(
+        missing.is_empty(),
+        "the errors page explains messages the host no longer writes:\n{}",
+        missing.join("\n")
+    );
+    Ok(())
+}
+
+#[test]
+fn every_config_file_of_the_book_is_one_the_host_reads() -> Result<()> {
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for page in pages() {
+        for block in book::blocks(&std::fs::read_to_string(&page)?, &["yaml"]) {
+            // A `capstan run --config` file lists its plugins; the chart's values map them
+            // by name. `<digest>` stands for a digest on the page.
+            let block = block.replace("<digest>", &"0".repeat(64));
+            let yaml: serde_json::Value = serde_saphyr::from_str(&block).unwrap_or_default();
+            if !yaml["plugins"].is_array() {
+                continue;
+            }
+            checked += 1;
+            if let Err(e) = capstan::config::parse(&block) {
+                wrong.push(format!("{}: {e:#}\n{block}", page.display()));
+            }
+        }
+    }
+    anyhow::ensure!(checked >= 2, "too few config files found: {checked}");
+    anyhow::ensure!(
+        wrong.is_empty(),
+        "config files the host refuses:\n{}",
+        wrong.join("\n")
+    );
+    Ok(())
+}
