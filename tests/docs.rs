@@ -1,8 +1,11 @@
 //! The book (`docs/`) and the README as a reader relies on them: `mdbook build docs`
 //! succeeds without a warning, SUMMARY.md lists every page, every link resolves (files and
 //! headings), every `capstan` command line in their shell blocks parses with the binary's
-//! own clap definitions, every page with a Rust example is compiled by a doc test, and
-//! every message the errors page explains is one the host still writes.
+//! own clap definitions and those that need no cluster (`test`, `inspect` on the
+//! repository's files) run and succeed, every config file shown is one the host reads,
+//! every page with a Rust example is compiled by a doc test, and every message the errors
+//! page explains is one the host still writes. (The tutorial's commands run in
+//! `tutorial.rs`.)
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -183,10 +186,18 @@ fn every_rust_example_of_the_book_is_compiled_as_a_doc_test() -> Result<()> {
     Ok(())
 }
 
-#[test]
-fn every_capstan_command_in_the_book_parses() -> Result<()> {
-    let mut checked = 0;
-    let mut wrong = Vec::new();
+/// A `capstan` command line of the book: the page, the line as written, and its words
+/// from `capstan` on (without a redirect).
+struct CapstanLine {
+    page: String,
+    line: String,
+    args: Vec<String>,
+}
+
+/// Every `capstan` command line in the shell blocks of the book and the README (synopses
+/// like `capstan run [--plugins DIR]` left out).
+fn capstan_lines() -> Result<Vec<CapstanLine>> {
+    let mut found = Vec::new();
     for page in pages() {
         let shown = page
             .strip_prefix(workspace())
@@ -209,32 +220,89 @@ fn every_capstan_command_in_the_book_parses() -> Result<()> {
                 if !words
                     .get(at)
                     .is_some_and(|w| w == "capstan" || w.ends_with("/capstan"))
+                    || words.iter().any(|w| w.starts_with("[-") || w == "...")
                 {
                     continue;
                 }
-                // A synopsis (`capstan run [--plugins DIR]`) is not a command line.
-                if words.iter().any(|w| w.starts_with("[-") || w == "...") {
-                    continue;
-                }
-                // What a shell redirect or substitution would take away.
-                let args: Vec<&String> = words[at..].iter().take_while(|w| !w.starts_with('>')).collect();
-                checked += 1;
-                if let Err(e) = capstan::cli::command().try_get_matches_from(args.iter().map(|w| w.as_str()))
-                {
-                    use clap::error::ErrorKind;
-                    if !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                        let first = e.to_string().lines().next().unwrap_or_default().to_string();
-                        wrong.push(format!("{shown}: {line}\n    {first}"));
-                    }
-                }
+                found.push(CapstanLine {
+                    page: shown.clone(),
+                    line: line.clone(),
+                    args: words[at..]
+                        .iter()
+                        .take_while(|w| !w.starts_with('>'))
+                        .cloned()
+                        .collect(),
+                });
             }
         }
     }
-    assert!(checked > 15, "too few capstan commands found: {checked}");
+    Ok(found)
+}
+
+#[test]
+fn every_capstan_command_in_the_book_parses() -> Result<()> {
+    let lines = capstan_lines()?;
+    let mut wrong = Vec::new();
+    for CapstanLine { page, line, args } in &lines {
+        if let Err(e) = capstan::cli::command().try_get_matches_from(args) {
+            use clap::error::ErrorKind;
+            if !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let first = e.to_string().lines().next().unwrap_or_default().to_string();
+                wrong.push(format!("{page}: {line}\n    {first}"));
+            }
+        }
+    }
+    assert!(
+        lines.len() > 15,
+        "too few capstan commands found: {}",
+        lines.len()
+    );
     assert!(
         wrong.is_empty(),
         "commands the CLI does not take:\n{}",
         wrong.join("\n")
+    );
+    Ok(())
+}
+
+#[test]
+fn every_offline_capstan_command_of_the_book_runs() -> Result<()> {
+    // The plugins the commands name, built as the test script builds them.
+    capstan_tests::plugin("echo");
+    let mut ran = 0;
+    let mut failed = Vec::new();
+    for CapstanLine { page, line, args } in capstan_lines()? {
+        // `test` and `inspect` need no cluster; a line whose files are the reader's own
+        // (`build/greeter.wasm`, `echo.wasm`) rather than the repository's cannot run here.
+        let offline = matches!(args.get(1).map(String::as_str), Some("test" | "inspect"));
+        let files_here = args[1..]
+            .iter()
+            .filter(|a| !a.starts_with('-') && !a.contains("://"))
+            .filter(|a| a.contains('/') || a.ends_with(".wasm") || a.ends_with(".yaml"))
+            .all(|a| workspace().join(a).exists());
+        let has_files = args.iter().any(|a| a.ends_with(".wasm"));
+        if !offline || !files_here || !has_files {
+            continue;
+        }
+        ran += 1;
+        let out = std::process::Command::new(capstan_tests::capstan_bin())
+            .args(&args[1..])
+            .current_dir(workspace())
+            .env_remove("RUST_LOG")
+            .output()?;
+        if !out.status.success() {
+            failed.push(format!(
+                "{page}: {line}\n    {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    anyhow::ensure!(ran >= 2, "too few offline capstan commands ran: {ran}");
+    anyhow::ensure!(
+        failed.is_empty(),
+        "commands of the book that fail:\n{}",
+        failed.join("\n")
     );
     Ok(())
 }
