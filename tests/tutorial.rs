@@ -1,6 +1,7 @@
-//! The tutorial (`docs/tutorial/first-plugin.md`) as a reader follows it: its code is the
-//! code `capstan new` writes, and its shell lines, run as written, make a plugin that
-//! reconciles on the local plane.
+//! The tutorial (`docs/tutorial/first-plugin.md`) as a reader follows it: its code (and
+//! the testing guide's example) is the code `capstan new` writes, which `new.rs` builds and
+//! tests, and its shell lines, run as written, make a plugin that reconciles on the local
+//! plane.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,7 +11,11 @@ use capstan_tests::toolchains::{run_in, succeeded};
 use capstan_tests::{arg, book, capstan_bin, compile_cache, workspace};
 
 fn tutorial() -> String {
-    std::fs::read_to_string(workspace().join("docs/tutorial/first-plugin.md")).unwrap()
+    page("docs/tutorial/first-plugin.md")
+}
+
+fn page(path: &str) -> String {
+    std::fs::read_to_string(workspace().join(path)).unwrap()
 }
 
 /// Every file of a new `greeter` project in `lang`, as `capstan new` writes it for a
@@ -47,11 +52,12 @@ fn normalized(text: &str) -> String {
 
 #[test]
 fn the_tutorials_code_is_what_capstan_new_writes() {
-    let page = tutorial();
+    // The testing guide shows the Rust project's own test.
+    let page = tutorial() + &page("docs/guides/testing.md");
     let mut checked = 0;
     // Which project's files a block of each language must be part of.
     for (langs, project) in [
-        (&["rust", "toml"][..], "rust"),
+        (&["rust", "rust,ignore", "toml"][..], "rust"),
         (&["python"][..], "python"),
         (&["js"][..], "js"),
     ] {
