@@ -91,32 +91,55 @@ fn links(text: &str) -> Vec<String> {
     found
 }
 
+/// Where the book links to the repository's files (files, then directories).
+const REPOSITORY: [&str; 2] = [
+    "https://github.com/capstan-dev/capstan/blob/main/",
+    "https://github.com/capstan-dev/capstan/tree/main/",
+];
+
 #[test]
 fn every_link_of_the_book_and_the_readme_resolves() -> Result<()> {
     let mut broken = Vec::new();
+    let book = workspace().join("docs").canonicalize()?;
     let pages = pages();
     assert!(pages.len() > 20, "too few pages: {}", pages.len());
     for page in &pages {
         let text = std::fs::read_to_string(page)?;
         let dir = page.parent().context("a directory")?;
+        let shown = page
+            .strip_prefix(workspace())
+            .unwrap_or(page)
+            .display()
+            .to_string();
+        let in_book = page.starts_with(&book);
         for target in links(&text) {
-            if target.contains("://") || target.starts_with("mailto:") {
-                continue;
-            }
             let (path, fragment) = target.split_once('#').unwrap_or((&target, ""));
-            let file = if path.is_empty() {
+            // The repository's own files, as the published book links them.
+            let file = if let Some(file) = REPOSITORY.iter().find_map(|r| path.strip_prefix(r)) {
+                workspace().join(file)
+            } else if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            } else if path.is_empty() {
                 page.clone()
             } else {
                 dir.join(path)
             };
-            let shown = page
-                .strip_prefix(workspace())
-                .unwrap_or(page)
-                .display()
-                .to_string();
             if !file.exists() {
                 broken.push(format!("{shown}: {target} (no such file)"));
                 continue;
+            }
+            // A relative link out of docs/ has nothing to point at in the HTML book.
+            let outside = !file.canonicalize()?.starts_with(&book);
+            if in_book && outside && !target.contains("://") {
+                let at = file
+                    .strip_prefix(workspace())
+                    .unwrap_or(&file)
+                    .display()
+                    .to_string();
+                broken.push(format!(
+                    "{shown}: {target} (outside the book: link to {}{at})",
+                    REPOSITORY[0]
+                ));
             }
             let markdown = file.extension().is_some_and(|e| e == "md");
             if !fragment.is_empty()

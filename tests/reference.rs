@@ -258,7 +258,7 @@ fn the_contract_reference_is_the_wits() -> Result<()> {
     let package = resolve.push_file(workspace().join("wit/reconciler.wit"))?;
     let pkg = &resolve.packages[package];
     let mut out = format!(
-        "{HEADER}\n\n# Contract reference: `{}`\n\nThe WIT package every plugin is built against ([`wit/reconciler.wit`](../../wit/reconciler.wit)), type by type, with its own documentation. JSON values (`json`) are Kubernetes objects as JSON text.\n\n{}\n",
+        "{HEADER}\n\n# Contract reference: `{}`\n\nThe WIT package every plugin is built against ([`wit/reconciler.wit`](https://github.com/capstan-dev/capstan/blob/main/wit/reconciler.wit)), type by type, with its own documentation. JSON values (`json`) are Kubernetes objects as JSON text.\n\n{}\n",
         pkg.name,
         docs(&pkg.docs)
     );
