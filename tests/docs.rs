@@ -4,8 +4,10 @@
 //! own clap definitions and those that need no cluster (`test`, `inspect` on the
 //! repository's files) run and succeed, every config file shown is one the host reads,
 //! every page with a Rust example is compiled by a doc test, and every message the errors
-//! page explains is one the host still writes. (The tutorial's commands run in
-//! `tutorial.rs`.)
+//! page explains is one the host still writes. Commands of other tools: every `helm
+//! install`/`upgrade` renders with `helm template` against the chart's schema (with the
+//! files the page makes), and every `cargo` command names packages and targets that exist.
+//! (The tutorial's commands, kubectl's among them, run in `tutorial.rs`.)
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -403,6 +405,190 @@ fn every_config_file_of_the_book_is_one_the_host_reads() -> Result<()> {
     anyhow::ensure!(
         wrong.is_empty(),
         "config files the host refuses:\n{}",
+        wrong.join("\n")
+    );
+    Ok(())
+}
+
+/// `helm` with homes of its own and no cluster.
+fn helm(dir: &std::path::Path, args: &[String]) -> Result<std::process::Output> {
+    let helm = capstan_tests::pinned_tool("helm", "HELM_VERSION", "helm");
+    Ok(std::process::Command::new(helm)
+        .args(args)
+        .current_dir(dir)
+        .env("HELM_CONFIG_HOME", dir.join(".helm/config"))
+        .env("HELM_CACHE_HOME", dir.join(".helm/cache"))
+        .env("HELM_DATA_HOME", dir.join(".helm/data"))
+        .env("KUBECONFIG", dir.join(".helm/no-cluster"))
+        .output()?)
+}
+
+#[test]
+fn every_helm_install_of_the_book_renders() -> Result<()> {
+    let echo = capstan_tests::plugin("echo");
+    let mut rendered = 0;
+    let mut failed = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(&page)?;
+        let lines = book::shell_lines(&text);
+        // The reader's files, made as the page makes them: a plugin is Echo, a values file
+        // is what the page's own `capstan inspect --helm-values PLUGIN > FILE` prints.
+        let dir = tempfile::tempdir()?;
+        std::os::unix::fs::symlink(workspace().join("charts"), dir.path().join("charts"))?;
+        let made: Vec<(String, String)> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("capstan inspect --helm-values "))
+            .filter_map(|l| l.split_once(" > "))
+            .map(|(plugin, file)| (plugin.trim().to_string(), file.trim().to_string()))
+            .collect();
+        for line in &lines {
+            let Some(words) = shlex::split(line) else { continue };
+            if words.first().map(String::as_str) != Some("helm")
+                || !matches!(words.get(1).map(String::as_str), Some("install" | "upgrade"))
+            {
+                continue;
+            }
+            let mut args = vec!["template".to_string()];
+            let mut readable = true;
+            for (i, word) in words[2..].iter().enumerate() {
+                args.push(word.clone());
+                let value = words.get(i + 3);
+                if word == "--set-file" {
+                    let file = value.and_then(|v| v.split_once('=')).map(|(_, f)| f.to_string());
+                    if let Some(file) = file.filter(|f| f.ends_with(".wasm")) {
+                        std::fs::copy(&echo, dir.path().join(file))?;
+                    }
+                } else if word == "-f" || word == "--values" {
+                    let file = value.cloned().unwrap_or_default();
+                    match made.iter().find(|(_, f)| *f == file) {
+                        Some((plugin, _)) => {
+                            std::fs::copy(&echo, dir.path().join(plugin))?;
+                            let out = std::process::Command::new(capstan_tests::capstan_bin())
+                                .args(["inspect", "--helm-values", plugin])
+                                .current_dir(dir.path())
+                                .output()?;
+                            anyhow::ensure!(out.status.success(), "capstan inspect --helm-values {plugin}");
+                            std::fs::write(dir.path().join(&file), out.stdout)?;
+                        }
+                        // A values file of the reader's own, which the page does not show.
+                        None => readable = false,
+                    }
+                }
+            }
+            if !readable {
+                continue;
+            }
+            rendered += 1;
+            let out = helm(dir.path(), &args)?;
+            if !out.status.success() || out.stdout.is_empty() {
+                failed.push(format!(
+                    "{}: {line}\n    {}",
+                    page.display(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+        }
+    }
+    anyhow::ensure!(rendered >= 2, "too few helm commands rendered: {rendered}");
+    anyhow::ensure!(
+        failed.is_empty(),
+        "helm commands of the book the chart refuses (as `helm template`):\n{}",
+        failed.join("\n")
+    );
+    Ok(())
+}
+
+/// Every `cargo …` the book shows, in shell blocks and inline code.
+fn cargo_lines(text: &str) -> Vec<String> {
+    let inline = text
+        .lines()
+        .flat_map(|l| l.split('`').skip(1).step_by(2))
+        .filter(|code| code.starts_with("cargo ") || code.contains(" cargo "))
+        .map(str::to_string);
+    book::shell_lines(text)
+        .into_iter()
+        .filter(|l| l.starts_with("cargo ") || l.contains(" cargo "))
+        .chain(inline)
+        .collect()
+}
+
+#[test]
+fn every_cargo_command_of_the_book_names_packages_and_targets_that_exist() -> Result<()> {
+    let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["metadata", "--no-deps", "--format-version", "1", "--offline"])
+        .current_dir(workspace())
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    // Each package's targets by kind ("test", "bench", ...), by package name.
+    let packages: std::collections::BTreeMap<String, Vec<(String, String)>> = metadata["packages"]
+        .as_array()
+        .context("packages")?
+        .iter()
+        .map(|p| {
+            let targets = p["targets"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|t| {
+                    let name = t["name"].as_str().unwrap_or_default().to_string();
+                    t["kind"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(move |k| (k.as_str().unwrap_or_default().to_string(), name.clone()))
+                })
+                .collect();
+            (p["name"].as_str().unwrap_or_default().to_string(), targets)
+        })
+        .collect();
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for page in pages() {
+        for line in cargo_lines(&std::fs::read_to_string(&page)?) {
+            let Some(words) = shlex::split(&line) else {
+                continue;
+            };
+            let mut package = None;
+            for pair in words.windows(2) {
+                match pair[0].as_str() {
+                    "-p" | "--package" => {
+                        package = Some(pair[1].clone());
+                        if !packages.contains_key(&pair[1]) {
+                            wrong.push(format!("{}: {line}: no package {}", page.display(), pair[1]));
+                        }
+                    }
+                    flag @ ("--test" | "--bench") => {
+                        let kind = &flag[2..];
+                        let found = package
+                            .as_ref()
+                            .and_then(|p| packages.get(p))
+                            .is_none_or(|targets| targets.iter().any(|(k, n)| k == kind && *n == pair[1]));
+                        if !found {
+                            wrong.push(format!(
+                                "{}: {line}: no {kind} target {}",
+                                page.display(),
+                                pair[1]
+                            ));
+                        }
+                    }
+                    _ => continue,
+                }
+                checked += 1;
+            }
+        }
+    }
+    anyhow::ensure!(
+        checked >= 5,
+        "too few cargo packages and targets named: {checked}"
+    );
+    anyhow::ensure!(
+        wrong.is_empty(),
+        "cargo commands of the book that name nothing:\n{}",
         wrong.join("\n")
     );
     Ok(())
