@@ -5,8 +5,8 @@
 //! repository's files) run and succeed, every config file shown is one the host reads,
 //! every page with a Rust example is compiled by a doc test, and every message the errors
 //! page explains is one the host still writes. Commands of other tools: every `helm
-//! install`/`upgrade` renders with `helm template` against the chart's schema (with the
-//! files the page makes), and every `cargo` command names packages and targets that exist.
+//! install`/`upgrade` and values file renders with `helm template` against the chart's
+//! schema (with the files the page makes), and every `cargo` command names packages and targets that exist.
 //! (The tutorial's commands, kubectl's among them, run in `tutorial.rs`.)
 
 use std::collections::BTreeSet;
@@ -424,7 +424,7 @@ fn helm(dir: &std::path::Path, args: &[String]) -> Result<std::process::Output> 
 }
 
 #[test]
-fn every_helm_install_of_the_book_renders() -> Result<()> {
+fn every_helm_install_and_values_file_of_the_book_renders() -> Result<()> {
     let echo = capstan_tests::plugin("echo");
     let mut rendered = 0;
     let mut failed = Vec::new();
@@ -489,7 +489,32 @@ fn every_helm_install_of_the_book_renders() -> Result<()> {
             }
         }
     }
-    anyhow::ensure!(rendered >= 2, "too few helm commands rendered: {rendered}");
+    // Values files the book shows (the chart maps plugins by name; a config file lists them).
+    for page in pages() {
+        for block in book::blocks(&std::fs::read_to_string(&page)?, &["yaml"]) {
+            let yaml: serde_json::Value = serde_saphyr::from_str(&block).unwrap_or_default();
+            if !yaml["plugins"].is_object() {
+                continue;
+            }
+            rendered += 1;
+            let dir = tempfile::tempdir()?;
+            std::fs::write(dir.path().join("values.yaml"), &block)?;
+            let chart = workspace().join("charts/capstan").display().to_string();
+            let args = ["template", "capstan", &chart, "-f", "values.yaml"].map(String::from);
+            let out = helm(dir.path(), &args)?;
+            if !out.status.success() {
+                failed.push(format!(
+                    "{}: values file\n{block}\n    {}",
+                    page.display(),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+        }
+    }
+    anyhow::ensure!(
+        rendered >= 3,
+        "too few helm commands and values files rendered: {rendered}"
+    );
     anyhow::ensure!(
         failed.is_empty(),
         "helm commands of the book the chart refuses (as `helm template`):\n{}",
