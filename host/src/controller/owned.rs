@@ -136,7 +136,7 @@ mod tests {
                 ..OwnerReference::default()
             }]);
         }
-        Arc::new(Compact::of(&o))
+        Arc::new(Compact::of(o))
     }
 
     fn names(children: Vec<Arc<Compact>>) -> Vec<String> {

@@ -114,7 +114,7 @@ mod tests {
         assert_ne!(base, Inputs::of(a, &parent, [(1, &child)], &[]));
         assert_ne!(base, Inputs::of(a, &parent, [], &[]));
         assert_ne!(base, Inputs::of(b, &parent, [(0, &child)], &[]));
-        let related = Arc::new(Compact::of(&kube::api::DynamicObject {
+        let related = Arc::new(Compact::of(kube::api::DynamicObject {
             types: None,
             metadata: meta("r", "3"),
             data: serde_json::Value::Null,

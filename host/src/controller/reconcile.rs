@@ -215,7 +215,7 @@ async fn reconcile_inner(
     let Some(related) = related(compact, parent, plugin, shared).await? else {
         return Ok(None);
     };
-    let children = observed.iter().map(|o| (o.kind, &o.object.metadata));
+    let children = observed.iter().map(|o| (o.kind, &*o.object.metadata));
     let inputs = Inputs::of(plugin.number, &compact.metadata, children, &related);
     let quiet = &shared.per_object.quiet;
     if !deleting && quiet.unchanged(key, inputs) {

@@ -324,7 +324,7 @@ mod tests {
             plugin: 1,
             resource_version: "1".into(),
             queries: Arc::new(resolve(&metadata, in_a, queries, &Default::default()).unwrap()),
-            answer: Arc::new(answer.iter().map(|o| Arc::new(Compact::of(o))).collect()),
+            answer: Arc::new(answer.iter().map(|o| Arc::new(Compact::of(o.clone()))).collect()),
             changes: vec![],
         };
         index.lock().insert(ObjectKey::new(Some("a"), parent), entry);
@@ -373,7 +373,7 @@ mod tests {
             &[],
         );
         let woken = |kind, o: &DynamicObject| {
-            let compact = Compact::of(o);
+            let compact = Compact::of(o.clone());
             let mut names: Vec<String> = index
                 .parents_of(kind, &compact)
                 .into_iter()
