@@ -13,7 +13,8 @@
 //! budget of writes of any content — five at once, then one every ten seconds — and a
 //! write over it is deferred: the parent comes back when the object may be written again.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -38,10 +39,20 @@ const WRITE_BURST: f64 = 5.0;
 const WRITE_EVERY: Duration = Duration::from_secs(10);
 
 struct Entry {
-    /// Digest written, the resourceVersion observed when writing it ("" for none), when.
-    recent: VecDeque<(String, String, Instant)>,
+    /// Digest written, the resourceVersion observed when writing it (none: unobserved),
+    /// when; oldest first. Both are only compared, so they are kept as fingerprints: every
+    /// parent has an entry per written object for a minute, at 10 000 parents kilobytes
+    /// each as text.
+    recent: Vec<(u64, Option<u64>, Instant)>,
     rewrites: Bucket,
     writes: Bucket,
+}
+
+/// A text as a fingerprint for equality (a collision would take one rewrite from a budget).
+fn fingerprint(text: &str) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Whether a write may be made.
@@ -63,8 +74,9 @@ pub struct Churn {
 
 #[derive(Default)]
 struct Entries {
-    /// Per parent key, per written object (so forgetting a parent is one removal).
-    map: HashMap<ObjectKey, HashMap<String, Entry>>,
+    /// Per parent key, per written object by fingerprint (a parent writes a handful, so a
+    /// list; forgetting a parent is one removal).
+    map: HashMap<ObjectKey, Vec<(u64, Entry)>>,
     /// When objects with no write in the window were last dropped.
     swept: Option<Instant>,
 }
@@ -85,28 +97,40 @@ impl Churn {
         {
             entries.swept = Some(now);
             entries.map.retain(|_, objects| {
-                objects.retain(|_, e| {
+                objects.retain(|(_, e)| {
                     e.recent
-                        .back()
+                        .last()
                         .is_some_and(|(_, _, at)| now.saturating_duration_since(*at) < WINDOW)
                 });
                 !objects.is_empty()
             });
         }
         let objects = entries.map.entry(parent.clone()).or_default();
-        let entry = objects.entry(target.to_string()).or_insert_with(|| Entry {
-            recent: VecDeque::new(),
-            rewrites: Bucket::new(1.0 / WINDOW.as_secs_f64(), BURST, now),
-            writes: Bucket::new(1.0 / WRITE_EVERY.as_secs_f64(), WRITE_BURST, now),
-        });
+        let target = fingerprint(target);
+        let at = match objects.iter().position(|(t, _)| *t == target) {
+            Some(at) => at,
+            None => {
+                objects.push((
+                    target,
+                    Entry {
+                        recent: Vec::with_capacity(REMEMBERED),
+                        rewrites: Bucket::new(1.0 / WINDOW.as_secs_f64(), BURST, now),
+                        writes: Bucket::new(1.0 / WRITE_EVERY.as_secs_f64(), WRITE_BURST, now),
+                    },
+                ));
+                objects.len() - 1
+            }
+        };
+        let entry = &mut objects[at].1;
+        let (digest, seen) = (fingerprint(digest), (!seen.is_empty()).then(|| fingerprint(seen)));
         entry
             .recent
             .retain(|(_, _, at)| now.saturating_duration_since(*at) < WINDOW);
-        // Unobserved ("") never matches: a child deleted again and again is a fight too.
+        // Unobserved never matches: a child deleted again and again is a fight too.
         let repeat = entry
             .recent
             .iter()
-            .any(|(d, s, _)| d == digest && (s.is_empty() || s != seen));
+            .any(|(d, s, _)| *d == digest && (s.is_none() || *s != seen));
         if repeat && !entry.rewrites.has(1.0, now) {
             return Verdict::Loop;
         }
@@ -118,11 +142,9 @@ impl Churn {
         }
         entry.writes.spend(1.0, now);
         if entry.recent.len() == REMEMBERED {
-            entry.recent.pop_front();
+            entry.recent.remove(0);
         }
-        entry
-            .recent
-            .push_back((digest.to_string(), seen.to_string(), now));
+        entry.recent.push((digest, seen, now));
         Verdict::Write
     }
 

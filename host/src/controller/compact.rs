@@ -46,6 +46,13 @@ impl Compact {
 
     fn parts(types: Option<TypeMeta>, mut metadata: ObjectMeta, data: &serde_json::Value) -> Compact {
         keep_status_managers(&mut metadata);
+        // A list as deserialized keeps room for four items, and a cache keeps it for good.
+        if let Some(owners) = metadata.owner_references.as_mut() {
+            owners.shrink_to_fit();
+        }
+        if let Some(finalizers) = metadata.finalizers.as_mut() {
+            finalizers.shrink_to_fit();
+        }
         Compact {
             types: types.map(Arc::new),
             metadata: Arc::new(metadata),
@@ -110,7 +117,7 @@ fn keep_status_managers(metadata: &mut ObjectMeta) {
     let Some(entries) = metadata.managed_fields.take() else {
         return;
     };
-    let kept: Vec<_> = entries
+    let mut kept: Vec<_> = entries
         .into_iter()
         .filter_map(|e| {
             let status = e.subresource.as_deref() == Some("status")
@@ -128,6 +135,8 @@ fn keep_status_managers(metadata: &mut ObjectMeta) {
             })
         })
         .collect();
+    // Collected in place: without this, the kept entry holds the room of all of them.
+    kept.shrink_to_fit();
     metadata.managed_fields = (!kept.is_empty()).then_some(kept);
 }
 
