@@ -252,3 +252,8 @@ pub struct TutorialDoctests;
 #[doc = include_str!("../../docs/guides/settings.md")]
 #[cfg(doctest)]
 pub struct SettingsDoctests;
+
+/// The finalizers guide's plugin.
+#[doc = include_str!("../../docs/guides/finalizers.md")]
+#[cfg(doctest)]
+pub struct FinalizersDoctests;
