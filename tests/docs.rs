@@ -9,8 +9,11 @@
 //! schema (with the files the page makes), and every `cargo` command names packages and targets that exist.
 //! (The tutorial's commands, kubectl's among them, run in `tutorial.rs`.)
 
+#[path = "helm/common.rs"]
+mod helm;
+
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use capstan_tests::{book, workspace};
@@ -410,29 +413,56 @@ fn every_config_file_of_the_book_is_one_the_host_reads() -> Result<()> {
     Ok(())
 }
 
-/// `helm` with homes of its own and no cluster.
-fn helm(dir: &std::path::Path, args: &[String]) -> Result<std::process::Output> {
-    let helm = capstan_tests::pinned_tool("helm", "HELM_VERSION", "helm");
-    Ok(std::process::Command::new(helm)
-        .args(args)
-        .current_dir(dir)
-        .env("HELM_CONFIG_HOME", dir.join(".helm/config"))
-        .env("HELM_CACHE_HOME", dir.join(".helm/cache"))
-        .env("HELM_DATA_HOME", dir.join(".helm/data"))
-        .env("KUBECONFIG", dir.join(".helm/no-cluster"))
-        .output()?)
+/// `helm template` for a `helm install|upgrade` line of a page, in `dir`, where the
+/// reader's files are made as the page makes them: a plugin is Echo, a values file is what
+/// the page's own `capstan inspect --helm-values PLUGIN > FILE` (`made`) prints. `None` for
+/// a line that is not one, or names a values file of the reader's own the page does not show.
+fn template_args(words: &[String], made: &[(String, String)], dir: &Path) -> Result<Option<Vec<String>>> {
+    if words.first().map(String::as_str) != Some("helm")
+        || !matches!(words.get(1).map(String::as_str), Some("install" | "upgrade"))
+    {
+        return Ok(None);
+    }
+    let echo = capstan_tests::plugin("echo");
+    for pair in words[2..].windows(2) {
+        let (flag, value) = (pair[0].as_str(), &pair[1]);
+        if flag == "--set-file" {
+            if let Some((_, file)) = value.split_once('=').filter(|(_, f)| f.ends_with(".wasm")) {
+                std::fs::copy(&echo, dir.join(file))?;
+            }
+        } else if flag == "-f" || flag == "--values" {
+            let Some((plugin, _)) = made.iter().find(|(_, f)| f == value) else {
+                return Ok(None);
+            };
+            std::fs::copy(&echo, dir.join(plugin))?;
+            let out = std::process::Command::new(capstan_tests::capstan_bin())
+                .args(["inspect", "--helm-values", plugin])
+                .current_dir(dir)
+                .output()?;
+            anyhow::ensure!(out.status.success(), "capstan inspect --helm-values {plugin}");
+            std::fs::write(dir.join(value), out.stdout)?;
+        }
+    }
+    let args = std::iter::once("template".to_string()).chain(words[2..].iter().cloned());
+    Ok(Some(args.collect()))
 }
 
 #[test]
 fn every_helm_install_and_values_file_of_the_book_renders() -> Result<()> {
-    let echo = capstan_tests::plugin("echo");
     let mut rendered = 0;
     let mut failed = Vec::new();
+    let mut render = |dir: &Path, args: &[String], what: String| {
+        rendered += 1;
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        match helm::helm_in(dir, &args, None) {
+            Ok(out) if !out.is_empty() => {}
+            Ok(_) => failed.push(format!("{what}\n    rendered nothing")),
+            Err(e) => failed.push(format!("{what}\n    {}", e.trim())),
+        }
+    };
     for page in pages() {
         let text = std::fs::read_to_string(&page)?;
         let lines = book::shell_lines(&text);
-        // The reader's files, made as the page makes them: a plugin is Echo, a values file
-        // is what the page's own `capstan inspect --helm-values PLUGIN > FILE` prints.
         let dir = tempfile::tempdir()?;
         std::os::unix::fs::symlink(workspace().join("charts"), dir.path().join("charts"))?;
         let made: Vec<(String, String)> = lines
@@ -442,72 +472,23 @@ fn every_helm_install_and_values_file_of_the_book_renders() -> Result<()> {
             .map(|(plugin, file)| (plugin.trim().to_string(), file.trim().to_string()))
             .collect();
         for line in &lines {
-            let Some(words) = shlex::split(line) else { continue };
-            if words.first().map(String::as_str) != Some("helm")
-                || !matches!(words.get(1).map(String::as_str), Some("install" | "upgrade"))
-            {
-                continue;
-            }
-            let mut args = vec!["template".to_string()];
-            let mut readable = true;
-            for (i, word) in words[2..].iter().enumerate() {
-                args.push(word.clone());
-                let value = words.get(i + 3);
-                if word == "--set-file" {
-                    let file = value.and_then(|v| v.split_once('=')).map(|(_, f)| f.to_string());
-                    if let Some(file) = file.filter(|f| f.ends_with(".wasm")) {
-                        std::fs::copy(&echo, dir.path().join(file))?;
-                    }
-                } else if word == "-f" || word == "--values" {
-                    let file = value.cloned().unwrap_or_default();
-                    match made.iter().find(|(_, f)| *f == file) {
-                        Some((plugin, _)) => {
-                            std::fs::copy(&echo, dir.path().join(plugin))?;
-                            let out = std::process::Command::new(capstan_tests::capstan_bin())
-                                .args(["inspect", "--helm-values", plugin])
-                                .current_dir(dir.path())
-                                .output()?;
-                            anyhow::ensure!(out.status.success(), "capstan inspect --helm-values {plugin}");
-                            std::fs::write(dir.path().join(&file), out.stdout)?;
-                        }
-                        // A values file of the reader's own, which the page does not show.
-                        None => readable = false,
-                    }
-                }
-            }
-            if !readable {
-                continue;
-            }
-            rendered += 1;
-            let out = helm(dir.path(), &args)?;
-            if !out.status.success() || out.stdout.is_empty() {
-                failed.push(format!(
-                    "{}: {line}\n    {}",
-                    page.display(),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
+            let words = shlex::split(line).unwrap_or_default();
+            if let Some(args) = template_args(&words, &made, dir.path())? {
+                render(dir.path(), &args, format!("{}: {line}", page.display()));
             }
         }
-    }
-    // Values files the book shows (the chart maps plugins by name; a config file lists them).
-    for page in pages() {
-        for block in book::blocks(&std::fs::read_to_string(&page)?, &["yaml"]) {
+        // Values files the page shows (the chart maps plugins by name; a config file lists them).
+        for block in book::blocks(&text, &["yaml"]) {
             let yaml: serde_json::Value = serde_saphyr::from_str(&block).unwrap_or_default();
-            if !yaml["plugins"].is_object() {
-                continue;
-            }
-            rendered += 1;
-            let dir = tempfile::tempdir()?;
-            std::fs::write(dir.path().join("values.yaml"), &block)?;
-            let chart = workspace().join("charts/capstan").display().to_string();
-            let args = ["template", "capstan", &chart, "-f", "values.yaml"].map(String::from);
-            let out = helm(dir.path(), &args)?;
-            if !out.status.success() {
-                failed.push(format!(
-                    "{}: values file\n{block}\n    {}",
-                    page.display(),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
+            if yaml["plugins"].is_object() {
+                std::fs::write(dir.path().join("shown-values.yaml"), &block)?;
+                let args =
+                    ["template", "capstan", "charts/capstan", "-f", "shown-values.yaml"].map(String::from);
+                render(
+                    dir.path(),
+                    &args,
+                    format!("{}: values file\n{block}", page.display()),
+                );
             }
         }
     }

@@ -35,9 +35,15 @@ pub fn helm_bin() -> &'static Path {
 /// `helm ARGS` with its own config/cache/data dirs; only with `kubeconfig` may it reach
 /// a cluster. Ok(stdout) on success, Err(stderr) otherwise.
 pub fn helm(args: &[&str], kubeconfig: Option<&Path>) -> Result<String, String> {
+    helm_in(Path::new("."), args, kubeconfig)
+}
+
+/// [`helm`] run in `dir`, where the arguments' relative paths are.
+pub fn helm_in(dir: &Path, args: &[&str], kubeconfig: Option<&Path>) -> Result<String, String> {
     // One stable home under target/tmp: nothing accumulates in /tmp.
     let home = Path::new(env!("CARGO_TARGET_TMPDIR")).join("helm-home");
     let out = Command::new(helm_bin())
+        .current_dir(dir)
         .args(args)
         .env("HELM_CONFIG_HOME", home.join("config"))
         .env("HELM_CACHE_HOME", home.join("cache"))

@@ -20,9 +20,9 @@ use kube::core::DynamicResourceScope;
 use kube::runtime::watcher::Event;
 use serde::Deserialize;
 
-/// An object as the caches keep it. Every part is shared: kube-runtime's store clones
-/// each object it takes in, and a deep copy of the metadata there, beside the informer's
-/// own, was a third of the host's heap at scale.
+/// An object as the caches keep it. Every part is shared, so the clone kube-runtime's
+/// store makes of each object it takes in is three reference counts, not a deep copy of
+/// the metadata per watch event.
 #[derive(Clone, Debug)]
 pub struct Compact {
     /// `apiVersion` and `kind`.
@@ -38,13 +38,9 @@ impl Compact {
     pub fn of(object: DynamicObject) -> Compact {
         let DynamicObject {
             types,
-            metadata,
+            mut metadata,
             data,
         } = object;
-        Compact::parts(types, metadata, &data)
-    }
-
-    fn parts(types: Option<TypeMeta>, mut metadata: ObjectMeta, data: &serde_json::Value) -> Compact {
         keep_status_managers(&mut metadata);
         // A list as deserialized keeps room for four items, and a cache keeps it for good.
         if let Some(owners) = metadata.owner_references.as_mut() {
@@ -57,7 +53,7 @@ impl Compact {
             types: types.map(Arc::new),
             metadata: Arc::new(metadata),
             // A Value always serializes.
-            rest: serde_json::to_string(data).unwrap_or_default().into(),
+            rest: serde_json::to_string(&data).unwrap_or_default().into(),
         }
     }
 
