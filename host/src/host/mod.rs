@@ -184,12 +184,14 @@ impl Host {
             }
             None => (None, None),
         };
-        // A sharded replica's units start under the membership's first (empty) assignment.
-        let tenure = shards
-            .as_ref()
-            .map_or(tenure, |s| s.target.borrow().tenure.clone());
         let engine = self.engine.clone();
         let mut supervisor = Supervisor::new(client.clone(), self.engine, tenure, health.clone(), grace);
+        // A sharded replica's units start on the membership's first assignment (no range):
+        // they cache and reconcile nothing until the group gives them ranges.
+        if let Some(s) = &shards {
+            let first = s.target.borrow().clone();
+            supervisor.reshard(s.filter(first.ranges), first.tenure).await;
+        }
         if let Some(record) = self.config.record.clone() {
             let dir = record.dir.display().to_string();
             supervisor.record(Arc::new(crate::record::Recorder::new(record)?));

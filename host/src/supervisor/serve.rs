@@ -26,6 +26,17 @@ pub struct Shards {
     pub server_side: bool,
 }
 
+impl Shards {
+    /// The filter of `ranges` on this host's key.
+    pub fn filter(&self, ranges: Vec<Range>) -> Filter {
+        Filter {
+            key: self.key,
+            ranges,
+            server_side: self.server_side,
+        }
+    }
+}
+
 /// A running supervisor.
 pub struct Handle {
     reload: mpsc::Sender<()>,
@@ -74,8 +85,7 @@ impl Supervisor {
                 () = stopping.cancelled() => break,
                 Some(assignment) = assigned(shards.as_mut()) => {
                     let Some(s) = shards.as_ref() else { continue };
-                    let filter = Filter { key: s.key, ranges: assignment.ranges.clone(), server_side: s.server_side };
-                    self.reshard(filter, assignment.tenure).await;
+                    self.reshard(s.filter(assignment.ranges.clone()), assignment.tenure).await;
                     let _ = s.running.send(assignment.ranges);
                 }
                 Some(()) = reloads.recv() => self.reload().await,
