@@ -412,12 +412,8 @@ async fn by_namespace_parents_children_and_related_objects_are_split() -> Result
     );
     // Before the group gives it ranges, a replica watches nothing: no controller starts.
     for host in &hosts {
-        let messages: Vec<String> = host
-            .log()
-            .iter()
-            .filter_map(|l| l["message"].as_str().map(String::from))
-            .collect();
-        let first = |m: &str| messages.iter().position(|x| x == m);
+        let log = host.log();
+        let first = |m: &str| log.iter().position(|l| l["message"] == m);
         let (waiting, ranges, started) = (
             first("no shard ranges held; waiting"),
             first("shard ranges changed"),
