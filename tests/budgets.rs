@@ -39,7 +39,8 @@ fn call(p: &Plugin, mode: &str) -> Result<capstan::engine::Response, DispatchErr
         parent: json!({
             "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
             "metadata": {"name": mode, "namespace": "budgets"}, "spec": {"mode": mode},
-        }),
+        })
+        .into(),
         ..Request::default()
     })
 }

@@ -36,7 +36,8 @@ fn hostile(mode: &str, arg: &str) -> Request {
             "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
             "metadata": {"name": mode, "namespace": "sandbox"},
             "spec": {"mode": mode, "arg": arg},
-        }),
+        })
+        .into(),
         ..Request::default()
     }
 }
@@ -44,7 +45,7 @@ fn hostile(mode: &str, arg: &str) -> Request {
 fn echo_request() -> Request {
     let text = std::fs::read_to_string(echo_fixture("echo.yaml")).unwrap();
     Request {
-        parent: serde_saphyr::from_str(&text).unwrap(),
+        parent: serde_saphyr::from_str::<serde_json::Value>(&text).unwrap().into(),
         ..Request::default()
     }
 }

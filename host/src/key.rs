@@ -31,10 +31,23 @@ impl ObjectKey {
         }
     }
 
-    /// The key of an object as JSON, if it has a name.
-    pub fn from_json(object: &serde_json::Value) -> Option<Self> {
-        let meta = &object["metadata"];
-        Some(ObjectKey::new(meta["namespace"].as_str(), meta["name"].as_str()?))
+    /// The key of an object as JSON text, if it has a name: read without a tree of the
+    /// whole object.
+    pub fn from_text(object: &str) -> Option<Self> {
+        #[derive(serde::Deserialize)]
+        struct Object<'a> {
+            #[serde(borrow)]
+            metadata: Option<Meta<'a>>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Meta<'a> {
+            #[serde(borrow)]
+            namespace: Option<std::borrow::Cow<'a, str>>,
+            #[serde(borrow)]
+            name: Option<std::borrow::Cow<'a, str>>,
+        }
+        let meta = serde_json::from_str::<Object<'_>>(object).ok()?.metadata?;
+        Some(ObjectKey::new(meta.namespace.as_deref(), meta.name.as_deref()?))
     }
 }
 
@@ -65,9 +78,12 @@ mod tests {
     fn shown_as_namespace_slash_name_or_name() {
         assert_eq!(ObjectKey::new(Some("ns"), "a").to_string(), "ns/a");
         assert_eq!(ObjectKey::new(None, "a").to_string(), "a");
-        let json = serde_json::json!({"metadata": {"namespace": "ns", "name": "a"}});
-        assert_eq!(ObjectKey::from_json(&json), Some(ObjectKey::new(Some("ns"), "a")));
-        assert_eq!(ObjectKey::from_json(&serde_json::json!({"metadata": {}})), None);
+        let json = r#"{"kind": "Echo", "metadata": {"namespace": "ns", "name": "a"}, "spec": {"x": [1]}}"#;
+        assert_eq!(ObjectKey::from_text(json), Some(ObjectKey::new(Some("ns"), "a")));
+        let cluster = r#"{"metadata": {"name": "a\"b", "namespace": null}}"#;
+        assert_eq!(ObjectKey::from_text(cluster), Some(ObjectKey::new(None, "a\"b")));
+        assert_eq!(ObjectKey::from_text(r#"{"metadata": {}}"#), None);
+        assert_eq!(ObjectKey::from_text("[]"), None);
         assert_eq!(ObjectKey::from("ns/a"), ObjectKey::new(Some("ns"), "a"));
         assert_eq!(ObjectKey::from("a"), ObjectKey::new(None, "a"));
     }

@@ -19,7 +19,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::engine::{DispatchError, Request, Response};
+use crate::engine::{DispatchError, Json, Request, Response};
 
 /// Where recordings go and how much of them is kept.
 #[derive(Clone, Debug)]
@@ -71,9 +71,9 @@ impl Recording {
             settings: settings.clone(),
             now: request.now.unwrap_or_else(Timestamp::now),
             finalizing: request.finalizing,
-            parent: request.parent.clone(),
-            children: request.children.clone(),
-            related: request.related.clone(),
+            parent: request.parent.value(),
+            children: request.children.iter().map(Json::value).collect(),
+            related: request.related.iter().map(Json::value).collect(),
             outcome: outcome(result),
         }
     }
@@ -242,7 +242,7 @@ mod tests {
 
     fn recording(name: &str) -> Recording {
         let request = Request {
-            parent: json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "Echo", "metadata": {"name": name, "namespace": "ns"}}),
+            parent: json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "Echo", "metadata": {"name": name, "namespace": "ns"}}).into(),
             now: Some("2026-01-01T00:00:00Z".parse().unwrap()),
             ..Request::default()
         };

@@ -32,8 +32,8 @@ use anyhow::{Context, Result, bail};
 use capstan::controller::Options;
 use capstan::dev::{Plane, PlaneConfig};
 use capstan::engine::{
-    DispatchError, Engine, EngineConfig, Event, EventType, Kind, Metadata, Reconcile, RelatedQuery, Request,
-    Response,
+    DispatchError, Engine, EngineConfig, Event, EventType, Json, Kind, Metadata, Reconcile, RelatedQuery,
+    Request, Response,
 };
 use capstan::shard::ShardKey;
 use capstan::{Host as CapstanHost, HostConfig};
@@ -83,9 +83,9 @@ impl Reconcile for NativeEcho {
         &self.0
     }
 
-    fn related(&self, parent: &serde_json::Value) -> Result<Vec<RelatedQuery>, DispatchError> {
+    fn related(&self, parent: &Json) -> Result<Vec<RelatedQuery>, DispatchError> {
         Ok(capstan_sdk::guest::queries::<echo::EchoReconciler>(
-            &parent.to_string(),
+            parent.text(),
             "{}".into(),
         ))
     }
@@ -93,9 +93,9 @@ impl Reconcile for NativeEcho {
     fn reconcile(&self, request: &Request) -> Result<Response, DispatchError> {
         let now = request.now.unwrap_or_else(k8s_openapi::jiff::Timestamp::now);
         let request = wit::Request {
-            parent: request.parent.to_string(),
-            children: request.children.iter().map(|c| c.to_string()).collect(),
-            related: request.related.iter().map(|c| c.to_string()).collect(),
+            parent: request.parent.text().to_string(),
+            children: request.children.iter().map(|c| c.text().to_string()).collect(),
+            related: request.related.iter().map(|c| c.text().to_string()).collect(),
             settings: "{}".into(),
             now: now.to_string(),
             finalizing: request.finalizing,
@@ -703,7 +703,7 @@ async fn echo_writes(client: &kube::Client, namespace: &str) -> Result<Vec<Floor
     let mut writes = Vec::new();
     for parent in parents.list(&Default::default()).await?.items {
         let request = Request {
-            parent: serde_json::to_value(&parent)?,
+            parent: serde_json::to_value(&parent)?.into(),
             children: Vec::new(),
             related: Vec::new(),
             now: None,

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use crate::engine::{DispatchError, Plugin, Request};
+use crate::engine::{DispatchError, Json, Plugin, Request};
 
 /// Every non-empty document in a YAML or JSON file (`---` separates YAML documents).
 pub fn documents(path: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
@@ -75,14 +75,19 @@ pub fn request(
     allow: &capstan_contract::Allowances,
 ) -> Result<Request, Unrequestable> {
     let metadata = plugin.metadata();
-    let queries = plugin.related(&parent).map_err(Unrequestable::Dispatch)?;
+    let queries = plugin
+        .related(&Json::from(&parent))
+        .map_err(Unrequestable::Dispatch)?;
     let of = capstan_contract::related::Parent::of(metadata, &parent);
     let resolved =
         capstan_contract::related::resolve(metadata, of, &queries, allow).map_err(Unrequestable::Refused)?;
     Ok(Request {
-        related: capstan_contract::related::select(metadata, &resolved, candidates),
-        parent,
-        children,
+        related: capstan_contract::related::select(metadata, &resolved, candidates)
+            .iter()
+            .map(Json::from)
+            .collect(),
+        parent: parent.into(),
+        children: children.iter().map(Json::from).collect(),
         now: Some(now),
         finalizing,
     })

@@ -42,7 +42,6 @@ pub(super) async fn claim(
     shared: &Shared,
     desired: Vec<validate::Child>,
     observed: &[Observed],
-    observed_json: &[serde_json::Value],
 ) -> Result<Vec<Step>, Error> {
     let mut plan = Vec::with_capacity(desired.len());
     for child in desired {
@@ -51,10 +50,9 @@ pub(super) async fn claim(
         };
         let current = observed
             .iter()
-            .zip(observed_json)
-            .find(|(o, _)| o.kind == kind && same(&o.object, &child));
-        if let Some((o, json)) = current {
-            let unchanged = apply::unchanged(&child.object, json);
+            .find(|o| o.kind == kind && same(&o.object, &child));
+        if let Some(o) = current {
+            let unchanged = apply::unchanged(&child.object, &o.object.value());
             let (uid, seen) = (o.object.uid(), o.object.resource_version());
             plan.push(Step {
                 child,

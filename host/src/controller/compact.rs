@@ -14,11 +14,15 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference, Time};
 use kube::api::{ApiResource, DynamicObject, ObjectMeta, TypeMeta};
 use kube::core::DynamicResourceScope;
 use kube::runtime::watcher::Event;
 use serde::Deserialize;
+
+use crate::engine::Json;
 
 /// An object as the caches keep it. Every part is shared, so the clone kube-runtime's
 /// store makes of each object it takes in is three reference counts, not a deep copy of
@@ -66,23 +70,122 @@ impl Compact {
         }
     }
 
-    /// The whole object as JSON, as a plugin is shown it: the text parsed once, with the
-    /// type and metadata put in (what serializing [`Compact::object`] would give).
-    pub fn value(&self) -> serde_json::Value {
-        let mut object = match serde_json::from_str(&self.rest) {
-            Ok(serde_json::Value::Object(map)) => map,
-            _ => serde_json::Map::new(),
-        };
+    /// The whole object as JSON, as a plugin is shown it: the kept text with the type
+    /// and metadata put in front (what serializing [`Compact::object`] would give, but
+    /// `managedFields`), without a tree of the object on the way.
+    pub fn json(&self) -> Json {
+        let mut text = Vec::with_capacity(self.rest.len() + 512);
+        text.push(b'{');
         if let Some(types) = &self.types {
-            object.insert("apiVersion".into(), types.api_version.clone().into());
-            object.insert("kind".into(), types.kind.clone().into());
+            push_field(&mut text, "apiVersion", &types.api_version);
+            push_field(&mut text, "kind", &types.kind);
         }
-        let mut metadata = serde_json::to_value(&*self.metadata).unwrap_or_default();
-        if let Some(metadata) = metadata.as_object_mut() {
-            metadata.remove("managedFields");
+        push_field(&mut text, "metadata", &Shown::from(&*self.metadata));
+        // The rest is one object, `{}` when the object has nothing else.
+        match self.rest.strip_prefix('{').map(str::trim_start) {
+            Some(rest) if !rest.starts_with('}') => {
+                text.push(b',');
+                text.extend_from_slice(rest.as_bytes());
+            }
+            _ => text.push(b'}'),
         }
-        object.insert("metadata".into(), metadata);
-        serde_json::Value::Object(object)
+        // Made of serialized parts, so it is UTF-8 and parses; `{}` if it ever did not.
+        String::from_utf8(text)
+            .ok()
+            .and_then(|text| Json::from_text(text).ok())
+            .unwrap_or_else(|| Json::from(serde_json::json!({})))
+    }
+
+    /// The whole object as a tree, as [`Compact::json`] shows it.
+    pub fn value(&self) -> serde_json::Value {
+        self.json().value()
+    }
+}
+
+/// `"key":value`, after a comma unless first.
+fn push_field(text: &mut Vec<u8>, key: &str, value: &impl serde::Serialize) {
+    if text.last() != Some(&b'{') {
+        text.push(b',');
+    }
+    // A key of ours needs no escaping; the value is strings, maps, numbers and times,
+    // which always serialize.
+    text.push(b'"');
+    text.extend_from_slice(key.as_bytes());
+    text.extend_from_slice(b"\":");
+    let _ = serde_json::to_writer(&mut *text, value);
+}
+
+/// `ObjectMeta` as it serializes, but for `managedFields`, which no plugin is shown. Every
+/// field is named (no `..`), so one k8s-openapi adds fails to compile here instead of
+/// going missing from what plugins see.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Shown<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    annotations: Option<&'a BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    creation_timestamp: Option<&'a Time>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deletion_grace_period_seconds: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deletion_timestamp: Option<&'a Time>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    finalizers: Option<&'a Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    generate_name: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    generation: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    labels: Option<&'a BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner_references: Option<&'a Vec<OwnerReference>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resource_version: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    self_link: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uid: Option<&'a String>,
+}
+
+impl<'a> From<&'a ObjectMeta> for Shown<'a> {
+    fn from(meta: &'a ObjectMeta) -> Shown<'a> {
+        let ObjectMeta {
+            annotations,
+            creation_timestamp,
+            deletion_grace_period_seconds,
+            deletion_timestamp,
+            finalizers,
+            generate_name,
+            generation,
+            labels,
+            managed_fields: _,
+            name,
+            namespace,
+            owner_references,
+            resource_version,
+            self_link,
+            uid,
+        } = meta;
+        Shown {
+            annotations: annotations.as_ref(),
+            creation_timestamp: creation_timestamp.as_ref(),
+            deletion_grace_period_seconds: *deletion_grace_period_seconds,
+            deletion_timestamp: deletion_timestamp.as_ref(),
+            finalizers: finalizers.as_ref(),
+            generate_name: generate_name.as_ref(),
+            generation: *generation,
+            labels: labels.as_ref(),
+            name: name.as_ref(),
+            namespace: namespace.as_ref(),
+            owner_references: owner_references.as_ref(),
+            resource_version: resource_version.as_ref(),
+            self_link: self_link.as_ref(),
+            uid: uid.as_ref(),
+        }
     }
 }
 
@@ -215,5 +318,60 @@ mod tests {
         assert!(value["metadata"].get("managedFields").is_none());
         let again: Compact = serde_json::from_value(value).expect("deserializes");
         assert_eq!(again.object().data, compact.object().data);
+    }
+
+    /// The text a plugin gets is what serializing the whole object gives, every metadata
+    /// field included, but `managedFields` (kept in the cache for a status manager).
+    #[test]
+    fn the_request_text_is_the_object_without_managed_fields() {
+        let object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "capstan.dev/v1alpha1",
+            "kind": "Echo",
+            "metadata": {
+                "annotations": {"a": "\"quoted\" ü"},
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "deletionGracePeriodSeconds": 30,
+                "deletionTimestamp": "2026-01-02T00:00:00Z",
+                "finalizers": ["capstan.dev/echo"],
+                "generateName": "e-",
+                "generation": 3,
+                "labels": {"l": "v"},
+                "managedFields": [{
+                    "manager": "capstan/echo", "operation": "Apply", "subresource": "status",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}},
+                }],
+                "name": "e-1",
+                "namespace": "ns",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "u0"}],
+                "resourceVersion": "7",
+                "selfLink": "/x",
+                "uid": "u1",
+            },
+            "spec": {"message": "hi", "list": [1, 2.5, null, {"k": true}]},
+            "status": {"observedGeneration": 3},
+        }))
+        .expect("an Echo");
+        let compact = Compact::of(object);
+        assert!(
+            compact.metadata.managed_fields.is_some(),
+            "the status manager is kept"
+        );
+        let mut whole = serde_json::to_value(compact.object()).expect("serializes");
+        whole["metadata"]
+            .as_object_mut()
+            .expect("metadata")
+            .remove("managedFields");
+        assert_eq!(compact.json().value(), whole);
+        assert_eq!(compact.json().text().find("managedFields"), None);
+
+        let bare = Compact::of(DynamicObject {
+            types: None,
+            metadata: ObjectMeta {
+                name: Some("n".into()),
+                ..ObjectMeta::default()
+            },
+            data: serde_json::json!({}),
+        });
+        assert_eq!(bare.json().text(), r#"{"metadata":{"name":"n"}}"#);
     }
 }

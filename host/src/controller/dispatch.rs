@@ -16,8 +16,7 @@ use crate::engine::{DispatchError, Request, Response};
 use crate::ops::metrics::{ControllerLabel, FaultLabels, PluginLabel};
 use crate::preview::{Change, Finding};
 
-/// The plugin's response to the request for `compact`, with the request (its observed
-/// children, already JSON, serve the unchanged-check); `None` when the plugin answered
+/// The plugin's response to the request for `compact`; `None` when the plugin answered
 /// with a fatal error, recorded on the parent. Over the plugin's CPU share nothing runs:
 /// the parent comes back when the share allows, and no worker (nor shutdown) waits.
 pub(super) async fn run(
@@ -26,15 +25,15 @@ pub(super) async fn run(
     plugin: &Current,
     shared: &Shared,
     (observed, related): (&[Observed], &[Arc<Compact>]),
-) -> Result<Option<(Request, Response)>, Error> {
+) -> Result<Option<Response>, Error> {
     let permit = shared.cpu.acquire(Call::Reconcile).await.map_err(|wait| {
         tracing::debug!(wait = ?wait, "plugin over its CPU share; later");
         Error::Deferred(wait)
     })?;
     let request = Request {
-        parent: compact.value(),
-        children: observed.iter().map(|o| o.object.value()).collect(),
-        related: related.iter().map(|o| o.value()).collect(),
+        parent: compact.json(),
+        children: observed.iter().map(|o| o.object.json()).collect(),
+        related: related.iter().map(|o| o.json()).collect(),
         // A recorded reconcile says what time the plugin was told, to be replayed with it.
         now: shared.options.record.as_ref().map(|_| recorded_now()),
         finalizing: compact.metadata.deletion_timestamp.is_some(),
@@ -44,9 +43,8 @@ pub(super) async fn run(
         .record
         .clone()
         .map(|recorder| (recorder, shared.options.settings.clone()));
-    let (request, result) = dispatch(request, &plugin.plugin, permit, record).await?;
-    let response = answer(parent, plugin, shared, result).await?;
-    Ok(response.map(|r| (request, r)))
+    let result = dispatch(request, &plugin.plugin, permit, record).await?;
+    answer(parent, plugin, shared, result).await
 }
 
 /// The time a recorded reconcile is told: now, to the millisecond the engine rounds to.
@@ -57,13 +55,14 @@ fn recorded_now() -> k8s_openapi::jiff::Timestamp {
 
 /// Run the plugin on a blocking thread; the permit is charged there, so a reconcile
 /// cancelled meanwhile still pays for the call it started. With a recorder (and the
-/// plugin's settings) the call is recorded there too, after the plugin is charged.
+/// plugin's settings) the call is recorded there too, after the plugin is charged; the
+/// request is dropped there as well, off the runtime's threads.
 async fn dispatch(
     request: Request,
     plugin: &Arc<dyn crate::engine::Reconcile>,
     permit: Permit,
     record: Option<(Arc<crate::record::Recorder>, serde_json::Value)>,
-) -> Result<(Request, Result<Response, DispatchError>), Error> {
+) -> Result<Result<Response, DispatchError>, Error> {
     let plugin = plugin.clone();
     let label = PluginLabel {
         plugin: plugin.metadata().name.clone(),
@@ -77,7 +76,7 @@ async fn dispatch(
                 crate::record::Recording::new((&m.name, &m.version), &settings, &request, &result);
             recorder.record(&recording);
         }
-        (request, result)
+        result
     })
     .await
     .map_err(|e| Error::Join(e.to_string()))?;

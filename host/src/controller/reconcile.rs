@@ -18,7 +18,7 @@ use super::version::Current;
 use super::written::Cache;
 use super::{Shared, children, dispatch, events, finalizer, queue, status};
 use crate::apply;
-use crate::engine::{Metadata, Request, Response};
+use crate::engine::{Metadata, Response};
 use crate::key::ObjectKey;
 use crate::ops::metrics::{ControllerLabel, PluginLabel, QueueLabel};
 
@@ -228,11 +228,10 @@ async fn reconcile_inner(
         return Ok(None);
     }
     let inputs_seen = (&observed[..], &related[..]);
-    let Some((request, mut response)) = dispatch::run(compact, parent, plugin, shared, inputs_seen).await?
-    else {
+    let Some(mut response) = dispatch::run(compact, parent, plugin, shared, inputs_seen).await? else {
         return Ok(None);
     };
-    let writes = write(parent, metadata, shared, &mut response, (&observed, &request)).await?;
+    let writes = write(parent, metadata, shared, &mut response, &observed).await?;
     for event in &response.events {
         events::record(shared, parent, event);
     }
@@ -293,7 +292,7 @@ async fn write(
     metadata: &Metadata,
     shared: &Shared,
     response: &mut Response,
-    (observed, request): (&[Observed], &Request),
+    observed: &[Observed],
 ) -> Result<Writes, Error> {
     let children = std::mem::take(&mut response.children);
     let mut desired = children::check(parent, metadata, shared, children, &response.events).await?;
@@ -301,7 +300,7 @@ async fn write(
     for child in &mut desired {
         apply::own(child, parent, &shared.parent, writer);
     }
-    let plan = children::claim(parent, metadata, shared, desired, observed, &request.children).await?;
+    let plan = children::claim(parent, metadata, shared, desired, observed).await?;
     let applied = children::apply(shared, parent, writer, &plan).await?;
     let pruned = children::prune(shared, parent, writer, &plan, observed).await?;
     let writes = applied.and(pruned);

@@ -273,8 +273,8 @@ async fn ask(parent: &Compact, plugin: &Current, shared: &Shared) -> Result<Arc<
         .await
         .map_err(Failure::Deferred)?;
     let asking = plugin.plugin.clone();
-    let parent_value = parent.value();
-    let answer = tokio::task::spawn_blocking(move || permit.run(|| asking.related(&parent_value)))
+    let parent_json = parent.json();
+    let answer = tokio::task::spawn_blocking(move || permit.run(|| asking.related(&parent_json)))
         .await
         .map_err(|e| Failure::Dispatch(DispatchError::Fatal(format!("related task failed: {e}"))))?;
     let answer = answer.map_err(Failure::Dispatch)?;

@@ -10,7 +10,7 @@ use super::bindings::capstan::reconciler::types as wit;
 use super::sandbox::State;
 use super::text::one_line;
 use super::{
-    DispatchError, Fault, Limits, LoadError, MAX_RETRY_DELAY, Metadata, RelatedQuery, Request, Response,
+    DispatchError, Fault, Json, Limits, LoadError, MAX_RETRY_DELAY, Metadata, RelatedQuery, Request, Response,
 };
 use super::{deadline, fault, limits, slots, versions};
 
@@ -53,11 +53,11 @@ impl Instance {
         }
     }
 
-    pub(super) fn related(&mut self, parent: &serde_json::Value) -> Result<Vec<RelatedQuery>, Fault> {
+    pub(super) fn related(&mut self, parent: &Json) -> Result<Vec<RelatedQuery>, Fault> {
         deadline::arm(&mut self.store, self.limits.deadline);
         let result = self
             .bindings
-            .related(&mut self.store, &json(parent), &self.settings);
+            .related(&mut self.store, parent.text(), &self.settings);
         let result = result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
         self.store.data().flush_output();
         result

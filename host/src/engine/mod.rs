@@ -12,7 +12,8 @@
 //! let plugin = engine.load_file("echo.wasm".as_ref(), Limits::default())?;
 //! let response = plugin.reconcile(&Request {
 //!     parent: serde_json::json!({"apiVersion": "capstan.dev/v1alpha1", "kind": "Echo",
-//!         "metadata": {"name": "hi", "namespace": "default"}, "spec": {"message": "hi"}}),
+//!         "metadata": {"name": "hi", "namespace": "default"}, "spec": {"message": "hi"}})
+//!     .into(),
 //!     ..Default::default()
 //! });
 //! # anyhow::Ok(())
@@ -50,7 +51,7 @@ pub use instance::Instance;
 use instance::{fault_of, json};
 pub use limits::Limits;
 pub use load::LoadError;
-pub use types::{Event, EventType, Kind, Metadata, RelatedQuery, Request, Response, Selector};
+pub use types::{Event, EventType, Json, Kind, Metadata, RelatedQuery, Request, Response, Selector};
 
 use sandbox::State;
 
@@ -276,7 +277,7 @@ pub trait Reconcile: Send + Sync + 'static {
     /// What the reconciler declares.
     fn metadata(&self) -> &Metadata;
     /// What the reconciler reads for `parent` besides its children.
-    fn related(&self, _parent: &serde_json::Value) -> Result<Vec<RelatedQuery>, DispatchError> {
+    fn related(&self, _parent: &Json) -> Result<Vec<RelatedQuery>, DispatchError> {
         Ok(Vec::new())
     }
     /// One reconcile.
@@ -293,7 +294,7 @@ impl Reconcile for Plugin {
         Plugin::metadata(self)
     }
 
-    fn related(&self, parent: &serde_json::Value) -> Result<Vec<RelatedQuery>, DispatchError> {
+    fn related(&self, parent: &Json) -> Result<Vec<RelatedQuery>, DispatchError> {
         Plugin::related(self, parent)
     }
 
@@ -368,7 +369,7 @@ impl Plugin {
 
     /// What the plugin reads for `parent`, in a fresh instance; nothing when it declares
     /// no related kinds.
-    pub fn related(&self, parent: &serde_json::Value) -> Result<Vec<RelatedQuery>, DispatchError> {
+    pub fn related(&self, parent: &Json) -> Result<Vec<RelatedQuery>, DispatchError> {
         if self.metadata().related.is_empty() {
             return Ok(Vec::new());
         }
@@ -424,6 +425,6 @@ impl Plugin {
 }
 
 /// `namespace/name` (or `name`) of an object, for logs.
-pub fn object_key(object: &serde_json::Value) -> String {
-    crate::key::ObjectKey::from_json(object).map_or_else(|| "<unnamed>".to_string(), |k| k.to_string())
+pub fn object_key(object: &Json) -> String {
+    crate::key::ObjectKey::from_text(object.text()).map_or_else(|| "<unnamed>".to_string(), |k| k.to_string())
 }

@@ -119,16 +119,14 @@ impl Bindings {
         now: String,
     ) -> wasmtime::Result<Result<Wire, WireError>> {
         use bindings::capstan::reconciler::types as wit;
-        // `serde_json::to_string`, not `Display`, which writes through `fmt::Formatter`
-        // piece by piece.
-        let parent = super::json(&request.parent);
-        let children = request.children.iter().map(super::json).collect();
+        let parent = request.parent.text().to_string();
+        let children = request.children.iter().map(|c| c.text().to_string()).collect();
         match self {
             Bindings::Current(b) => {
                 let wire = wit::Request {
                     parent,
                     children,
-                    related: request.related.iter().map(super::json).collect(),
+                    related: request.related.iter().map(|r| r.text().to_string()).collect(),
                     settings: settings.to_string(),
                     now,
                     finalizing: request.finalizing,
