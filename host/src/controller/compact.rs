@@ -12,9 +12,8 @@
 //! remove anything (see [`crate::apply::status_unchanged`]).
 
 use std::borrow::Cow;
-use std::sync::Arc;
-
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference, Time};
 use kube::api::{ApiResource, DynamicObject, ObjectMeta, TypeMeta};
