@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex, Weak};
 
 use futures::{Stream, StreamExt};
 use kube::Client;
-use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{Store, store::Writer};
 use kube::runtime::watcher::{self, Event};
@@ -64,7 +63,7 @@ impl Informers {
         events: impl FnOnce() -> S,
     ) -> Arc<Informer>
     where
-        S: Stream<Item = Result<Event<DynamicObject>, watcher::Error>> + Send + 'static,
+        S: Stream<Item = Result<Event<Compact>, watcher::Error>> + Send + 'static,
     {
         let mut live = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(informer) = live.get(&key).and_then(Weak::upgrade) {
@@ -120,7 +119,7 @@ impl Drop for Informer {
 impl Informer {
     fn start<S>(key: &Key, resource: &ApiResource, events: S) -> Arc<Informer>
     where
-        S: Stream<Item = Result<Event<DynamicObject>, watcher::Error>> + Send + 'static,
+        S: Stream<Item = Result<Event<Compact>, watcher::Error>> + Send + 'static,
     {
         let (cache, store) = if key.store {
             let writer = Writer::new(resource.clone());
@@ -192,7 +191,7 @@ impl Informer {
 
 impl State {
     /// Take in one event of the watch and pass it on.
-    fn apply(&mut self, event: Event<DynamicObject>) {
+    fn apply(&mut self, event: Event<Compact>) {
         let event = super::compact::event(event);
         match &event {
             Event::Init => self.relist = Some(HashMap::new()),
@@ -267,7 +266,7 @@ pub(super) fn watch_of(
     client: Client,
     resource: &ApiResource,
     key: &Key,
-) -> impl Stream<Item = Result<Event<DynamicObject>, watcher::Error>> + Send + 'static {
+) -> impl Stream<Item = Result<Event<Compact>, watcher::Error>> + Send + 'static {
     let api = super::api(&client, resource, key.namespace.as_deref());
     let mut config = watcher::Config::default();
     if let Some(labels) = &key.labels {
@@ -303,8 +302,8 @@ mod tests {
         state_with(false)
     }
 
-    fn echo(name: &str) -> DynamicObject {
-        DynamicObject {
+    fn echo(name: &str) -> Compact {
+        Compact::of(kube::api::DynamicObject {
             types: None,
             metadata: ObjectMeta {
                 name: Some(name.into()),
@@ -312,7 +311,7 @@ mod tests {
                 ..ObjectMeta::default()
             },
             data: serde_json::json!({"spec": {"message": name}}),
-        }
+        })
     }
 
     /// Events as `Init`, `+name` (InitApply), `done`, `name` (Apply), `-name` (Delete).

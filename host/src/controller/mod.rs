@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Client;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 use kube::discovery::ApiResource;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::Store;
@@ -175,7 +175,8 @@ impl Shared {
     }
 }
 
-fn api(client: &Client, resource: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
+/// The API of `resource`, in `namespace` or all of them, read into compact objects.
+fn api(client: &Client, resource: &ApiResource, namespace: Option<&str>) -> Api<compact::Compact> {
     match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
         None => Api::all_with(client.clone(), resource),

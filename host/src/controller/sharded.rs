@@ -9,10 +9,10 @@ use std::future::ready;
 
 use futures::{Stream, TryStreamExt};
 use kube::Client;
-use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
 use kube::runtime::watcher::{self, Event};
 
+use super::compact::Compact;
 use crate::shard::{Collection, Filter};
 
 /// Which of a plugin's objects a replica reconciles: its parents by their key, its
@@ -53,9 +53,9 @@ pub(super) fn only_mine<S>(
     events: S,
     filter: Option<Filter>,
     role: Role,
-) -> impl Stream<Item = Result<Event<DynamicObject>, watcher::Error>> + Send + use<S>
+) -> impl Stream<Item = Result<Event<Compact>, watcher::Error>> + Send + use<S>
 where
-    S: Stream<Item = Result<Event<DynamicObject>, watcher::Error>> + Send,
+    S: Stream<Item = Result<Event<Compact>, watcher::Error>> + Send,
 {
     events.try_filter(move |event| {
         let keep = match (event, &filter) {

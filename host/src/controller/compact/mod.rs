@@ -12,16 +12,17 @@
 //! remove anything (see [`crate::apply::status_unchanged`]).
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference, Time};
 use kube::api::{ApiResource, DynamicObject, ObjectMeta, TypeMeta};
 use kube::core::DynamicResourceScope;
 use kube::runtime::watcher::Event;
-use serde::Deserialize;
 
 use crate::engine::Json;
+use shown::{Shown, push_field};
+
+mod decode;
+mod shown;
 
 /// An object as the caches keep it. Every part is shared, so the clone kube-runtime's
 /// store makes of each object it takes in is three reference counts, not a deep copy of
@@ -37,14 +38,18 @@ pub struct Compact {
 }
 
 impl Compact {
-    /// The compact form of `object`, taking its parts rather than copying them.
+    /// The compact form of `object`, read as a watch reads it (tests build theirs so).
+    #[cfg(test)]
     pub fn of(object: DynamicObject) -> Compact {
-        let DynamicObject {
-            types,
-            mut metadata,
-            data,
-        } = object;
-        keep_status_managers(&mut metadata);
+        // An object always serializes, and reads back as it was written.
+        serde_json::to_value(&object)
+            .and_then(serde_json::from_value)
+            .expect("an object reads back")
+    }
+
+    /// The compact form of an object's type, metadata (its `managedFields` already
+    /// filtered, see [`decode`]) and other fields (`rest`, one JSON object as text).
+    fn from_parts(types: Option<TypeMeta>, mut metadata: ObjectMeta, rest: String) -> Compact {
         // A list as deserialized keeps room for four items, and a cache keeps it for good.
         if let Some(owners) = metadata.owner_references.as_mut() {
             owners.shrink_to_fit();
@@ -55,8 +60,7 @@ impl Compact {
         Compact {
             types: types.map(Arc::new),
             metadata: Arc::new(metadata),
-            // A Value always serializes.
-            rest: serde_json::to_string(&data).unwrap_or_default().into(),
+            rest: rest.into(),
         }
     }
 
@@ -101,158 +105,30 @@ impl Compact {
     }
 }
 
-/// `"key":value`, after a comma unless first.
-fn push_field(text: &mut Vec<u8>, key: &str, value: &impl serde::Serialize) {
-    if text.last() != Some(&b'{') {
-        text.push(b',');
-    }
-    // A key of ours needs no escaping; the value is strings, maps, numbers and times,
-    // which always serialize.
-    text.push(b'"');
-    text.extend_from_slice(key.as_bytes());
-    text.extend_from_slice(b"\":");
-    let _ = serde_json::to_writer(&mut *text, value);
-}
-
-/// `ObjectMeta` as it serializes, but for `managedFields`, which no plugin is shown. Every
-/// field is named (no `..`), so one k8s-openapi adds fails to compile here instead of
-/// going missing from what plugins see.
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Shown<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    annotations: Option<&'a BTreeMap<String, String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    creation_timestamp: Option<&'a Time>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    deletion_grace_period_seconds: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    deletion_timestamp: Option<&'a Time>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    finalizers: Option<&'a Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    generate_name: Option<&'a String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    generation: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    labels: Option<&'a BTreeMap<String, String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    name: Option<&'a String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    namespace: Option<&'a String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    owner_references: Option<&'a Vec<OwnerReference>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    resource_version: Option<&'a String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    self_link: Option<&'a String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    uid: Option<&'a String>,
-}
-
-impl<'a> From<&'a ObjectMeta> for Shown<'a> {
-    fn from(meta: &'a ObjectMeta) -> Shown<'a> {
-        let ObjectMeta {
-            annotations,
-            creation_timestamp,
-            deletion_grace_period_seconds,
-            deletion_timestamp,
-            finalizers,
-            generate_name,
-            generation,
-            labels,
-            managed_fields: _,
-            name,
-            namespace,
-            owner_references,
-            resource_version,
-            self_link,
-            uid,
-        } = meta;
-        Shown {
-            annotations: annotations.as_ref(),
-            creation_timestamp: creation_timestamp.as_ref(),
-            deletion_grace_period_seconds: *deletion_grace_period_seconds,
-            deletion_timestamp: deletion_timestamp.as_ref(),
-            finalizers: finalizers.as_ref(),
-            generate_name: generate_name.as_ref(),
-            generation: *generation,
-            labels: labels.as_ref(),
-            name: name.as_ref(),
-            namespace: namespace.as_ref(),
-            owner_references: owner_references.as_ref(),
-            resource_version: resource_version.as_ref(),
-            self_link: self_link.as_ref(),
-            uid: uid.as_ref(),
-        }
-    }
-}
-
-/// What every cache keeps of an object: all of it but `metadata.managedFields`, which
-/// no plugin is shown and the host never reads (server-side apply tracks ownership on
-/// the server; a conflict comes back as an error), and which is often the larger half of
-/// an object. Objects of a list also come without `apiVersion` and `kind` (list items
-/// carry no type); the contract promises both to plugins, and the unchanged-check
-/// compares them, so they are filled in.
-pub fn cached(resource: &ApiResource) -> impl FnMut(&mut DynamicObject) + Send + use<> {
-    let types = kube::api::TypeMeta {
+/// The type of every object a cache of `resource` keeps, one copy shared by all of them.
+/// Objects of a list come without `apiVersion` and `kind` (list items carry no type);
+/// the contract promises both to plugins, and the unchanged-check compares them, so they
+/// are filled in.
+pub fn cached(resource: &ApiResource) -> impl FnMut(&mut Compact) + Send + use<> {
+    let types = Arc::new(TypeMeta {
         api_version: resource.api_version.clone(),
         kind: resource.kind.clone(),
-    };
+    });
     move |o| {
-        keep_status_managers(&mut o.metadata);
-        if o.types.is_none() {
+        if o.types.as_deref().is_none_or(|t| t == &*types) {
             o.types = Some(types.clone());
         }
     }
 }
 
-/// Drop every `managedFields` entry but those of Capstan plugins' status applies (of
-/// those, all but the manager and its fields) and of their creates (only the manager:
-/// whether the create's fields are still to be handed over, see
-/// [`crate::apply::ownership`]).
-fn keep_status_managers(metadata: &mut ObjectMeta) {
-    let Some(entries) = metadata.managed_fields.take() else {
-        return;
-    };
-    let mut kept: Vec<_> = entries
-        .into_iter()
-        .filter_map(|e| {
-            let status = e.subresource.as_deref() == Some("status")
-                && e.operation.as_deref() == Some("Apply")
-                && e.manager
-                    .as_deref()
-                    .is_some_and(|m| m.starts_with(crate::apply::MANAGER_PREFIX));
-            let create = crate::apply::ownership::is_create(&e);
-            (status || create).then(|| ManagedFieldsEntry {
-                manager: e.manager,
-                operation: e.operation,
-                subresource: e.subresource,
-                fields_v1: e.fields_v1.filter(|_| status),
-                ..ManagedFieldsEntry::default()
-            })
-        })
-        .collect();
-    // Collected in place: without this, the kept entry holds the room of all of them.
-    kept.shrink_to_fit();
-    metadata.managed_fields = (!kept.is_empty()).then_some(kept);
-}
-
-/// A watcher event of whole objects as one of compact ones, each one shared allocation.
-pub fn event(event: Event<DynamicObject>) -> Event<Arc<Compact>> {
+/// A watcher event with its object in one shared allocation.
+pub fn event(event: Event<Compact>) -> Event<Arc<Compact>> {
     match event {
-        Event::Apply(o) => Event::Apply(Arc::new(Compact::of(o))),
-        Event::Delete(o) => Event::Delete(Arc::new(Compact::of(o))),
+        Event::Apply(o) => Event::Apply(Arc::new(o)),
+        Event::Delete(o) => Event::Delete(Arc::new(o)),
         Event::Init => Event::Init,
-        Event::InitApply(o) => Event::InitApply(Arc::new(Compact::of(o))),
+        Event::InitApply(o) => Event::InitApply(Arc::new(o)),
         Event::InitDone => Event::InitDone,
-    }
-}
-
-/// Read as a whole object, then made compact (kube-runtime's controller asks for it).
-impl<'de> Deserialize<'de> for Compact {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        DynamicObject::deserialize(d).map(Compact::of)
     }
 }
 

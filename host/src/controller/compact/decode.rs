@@ -1,0 +1,288 @@
+//! Objects read straight from the API server's JSON into their compact form: type and
+//! metadata typed, every other field copied as its text, and of `managedFields` only the
+//! entries the host reads, whose fields alone are parsed. No tree of the object is built
+//! and dropped per watch event (that tree, and the `fieldsV1` trees of every manager, were
+//! most of what a watch cost the host).
+
+use std::borrow::Cow;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+use kube::api::{ObjectMeta, TypeMeta};
+use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+use super::Compact;
+
+/// Read from the object's JSON, as the API server sends it in lists and watch events.
+impl<'de> Deserialize<'de> for Compact {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(Fields)
+    }
+}
+
+/// The fields of one object.
+struct Fields;
+
+impl<'de> Visitor<'de> for Fields {
+    type Value = Compact;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a Kubernetes object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Compact, A::Error> {
+        let (mut api_version, mut kind, mut metadata) = (None, None, None);
+        let mut rest = vec![b'{'];
+        while let Some(Key(key)) = map.next_key()? {
+            match &*key {
+                "apiVersion" => api_version = Some(map.next_value()?),
+                "kind" => kind = Some(map.next_value()?),
+                "metadata" => metadata = Some(map.next_value::<Metadata>()?.0),
+                _ => {
+                    let value: Box<RawValue> = map.next_value()?;
+                    if rest.len() > 1 {
+                        rest.push(b',');
+                    }
+                    // A string always serializes.
+                    let _ = serde_json::to_writer(&mut rest, &*key);
+                    rest.push(b':');
+                    rest.extend_from_slice(value.get().as_bytes());
+                }
+            }
+        }
+        rest.push(b'}');
+        // Only whole, as `DynamicObject` takes it.
+        let types = api_version
+            .zip(kind)
+            .map(|(api_version, kind)| TypeMeta { api_version, kind });
+        let rest = String::from_utf8(rest).map_err(de::Error::custom)?;
+        Ok(Compact::from_parts(types, metadata.unwrap_or_default(), rest))
+    }
+}
+
+/// A field name, borrowed from the input when it can be (most are).
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl<'de> Visitor<'de> for Name {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(Name)
+    }
+}
+
+/// `metadata`, read by `ObjectMeta`'s own code but for `managedFields`, which is read
+/// here and filtered on the way ([`kept`]).
+struct Metadata(ObjectMeta);
+
+impl<'de> Deserialize<'de> for Metadata {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(MetadataFields)
+    }
+}
+
+struct MetadataFields;
+
+impl<'de> Visitor<'de> for MetadataFields {
+    type Value = Metadata;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an object's metadata")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Metadata, A::Error> {
+        let mut managed = Vec::new();
+        let others = WithoutManagedFields {
+            map,
+            managed: &mut managed,
+        };
+        let mut metadata = ObjectMeta::deserialize(de::value::MapAccessDeserializer::new(others))?;
+        metadata.managed_fields = (!managed.is_empty()).then_some(managed);
+        Ok(Metadata(metadata))
+    }
+}
+
+/// The metadata's fields as `ObjectMeta` reads them, with `managedFields` taken out.
+struct WithoutManagedFields<'m, A> {
+    map: A,
+    managed: &'m mut Vec<ManagedFieldsEntry>,
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for WithoutManagedFields<'_, A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
+        while let Some(Key(key)) = self.map.next_key()? {
+            if key != "managedFields" {
+                let key: de::value::CowStrDeserializer<'_, A::Error> = key.into_deserializer();
+                return seed.deserialize(key).map(Some);
+            }
+            let entries = self.map.next_value::<Option<Vec<Entry>>>()?.unwrap_or_default();
+            for entry in entries {
+                self.managed.extend(kept(entry).map_err(de::Error::custom)?);
+            }
+            self.managed.shrink_to_fit();
+        }
+        Ok(None)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        self.map.next_value_seed(seed)
+    }
+}
+
+/// One `managedFields` entry, its fields kept as text until the entry is known to be kept.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Entry {
+    manager: Option<String>,
+    operation: Option<String>,
+    subresource: Option<String>,
+    fields_v1: Option<Box<RawValue>>,
+}
+
+/// What the host keeps of a `managedFields` entry: of Capstan plugins' status applies the
+/// manager and its fields, of their creates only the manager (whether the create's fields
+/// are still to be handed over, see [`crate::apply::ownership`]), of any other nothing.
+fn kept(entry: Entry) -> Result<Option<ManagedFieldsEntry>, serde_json::Error> {
+    let Entry {
+        manager,
+        operation,
+        subresource,
+        fields_v1,
+    } = entry;
+    let mut kept = ManagedFieldsEntry {
+        manager,
+        operation,
+        subresource,
+        ..ManagedFieldsEntry::default()
+    };
+    let status = kept.subresource.as_deref() == Some("status")
+        && kept.operation.as_deref() == Some("Apply")
+        && kept
+            .manager
+            .as_deref()
+            .is_some_and(|m| m.starts_with(crate::apply::MANAGER_PREFIX));
+    if status {
+        kept.fields_v1 = fields_v1
+            .map(|f| serde_json::from_str::<FieldsV1>(f.get()))
+            .transpose()?;
+    } else if !crate::apply::ownership::is_create(&kept) {
+        return Ok(None);
+    }
+    Ok(Some(kept))
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::{ObjectList, WatchEvent};
+
+    use super::*;
+
+    /// A watch event's object as the API server writes it: three managers, of which the
+    /// host keeps a plugin's status apply (with its fields) and its create (without).
+    const EVENT: &str = r#"{"type":"MODIFIED","object":{"kind":"Job","apiVersion":"batch/v1",
+        "metadata":{"name":"j","namespace":"ns","uid":"u","resourceVersion":"9",
+          "labels":{"a\"b":"ü"},"futureField":{"x":1},
+          "managedFields":[
+            {"manager":"kube-controller-manager","operation":"Update","apiVersion":"batch/v1",
+             "time":"2026-01-01T00:00:00Z","fieldsType":"FieldsV1",
+             "fieldsV1":{"f:status":{"f:active":{}}},"subresource":"status"},
+            {"manager":"capstan/echo","operation":"Apply","fieldsType":"FieldsV1",
+             "fieldsV1":{"f:spec":{}},"subresource":"status"},
+            {"manager":"capstan/echo","operation":"Update","fieldsType":"FieldsV1",
+             "fieldsV1":{"f:spec":{"f:x":{}}}},
+            {"manager":"capstan/echo","operation":"Apply","fieldsV1":{"f:spec":{}}}]},
+        "spec":{"n":1.50e3, "s":"\u00fc\"" },"status":{"a\"b":[]}}}"#;
+
+    #[test]
+    fn a_watch_event_keeps_the_text_of_its_fields_and_the_managers_the_host_reads() {
+        let Ok(WatchEvent::Modified(job)) = serde_json::from_str::<WatchEvent<Compact>>(EVENT) else {
+            panic!("a modified Job");
+        };
+        assert_eq!(job.types.as_deref().map(|t| t.kind.as_str()), Some("Job"));
+        assert_eq!(job.metadata.name.as_deref(), Some("j"));
+        assert_eq!(
+            job.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("a\"b"))
+                .map(String::as_str),
+            Some("ü")
+        );
+        // Field by field as sent: not a number rewritten, not a string re-escaped.
+        assert_eq!(
+            &*job.rest,
+            r#"{"spec":{"n":1.50e3, "s":"\u00fc\"" },"status":{"a\"b":[]}}"#
+        );
+        let entries = job.metadata.managed_fields.as_deref().unwrap_or_default();
+        let kept: Vec<_> = entries
+            .iter()
+            .map(|e| {
+                (
+                    e.operation.as_deref(),
+                    e.subresource.as_deref(),
+                    e.fields_v1.is_some(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                (Some("Apply"), Some("status"), true),
+                (Some("Update"), None, false)
+            ]
+        );
+        assert!(
+            entries
+                .iter()
+                .all(|e| e.manager.as_deref() == Some("capstan/echo") && e.time.is_none())
+        );
+    }
+
+    #[test]
+    fn a_list_reads_its_items_and_null_managed_fields() {
+        let list: ObjectList<Compact> = serde_json::from_str(
+            r#"{"kind":"JobList","apiVersion":"batch/v1","metadata":{"resourceVersion":"5"},
+               "items":[{"metadata":{"name":"a","managedFields":null}},{"metadata":{"name":"b"},"spec":{}}]}"#,
+        )
+        .expect("a list");
+        let names: Vec<_> = list
+            .items
+            .iter()
+            .map(|o| (o.metadata.name.as_deref(), o.types.is_none(), &*o.rest))
+            .collect();
+        assert_eq!(
+            names,
+            [(Some("a"), true, "{}"), (Some("b"), true, r#"{"spec":{}}"#)]
+        );
+        assert!(list.items[0].metadata.managed_fields.is_none());
+    }
+
+    #[test]
+    fn what_is_not_an_object_is_refused() {
+        for bad in [
+            r#"[]"#,
+            r#"{"metadata":[]}"#,
+            r#"{"metadata":{"managedFields":{}}}"#,
+            r#"{"spec":}"#,
+        ] {
+            assert!(serde_json::from_str::<Compact>(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! How the host writes an object's parts as the JSON a plugin is shown.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::api::ObjectMeta;
+
+/// `"key":value`, after a comma unless first.
+pub(super) fn push_field(text: &mut Vec<u8>, key: &str, value: &impl serde::Serialize) {
+    if text.last() != Some(&b'{') {
+        text.push(b',');
+    }
+    // A key of ours needs no escaping; the value is strings, maps, numbers and times,
+    // which always serialize.
+    text.push(b'"');
+    text.extend_from_slice(key.as_bytes());
+    text.extend_from_slice(b"\":");
+    let _ = serde_json::to_writer(&mut *text, value);
+}
+
+/// `ObjectMeta` as it serializes, but for `managedFields`, which no plugin is shown. Every
+/// field is named (no `..`), so one k8s-openapi adds fails to compile here instead of
+/// going missing from what plugins see.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Shown<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    annotations: Option<&'a BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    creation_timestamp: Option<&'a Time>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deletion_grace_period_seconds: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deletion_timestamp: Option<&'a Time>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    finalizers: Option<&'a Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    generate_name: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    generation: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    labels: Option<&'a BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner_references: Option<&'a Vec<OwnerReference>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resource_version: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    self_link: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uid: Option<&'a String>,
+}
+
+impl<'a> From<&'a ObjectMeta> for Shown<'a> {
+    fn from(meta: &'a ObjectMeta) -> Shown<'a> {
+        let ObjectMeta {
+            annotations,
+            creation_timestamp,
+            deletion_grace_period_seconds,
+            deletion_timestamp,
+            finalizers,
+            generate_name,
+            generation,
+            labels,
+            managed_fields: _,
+            name,
+            namespace,
+            owner_references,
+            resource_version,
+            self_link,
+            uid,
+        } = meta;
+        Shown {
+            annotations: annotations.as_ref(),
+            creation_timestamp: creation_timestamp.as_ref(),
+            deletion_grace_period_seconds: *deletion_grace_period_seconds,
+            deletion_timestamp: deletion_timestamp.as_ref(),
+            finalizers: finalizers.as_ref(),
+            generate_name: generate_name.as_ref(),
+            generation: *generation,
+            labels: labels.as_ref(),
+            name: name.as_ref(),
+            namespace: namespace.as_ref(),
+            owner_references: owner_references.as_ref(),
+            resource_version: resource_version.as_ref(),
+            self_link: self_link.as_ref(),
+            uid: uid.as_ref(),
+        }
+    }
+}
