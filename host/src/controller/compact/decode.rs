@@ -157,7 +157,7 @@ struct Entry {
 }
 
 /// What the host keeps of a `managedFields` entry: of Capstan plugins' status applies the
-/// manager and its fields, of their creates only the manager (whether the create's fields
+/// manager and its fields' paths (see [`field_paths`]), of their creates only the manager (whether the create's fields
 /// are still to be handed over, see [`crate::apply::ownership`]), of any other nothing.
 fn kept(entry: Entry) -> Result<Option<ManagedFieldsEntry>, serde_json::Error> {
     let Entry {
@@ -188,6 +188,20 @@ fn kept(entry: Entry) -> Result<Option<ManagedFieldsEntry>, serde_json::Error> {
     Ok(Some(kept))
 }
 
+/// A field set with only its fields (`f:` keys), which is all the status check reads
+/// ([`crate::apply::status_unchanged`]): list entries (`k:`, `v:`, `i:`) and `.` go,
+/// and with them most of the tree's nodes — a condition's entry alone is a map of six.
+fn field_paths(fields: serde_json::Value) -> serde_json::Value {
+    match fields {
+        serde_json::Value::Object(map) => map
+            .into_iter()
+            .filter(|(key, _)| key.starts_with("f:"))
+            .map(|(key, sub)| (key, field_paths(sub)))
+            .collect(),
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use kube::core::{ObjectList, WatchEvent};
@@ -204,7 +218,8 @@ mod tests {
              "time":"2026-01-01T00:00:00Z","fieldsType":"FieldsV1",
              "fieldsV1":{"f:status":{"f:active":{}}},"subresource":"status"},
             {"manager":"capstan/echo","operation":"Apply","fieldsType":"FieldsV1",
-             "fieldsV1":{"f:spec":{}},"subresource":"status"},
+             "fieldsV1":{"f:status":{".":{},"f:conditions":{".":{},"k:{\"type\":\"Ready\"}":{".":{},"f:reason":{}}},
+               "f:jobName":{}}},"subresource":"status"},
             {"manager":"capstan/echo","operation":"Update","fieldsType":"FieldsV1",
              "fieldsV1":{"f:spec":{"f:x":{}}}},
             {"manager":"capstan/echo","operation":"Apply","fieldsV1":{"f:spec":{}}}]},
