@@ -180,7 +180,7 @@ fn kept(entry: Entry) -> Result<Option<ManagedFieldsEntry>, serde_json::Error> {
             .is_some_and(|m| m.starts_with(crate::apply::MANAGER_PREFIX));
     if status {
         kept.fields_v1 = fields_v1
-            .map(|f| serde_json::from_str::<FieldsV1>(f.get()))
+            .map(|f| serde_json::from_str(f.get()).map(|f| FieldsV1(field_paths(f))))
             .transpose()?;
     } else if !crate::apply::ownership::is_create(&kept) {
         return Ok(None);
@@ -267,6 +267,12 @@ mod tests {
             entries
                 .iter()
                 .all(|e| e.manager.as_deref() == Some("capstan/echo") && e.time.is_none())
+        );
+        // Of the status apply's fields, their paths: no list entries.
+        let paths = entries[0].fields_v1.as_ref().map(|f| f.0.clone());
+        assert_eq!(
+            paths,
+            Some(serde_json::json!({"f:status": {"f:conditions": {}, "f:jobName": {}}}))
         );
     }
 
