@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntr
 use kube::api::{ObjectMeta, TypeMeta};
 use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
+use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::Compact;
@@ -188,15 +189,21 @@ fn kept(entry: Entry) -> Result<Option<ManagedFieldsEntry>, serde_json::Error> {
     Ok(Some(kept))
 }
 
-/// A field set with only its fields (`f:` keys), which is all the status check reads
-/// ([`crate::apply::status_unchanged`]): list entries (`k:`, `v:`, `i:`) and `.` go,
-/// and with them most of the tree's nodes — a condition's entry alone is a map of six.
-fn field_paths(fields: serde_json::Value) -> serde_json::Value {
+/// A field set as the caches keep it: only its fields (`f:` keys), which is all the
+/// status check reads, as JSON text in a string ([`crate::apply::status_unchanged`] reads
+/// both forms). List entries (`k:`, `v:`, `i:`) and `.` go, and as text the set is one
+/// allocation of a few dozen bytes, where even its paths as a tree took two B-tree nodes
+/// (about 1.2 KiB per parent).
+fn field_paths(fields: Value) -> Value {
+    Value::String(paths(fields).to_string())
+}
+
+fn paths(fields: Value) -> Value {
     match fields {
-        serde_json::Value::Object(map) => map
+        Value::Object(map) => map
             .into_iter()
             .filter(|(key, _)| key.starts_with("f:"))
-            .map(|(key, sub)| (key, field_paths(sub)))
+            .map(|(key, sub)| (key, paths(sub)))
             .collect(),
         other => other,
     }
@@ -268,12 +275,36 @@ mod tests {
                 .iter()
                 .all(|e| e.manager.as_deref() == Some("capstan/echo") && e.time.is_none())
         );
-        // Of the status apply's fields, their paths: no list entries.
+        // Of the status apply's fields, their paths as text: no list entries.
         let paths = entries[0].fields_v1.as_ref().map(|f| f.0.clone());
         assert_eq!(
             paths,
-            Some(serde_json::json!({"f:status": {"f:conditions": {}, "f:jobName": {}}}))
+            Some(Value::from(r#"{"f:status":{"f:conditions":{},"f:jobName":{}}}"#))
         );
+    }
+
+    /// The status check reads the cached paths as it reads the API server's field sets.
+    #[test]
+    fn the_status_check_reads_the_cached_paths() {
+        let echo: Compact = serde_json::from_str(
+            r#"{"apiVersion":"capstan.dev/v1alpha1","kind":"Echo","metadata":{"name":"e",
+              "managedFields":[{"manager":"capstan/echo","operation":"Apply","subresource":"status",
+                "fieldsV1":{"f:status":{".":{},"f:jobName":{},"f:conditions":{".":{},
+                  "k:{\"type\":\"Ready\"}":{".":{},"f:type":{},"f:reason":{}}}}}}]},
+              "status":{"jobName":"j","conditions":[{"type":"Ready","reason":"R"}]}}"#,
+        )
+        .expect("an Echo");
+        let parent = echo.object();
+        let unchanged = |status| crate::apply::status_unchanged(&status, &parent, "echo");
+        let conditions = serde_json::json!([{"type": "Ready", "reason": "R"}]);
+        assert!(unchanged(
+            serde_json::json!({"jobName": "j", "conditions": conditions})
+        ));
+        assert!(!unchanged(
+            serde_json::json!({"jobName": "k", "conditions": conditions})
+        ));
+        // The apply would remove the conditions the plugin applied before.
+        assert!(!unchanged(serde_json::json!({"jobName": "j"})));
     }
 
     #[test]
