@@ -97,6 +97,7 @@ impl<'de> Deserialize<'de> for Metadata {
     }
 }
 
+/// The fields of `metadata`.
 struct MetadataFields;
 
 impl<'de> Visitor<'de> for MetadataFields {
@@ -158,8 +159,9 @@ struct Entry {
 }
 
 /// What the host keeps of a `managedFields` entry: of Capstan plugins' status applies the
-/// manager and its fields' paths (see [`field_paths`]), of their creates only the manager (whether the create's fields
-/// are still to be handed over, see [`crate::apply::ownership`]), of any other nothing.
+/// manager and its fields' paths (see [`field_paths`]), of their creates only the manager
+/// (whether the create's fields are still to be handed over, see
+/// [`crate::apply::ownership`]), of any other nothing.
 fn kept(entry: Entry) -> Result<Option<ManagedFieldsEntry>, serde_json::Error> {
     let Entry {
         manager,
@@ -198,6 +200,7 @@ fn field_paths(fields: Value) -> Value {
     Value::String(paths(fields).to_string())
 }
 
+/// `fields` with only its `f:` keys, at every depth.
 fn paths(fields: Value) -> Value {
     match fields {
         Value::Object(map) => map
