@@ -448,6 +448,17 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
             .env("RUST_LOG", "warn,kube_client=off")
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true);
+        // A bench killed outright (SIGKILL, `pkill`) takes its hosts with it; a host that
+        // outlived it would idle on, retrying a dead plane, on the next run's cores.
+        // SAFETY: prctl is async-signal-safe and allocates nothing.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         if replicas > 1 {
             command.args(["--sharding", &format!("replica-{replica}")]);
         }
