@@ -7,9 +7,11 @@
 //! [`DynamicObject`] once, and a child into JSON for the plugin's request, which it needed
 //! anyway. `metadata.managedFields` is dropped: no plugin is shown it and the host never
 //! reads it (server-side apply tracks ownership on the server; a conflict comes back as
-//! an error), and it is often the larger half of an object — all but what Capstan's
-//! own plugins applied to a parent's status, which tells whether a status write would
-//! remove anything (see [`crate::apply::status_unchanged`]).
+//! an error), and it is often the larger half of an object — all but the paths of what
+//! Capstan's own plugins applied to a parent's status, which tell whether a status write
+//! would remove anything (see [`crate::apply::status_unchanged`]), and the bare entry of
+//! a plugin's create (see [`crate::apply::ownership`]). Watch events are read straight
+//! into this form ([`decode`]).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -31,7 +33,7 @@ mod shown;
 pub struct Compact {
     /// `apiVersion` and `kind`.
     pub types: Option<Arc<TypeMeta>>,
-    /// Its metadata, without `managedFields`.
+    /// Its metadata, with only the `managedFields` entries [`decode`] keeps.
     pub metadata: Arc<ObjectMeta>,
     /// Every other field (`spec`, `status`, `data`, ...) as one JSON object.
     rest: Arc<str>,
