@@ -20,6 +20,7 @@ use crate::validate::Child;
 pub mod dry;
 pub mod ownership;
 mod status;
+pub(crate) use status::is_status_apply;
 pub use status::{StatusWrite, status, status_unchanged};
 
 /// Capstan's labels and annotation, defined with the rules that keep them the host's.

@@ -2,6 +2,7 @@
 //! field manager, never over another plugin's fields, and only when it would change
 //! something — the children's rule, read from `managedFields`.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::core::Request;
 use kube::discovery::ApiResource;
@@ -38,6 +39,17 @@ pub fn status_unchanged(status: &Value, parent: &DynamicObject, plugin: &str) ->
             }
             fields => covers(status, &fields["f:status"]),
         })
+}
+
+/// Whether `entry` is a Capstan plugin's status apply: the `managedFields` entry whose
+/// fields [`status_unchanged`] reads, which the caches keep (as its paths).
+pub(crate) fn is_status_apply(entry: &ManagedFieldsEntry) -> bool {
+    entry.subresource.as_deref() == Some("status")
+        && entry.operation.as_deref() == Some("Apply")
+        && entry
+            .manager
+            .as_deref()
+            .is_some_and(|m| m.starts_with(super::MANAGER_PREFIX))
 }
 
 /// Whether `desired` sets every field of a `managedFields` field set. A list's own

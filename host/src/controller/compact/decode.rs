@@ -175,13 +175,7 @@ fn kept(entry: Entry) -> Result<Option<ManagedFieldsEntry>, serde_json::Error> {
         subresource,
         ..ManagedFieldsEntry::default()
     };
-    let status = kept.subresource.as_deref() == Some("status")
-        && kept.operation.as_deref() == Some("Apply")
-        && kept
-            .manager
-            .as_deref()
-            .is_some_and(|m| m.starts_with(crate::apply::MANAGER_PREFIX));
-    if status {
+    if crate::apply::is_status_apply(&kept) {
         kept.fields_v1 = fields_v1
             .map(|f| serde_json::from_str(f.get()).map(|f| FieldsV1(field_paths(f))))
             .transpose()?;
