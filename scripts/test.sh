@@ -22,10 +22,11 @@ scripts/toolchain-js.sh >/dev/null
 scripts/toolchain-mdbook.sh >/dev/null
 cargo build --profile plugin --target wasm32-wasip2 -p echo -p hostile -p scheduled-echo -p tenant -p broken-metadata -p greedy -p echo-canary -p hostile-twin -p namespace-defaults -p misdeclared -p misdeclared-orphans -p echo-rogue
 
-# Build every test once, then run them two jobs at a time: most integration tests wait on
-# a local control plane (leases, pauses, pods starting) more than they use a core, so two
-# at once take about half the time on this 2-core machine. Jobs start longest first (the
-# names below, from a CI run's timings), each one's output printed whole as it ends.
+# Build every test once, then run them two jobs at a time: integration tests spend part of
+# their time waiting on a local control plane (leases, pauses, pods starting), so on a
+# 2-core machine two at once took 26 minutes where one at a time took 35. Jobs start
+# longest first (the names below, from a CI run's timings), each one's output printed
+# whole as it ends.
 cargo test --workspace --no-run
 jobs=$(mktemp -d)
 trap 'rm -rf "$jobs"' EXIT
