@@ -30,6 +30,7 @@ mod limits;
 mod load;
 mod logs;
 mod memory;
+mod pagemap;
 mod rename;
 mod sandbox;
 mod slots;
@@ -94,6 +95,17 @@ impl Default for EngineConfig {
     }
 }
 
+/// Reset pool slots with `PAGEMAP_SCAN` only where it leaves no page of a call behind.
+fn scan_or_not() -> wasmtime::Enabled {
+    match pagemap::check() {
+        Ok(()) => wasmtime::Enabled::Auto,
+        Err(reason) => {
+            tracing::info!("pool slots reset without the pagemap scan, slower but clean: {reason}");
+            wasmtime::Enabled::No
+        }
+    }
+}
+
 /// Compiles plugins and runs their calls; cheap to clone.
 #[derive(Clone)]
 pub struct Engine {
@@ -133,7 +145,7 @@ impl Engine {
             // nothing back to the kernel and need no syscall to end.
             .linear_memory_keep_resident(KEEP_RESIDENT)
             .table_keep_resident(64 << 10)
-            .pagemap_scan(wasmtime::Enabled::Auto)
+            .pagemap_scan(scan_or_not())
             // What lies beyond is returned as the call ends, not batched: a batch of
             // 16 memory bombs would keep up to 16 × their cap resident after a burst.
             .decommit_batch_size(1);
