@@ -227,6 +227,39 @@ fn each_call_gets_a_fresh_instance_even_after_a_trap() {
     }
 }
 
+/// A call never sees what an earlier one left in memory, whichever pool slot it gets and
+/// however the engine resets slots on this kernel: the probe looks through all of its
+/// linear memory for what every earlier call wrote on 256 pages, here on one thread and two.
+#[test]
+fn no_call_finds_what_an_earlier_call_left_in_memory() {
+    let p = load(Limits::default());
+    let marker = format!("left by an earlier call {}", std::process::id());
+    let found = |p: &Plugins| status(p, "leftovers", &marker)["found"].as_u64();
+    // The probe does find leftovers where they are: a second call in one instance sees
+    // the 256 copies the first left.
+    let mut reused = p.hostile.instantiate("sandbox/leftovers").unwrap();
+    let mut call = || {
+        reused
+            .reconcile(&hostile("leftovers", &marker))
+            .unwrap()
+            .status
+            .unwrap()["found"]
+            .clone()
+    };
+    assert_eq!((call(), call()), (json!(0), json!(256)));
+    for _ in 0..10 {
+        assert_eq!(found(&p), Some(0));
+    }
+    std::thread::scope(|s| {
+        let threads: Vec<_> = (0..2)
+            .map(|_| s.spawn(|| (0..10).map(|_| found(&p)).collect::<Vec<_>>()))
+            .collect();
+        for t in threads {
+            assert!(t.join().unwrap().iter().all(|f| *f == Some(0)));
+        }
+    });
+}
+
 /// A component written as text, in the binary form the host reads.
 fn text(wat: &str) -> Vec<u8> {
     wat::parse_str(wat).expect("valid WAT")

@@ -291,6 +291,10 @@ impl Guest for Hostile {
             // `spec.arg` empty strings (2 million by default): 8 bytes each in the guest.
             "empty-strings" => children.resize(arg.parse().unwrap_or(2_000_000), String::new()),
             "panic-64k" => panic!("{}", "p".repeat(64 << 10)),
+            // Looks through all of its linear memory for what an earlier call left (`spec.arg`
+            // with each byte flipped, so the request's own copy never matches), then leaves
+            // it on 256 pages apart: a fresh instance must never find any.
+            "leftovers" => status = Some(json!({ "found": leftovers(arg.as_bytes()) })),
             "not-json" => children.push("this is not JSON".into()),
             "not-object" => children.push("[1, 2, 3]".into()),
             other => return Err(ReconcileError::Fatal(format!("unknown mode {other}"))),
@@ -360,4 +364,48 @@ fn recurse(n: u64) -> u64 {
     } else {
         1 + std::hint::black_box(recurse(n - 1))
     }
+}
+
+/// Copies of `arg`, each byte flipped, found anywhere in linear memory; then 256 are left,
+/// one per 8 KiB allocation, never freed.
+fn leftovers(arg: &[u8]) -> usize {
+    let flip = |b: &u8| b ^ 0x5a;
+    if arg.is_empty() {
+        return 0;
+    }
+    let size = linear_memory_size();
+    if size <= arg.len() + 1 {
+        return 0;
+    }
+    let wanted: Vec<u8> = arg.iter().map(flip).collect();
+    // Linear memory is plain bytes to the guest: every address below its size is readable
+    // (from 1: a slice may not start at null). `wanted` itself is skipped by its address.
+    let memory = unsafe { std::slice::from_raw_parts(std::ptr::without_provenance::<u8>(1), size - 1) };
+    let own = wanted.as_ptr() as usize;
+    let found = memory
+        .windows(wanted.len())
+        .enumerate()
+        .filter(|(at, w)| at + 1 != own && w[0] == wanted[0] && *w == wanted.as_slice())
+        .count();
+    drop(wanted);
+    for _ in 0..256 {
+        let mut page = vec![0u8; 8 << 10];
+        for (slot, b) in page.iter_mut().zip(arg) {
+            *slot = flip(b);
+        }
+        // Seen from outside, or the compiler drops a never-read allocation and its writes.
+        std::mem::forget(std::hint::black_box(page));
+    }
+    found
+}
+
+#[cfg(target_arch = "wasm32")]
+fn linear_memory_size() -> usize {
+    core::arch::wasm32::memory_size(0) * 65536
+}
+
+/// Built natively (clippy, unit tests) there is no linear memory to look through.
+#[cfg(not(target_arch = "wasm32"))]
+fn linear_memory_size() -> usize {
+    0
 }
