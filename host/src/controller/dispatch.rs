@@ -26,7 +26,8 @@ pub(super) async fn run(
     shared: &Shared,
     (observed, related): (&[Observed], &[Arc<Compact>]),
 ) -> Result<Option<Response>, Error> {
-    let permit = shared.cpu.acquire(Call::Reconcile).await.map_err(|wait| {
+    let key = crate::key::ObjectKey::of(parent);
+    let permit = shared.cpu.acquire(Call::Reconcile, &key).await.map_err(|wait| {
         tracing::debug!(wait = ?wait, "plugin over its CPU share; later");
         Error::Deferred(wait)
     })?;

@@ -13,13 +13,18 @@
 //! whose cost is not known yet runs one call at a time. So sixteen calls that each spin
 //! to their deadline cannot all start on one second's credit, nor can a plugin that was
 //! cheap so far start a burst once one of its calls runs long. An honest plugin's calls
-//! cost microseconds, and this bound never holds it.
+//! cost microseconds, and this bound never holds it. Objects refused get the credit back
+//! in the order they were refused ([`line`]), so one spinning object does not starve its
+//! siblings.
+
+mod line;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::bucket::Bucket;
 use crate::engine::{ThreadClock, thread_cpu_time};
+use crate::key::ObjectKey;
 
 /// How much one new call's cost moves the running estimate.
 const WEIGHT: f64 = 0.25;
@@ -68,6 +73,7 @@ struct Inner {
     costs: [Cost; 2],
     running: Vec<Running>,
     next_id: u64,
+    line: line::Line,
 }
 
 impl Inner {
@@ -84,6 +90,33 @@ impl Inner {
                 r.used().max(expected)
             })
             .sum()
+    }
+
+    /// Whether a call of `call` fits the credit now, or how long until it may.
+    fn room(&mut self, call: Call, now: Instant) -> Result<(), Duration> {
+        let debt = self.bucket.debt(now);
+        if !debt.is_zero() {
+            return Err(debt);
+        }
+        let cost = self.cost(call);
+        if cost.per_call.is_none() && cost.in_flight > 0 {
+            return Err(MIN_WAIT);
+        }
+        let new = cost.per_call.unwrap_or(0.0);
+        if !self.running.is_empty() {
+            let short = self.committed() + new - self.bucket.level(now);
+            if short > 0.0 {
+                let wait = Duration::from_secs_f64(short / self.bucket.rate());
+                return Err(wait.max(MIN_WAIT));
+            }
+        }
+        Ok(())
+    }
+
+    /// How long one call of `call` takes to earn back: the spacing of waiters' turns.
+    fn turn(&mut self, call: Call) -> Duration {
+        let per_call = self.cost(call).per_call.unwrap_or(0.0);
+        Duration::from_secs_f64(per_call / self.bucket.rate()).max(MIN_WAIT)
     }
 }
 
@@ -107,42 +140,37 @@ impl CpuBudget {
             costs: Default::default(),
             running: Vec::new(),
             next_id: 0,
+            line: line::Line::default(),
         })))
     }
 
-    /// A permit for one call, or how long to wait before asking again: while the plugin
-    /// is in debt, or while its calls in flight would use up the credit left. Before the
-    /// first call of a kind has ended its cost is unknown and one such call runs at a
-    /// time; a call refused only for that waits a moment for the first to end (an honest
-    /// one takes microseconds) rather than put its object off.
-    pub async fn acquire(&self, call: Call) -> Result<Permit, Duration> {
-        match self.start_at(call, Instant::now()) {
+    /// A permit for one call for `object`, or how long to wait before asking again: while
+    /// the plugin is in debt, while its calls in flight would use up the credit left, or
+    /// while objects refused before this one wait for their turn. Before the first call of
+    /// a kind has ended its cost is unknown and one such call runs at a time; a call
+    /// refused only for that waits a moment for the first to end (an honest one takes
+    /// microseconds) rather than put its object off.
+    pub async fn acquire(&self, call: Call, object: &ObjectKey) -> Result<Permit, Duration> {
+        match self.start_at(call, object, Instant::now()) {
             Err(_) if self.inner().cost(call).per_call.is_none() => {
                 tokio::time::sleep(SETTLE).await;
-                self.start_at(call, Instant::now())
+                self.start_at(call, object, Instant::now())
             }
             started => started,
         }
     }
 
-    fn start_at(&self, call: Call, now: Instant) -> Result<Permit, Duration> {
+    fn start_at(&self, call: Call, object: &ObjectKey, now: Instant) -> Result<Permit, Duration> {
         let mut inner = self.inner();
-        let debt = inner.bucket.debt(now);
-        if !debt.is_zero() {
-            return Err(debt);
+        let room = match inner.line.first(object, now) {
+            true => inner.room(call, now),
+            false => Err(MIN_WAIT),
+        };
+        if let Err(wait) = room {
+            let turn = inner.turn(call);
+            return Err(inner.line.wait(object, now, wait, turn));
         }
-        let cost = inner.cost(call);
-        if cost.per_call.is_none() && cost.in_flight > 0 {
-            return Err(MIN_WAIT);
-        }
-        let new = cost.per_call.unwrap_or(0.0);
-        if !inner.running.is_empty() {
-            let short = inner.committed() + new - inner.bucket.level(now);
-            if short > 0.0 {
-                let wait = Duration::from_secs_f64(short / inner.bucket.rate());
-                return Err(wait.max(MIN_WAIT));
-            }
-        }
+        inner.line.served(object);
         inner.cost(call).in_flight += 1;
         let id = inner.next_id;
         inner.next_id += 1;
@@ -201,34 +229,49 @@ impl Drop for Permit {
 mod tests {
     use super::*;
 
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new(Some("ns"), name)
+    }
+
     #[test]
     fn a_spinning_plugin_runs_one_call_per_credit_and_waits_out_its_debt() {
         let cpu = CpuBudget::new(1000);
         let t0 = Instant::now();
-        let first = cpu.start_at(Call::Reconcile, t0).expect("full credit");
+        let first = cpu.start_at(Call::Reconcile, &key("a"), t0).expect("full credit");
         assert!(
-            cpu.start_at(Call::Reconcile, t0).is_err(),
+            cpu.start_at(Call::Reconcile, &key("b"), t0).is_err(),
             "nothing known of the cost yet: one at a time"
         );
         first.charge_at(Duration::from_millis(900), t0);
         // 0.1 s of credit left, 0.9 s a call: no second call while one is in flight.
-        let second = cpu.start_at(Call::Reconcile, t0).expect("nothing in flight");
-        assert!(cpu.start_at(Call::Reconcile, t0).is_err());
+        let second = cpu
+            .start_at(Call::Reconcile, &key("b"), t0)
+            .expect("nothing in flight");
+        assert!(cpu.start_at(Call::Reconcile, &key("c"), t0).is_err());
         second.charge_at(Duration::from_millis(900), t0);
-        let wait = cpu.start_at(Call::Reconcile, t0).err().expect("in debt");
+        let wait = cpu
+            .start_at(Call::Reconcile, &key("c"), t0)
+            .err()
+            .expect("in debt");
         assert!(wait >= Duration::from_millis(700), "{wait:?}");
-        assert!(cpu.start_at(Call::Reconcile, t0 + Duration::from_secs(1)).is_ok());
+        assert!(
+            cpu.start_at(Call::Reconcile, &key("c"), t0 + Duration::from_secs(1))
+                .is_ok()
+        );
     }
 
     #[test]
     fn an_honest_plugin_runs_all_its_calls_at_once() {
         let cpu = CpuBudget::new(1000);
         let t0 = Instant::now();
-        cpu.start_at(Call::Reconcile, t0)
+        cpu.start_at(Call::Reconcile, &key("a"), t0)
             .unwrap()
             .charge_at(Duration::from_micros(40), t0);
         let permits: Vec<Permit> = (0..16)
-            .map(|_| cpu.start_at(Call::Reconcile, t0).expect("credit"))
+            .map(|i| {
+                cpu.start_at(Call::Reconcile, &key(&i.to_string()), t0)
+                    .expect("credit")
+            })
             .collect();
         assert_eq!(permits.len(), 16);
     }
@@ -236,20 +279,23 @@ mod tests {
     #[tokio::test]
     async fn calls_before_the_first_one_ends_wait_for_its_cost_then_start() {
         let cpu = CpuBudget::new(1000);
-        let first = cpu.acquire(Call::Reconcile).await.expect("full credit");
+        let first = cpu
+            .acquire(Call::Reconcile, &key("a"))
+            .await
+            .expect("full credit");
         let ended = {
             let cpu = cpu.clone();
             tokio::spawn(async move {
-                let second = cpu.acquire(Call::Reconcile).await;
+                let second = cpu.acquire(Call::Reconcile, &key("b")).await;
                 second.is_ok()
             })
         };
         first.charge_at(Duration::from_micros(40), Instant::now());
         assert!(ended.await.unwrap(), "started once the cost was known");
         let spinner = CpuBudget::new(1000);
-        let _running = spinner.acquire(Call::Reconcile).await.unwrap();
+        let _running = spinner.acquire(Call::Reconcile, &key("a")).await.unwrap();
         assert!(
-            spinner.acquire(Call::Reconcile).await.is_err(),
+            spinner.acquire(Call::Reconcile, &key("b")).await.is_err(),
             "a first call that runs on is no reason to start another"
         );
     }
@@ -258,9 +304,9 @@ mod tests {
     fn a_call_that_never_reports_still_leaves_flight() {
         let cpu = CpuBudget::new(1000);
         let t0 = Instant::now();
-        drop(cpu.start_at(Call::Reconcile, t0).unwrap());
+        drop(cpu.start_at(Call::Reconcile, &key("a"), t0).unwrap());
         assert!(
-            cpu.start_at(Call::Reconcile, t0).is_ok(),
+            cpu.start_at(Call::Reconcile, &key("a"), t0).is_ok(),
             "a dropped permit frees its place"
         );
     }
@@ -269,15 +315,15 @@ mod tests {
     fn a_cheap_related_call_vouches_for_no_reconcile() {
         let cpu = CpuBudget::new(1000);
         let t0 = Instant::now();
-        cpu.start_at(Call::Related, t0)
+        cpu.start_at(Call::Related, &key("a"), t0)
             .unwrap()
             .charge_at(Duration::from_micros(10), t0);
-        let _first = cpu.start_at(Call::Reconcile, t0).expect("credit");
+        let _first = cpu.start_at(Call::Reconcile, &key("a"), t0).expect("credit");
         assert!(
-            cpu.start_at(Call::Reconcile, t0).is_err(),
+            cpu.start_at(Call::Reconcile, &key("b"), t0).is_err(),
             "reconcile's cost is not known yet: one at a time"
         );
-        assert!(cpu.start_at(Call::Related, t0).is_ok(), "related's is");
+        assert!(cpu.start_at(Call::Related, &key("b"), t0).is_ok(), "related's is");
     }
 
     #[test]
@@ -285,12 +331,14 @@ mod tests {
         // 250 millicores: a quarter second of credit. Calls so far cost microseconds.
         let cpu = CpuBudget::new(250);
         let t0 = Instant::now();
-        cpu.start_at(Call::Reconcile, t0)
+        cpu.start_at(Call::Reconcile, &key("a"), t0)
             .unwrap()
             .charge_at(Duration::from_micros(20), t0);
-        let spinning = cpu.start_at(Call::Reconcile, Instant::now()).expect("credit");
+        let spinning = cpu
+            .start_at(Call::Reconcile, &key("a"), Instant::now())
+            .expect("credit");
         assert!(
-            cpu.start_at(Call::Reconcile, Instant::now()).is_ok(),
+            cpu.start_at(Call::Reconcile, &key("b"), Instant::now()).is_ok(),
             "cheap so far"
         );
         let (started, stop) = (
@@ -315,11 +363,32 @@ mod tests {
         started.1.recv().unwrap();
         let refused = (0..400).find_map(|_| {
             std::thread::sleep(Duration::from_millis(5));
-            cpu.start_at(Call::Reconcile, Instant::now()).err()
+            cpu.start_at(Call::Reconcile, &key("c"), Instant::now()).err()
         });
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         spinner.join().unwrap();
         let wait = refused.expect("a call that has used the credit holds new ones back");
         assert!(wait >= MIN_WAIT, "{wait:?}");
+    }
+
+    #[test]
+    fn a_spinning_object_retrying_at_once_does_not_take_its_siblings_turns() {
+        let cpu = CpuBudget::new(1000);
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let (spinner, sibling) = (key("loop"), key("sibling"));
+        let first = cpu.start_at(Call::Reconcile, &spinner, t0).unwrap();
+        first.charge_at(Duration::from_secs(1), at(1000));
+        let second = cpu
+            .start_at(Call::Reconcile, &spinner, at(1005))
+            .expect("credit again");
+        let wait = cpu.start_at(Call::Reconcile, &sibling, at(1100)).err();
+        let wait = wait.expect("a second spin would overdraw the credit");
+        second.charge_at(Duration::from_secs(1), at(2005));
+        assert!(
+            cpu.start_at(Call::Reconcile, &spinner, at(2010)).is_err(),
+            "credit for one more spin, but the sibling was refused first"
+        );
+        assert!(cpu.start_at(Call::Reconcile, &sibling, at(1100) + wait).is_ok());
     }
 }
