@@ -70,7 +70,10 @@ fn publish(
         Decision::Create(first) => {
             let reference = parent.object_ref(&shared.parent);
             let event = event(&shared.reporter, reference, kind, (reason, message), first);
-            events.send(Write::Create(Box::new(event)));
+            match recorder::Body::of(&event) {
+                Some(body) => events.send(Write::Create(body)),
+                None => recorder::dropped(&shared.plugin().metadata().name, recorder::Dropped::Failed),
+            }
         }
         Decision::Count { first, count } => events.send(Write::Count(Due { object, first, count })),
         Decision::Held => tracing::debug!(reason, "event repeated over its budget; counted in its series"),
