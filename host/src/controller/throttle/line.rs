@@ -1,11 +1,16 @@
 //! The order in which a plugin's objects refused for want of CPU credit get it back:
-//! first refused, first served. Without it the credit goes to whichever object asks first
-//! once the debt clears: an object that spins to its deadline and retries on a short
-//! backoff asks right then, takes every turn, and its siblings wait for ever.
+//! each waiter holds the credit its kind of call is expected to cost for as long as it
+//! keeps its place, so an object asking later starts only on the credit left over once everyone
+//! refused before it is covered. Without it the credit goes to whichever object asks
+//! first once the debt clears: an object that spins to its deadline and retries on a
+//! short backoff asks right then, takes every turn, and its siblings wait for ever. An
+//! honest plugin's waiters hold microseconds each, so a long line of them holds nothing
+//! back.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::Call;
 use crate::key::ObjectKey;
 
 /// How long past its turn a waiter keeps its place: an object deleted meanwhile, or
@@ -20,44 +25,46 @@ pub(super) struct Line {
 
 struct Waiter {
     key: ObjectKey,
+    /// The call it waits to make.
+    call: Call,
     /// When it was told to come back.
     due: Instant,
 }
 
 impl Line {
-    /// Whether `key` may take credit now: nobody who is still coming waits ahead of it.
-    pub fn first(&mut self, key: &ObjectKey, now: Instant) -> bool {
-        while self.waiting.front().is_some_and(|w| w.due + GRACE < now) {
-            self.waiting.pop_front();
+    /// How many waiters of each kind of call are ahead of `key` (all of them, if it is
+    /// not in the line), once those that did not come back in time have lost their places.
+    pub fn ahead(&mut self, key: &ObjectKey, now: Instant) -> [u32; 2] {
+        self.waiting.retain(|w| w.due + GRACE >= now);
+        let mut ahead = [0, 0];
+        for w in self.waiting.iter().take_while(|w| &w.key != key) {
+            ahead[w.call as usize] += 1;
         }
-        self.waiting.front().is_none_or(|w| &w.key == key)
+        ahead
     }
 
     /// `key` took its turn: it leaves the line.
     pub fn served(&mut self, key: &ObjectKey) {
-        if self.waiting.front().is_some_and(|w| &w.key == key) {
-            self.waiting.pop_front();
+        if let Some(place) = self.waiting.iter().position(|w| &w.key == key) {
+            self.waiting.remove(place);
         }
     }
 
-    /// `key` was refused and must wait at least `wait`: it keeps its place, or joins at
-    /// the end, told to come back no sooner than `step` after the one ahead of it. How
-    /// long it waits.
-    pub fn wait(&mut self, key: &ObjectKey, now: Instant, wait: Duration, step: Duration) -> Duration {
-        let place = match self.waiting.iter().position(|w| &w.key == key) {
-            Some(place) => place,
-            None => {
-                self.waiting.push_back(Waiter {
-                    key: key.clone(),
-                    due: now,
-                });
-                self.waiting.len() - 1
+    /// `key`, refused a `call`, was told to come back after `wait`: it keeps its place,
+    /// or joins at the end.
+    pub fn wait(&mut self, key: &ObjectKey, call: Call, now: Instant, wait: Duration) {
+        let due = now + wait;
+        match self.waiting.iter_mut().find(|w| &w.key == key) {
+            Some(w) => {
+                w.due = due;
+                w.call = call;
             }
-        };
-        let behind = place.checked_sub(1).map(|ahead| self.waiting[ahead].due + step);
-        let due = behind.map_or(now + wait, |b| b.max(now + wait));
-        self.waiting[place].due = due;
-        due - now
+            None => self.waiting.push_back(Waiter {
+                key: key.clone(),
+                call,
+                due,
+            }),
+        }
     }
 
     /// How many objects wait.
@@ -72,23 +79,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_first_refused_is_the_first_served() {
-        let (a, b) = (ObjectKey::from("ns/a"), ObjectKey::from("ns/b"));
+    fn waiters_are_counted_ahead_of_those_refused_after_them_until_served() {
+        let (a, b, c) = (
+            ObjectKey::from("ns/a"),
+            ObjectKey::from("ns/b"),
+            ObjectKey::from("ns/c"),
+        );
         let mut line = Line::default();
         let t0 = Instant::now();
-        let step = Duration::from_millis(500);
-        assert!(line.first(&a, t0), "nobody waits");
-        assert_eq!(
-            line.wait(&b, t0, Duration::from_secs(1), step),
-            Duration::from_secs(1)
-        );
-        let a_waits = line.wait(&a, t0, Duration::from_millis(10), step);
-        assert_eq!(a_waits, Duration::from_millis(1500), "behind b, one step on");
-        let later = t0 + Duration::from_millis(1200);
-        assert!(!line.first(&a, later), "b was refused first");
-        assert!(line.first(&b, later));
+        assert_eq!(line.ahead(&a, t0), [0, 0], "nobody waits");
+        line.wait(&b, Call::Reconcile, t0, Duration::from_secs(1));
+        line.wait(&a, Call::Related, t0, Duration::from_secs(2));
+        assert_eq!(line.ahead(&b, t0), [0, 0]);
+        assert_eq!(line.ahead(&a, t0), [0, 1], "b was refused first");
+        assert_eq!(line.ahead(&c, t0), [1, 1], "a newcomer is behind both");
         line.served(&b);
-        assert!(line.first(&a, later));
+        assert_eq!(line.ahead(&a, t0), [0, 0]);
         line.served(&a);
         assert_eq!(line.len(), 0);
     }
@@ -98,13 +104,18 @@ mod tests {
         let (a, b) = (ObjectKey::from("ns/a"), ObjectKey::from("ns/b"));
         let mut line = Line::default();
         let t0 = Instant::now();
-        line.wait(&a, t0, Duration::from_millis(100), Duration::ZERO);
-        line.wait(&b, t0, Duration::from_millis(1000), Duration::ZERO);
-        assert!(
-            !line.first(&b, t0 + Duration::from_millis(500)),
+        line.wait(&a, Call::Reconcile, t0, Duration::from_millis(100));
+        line.wait(&b, Call::Reconcile, t0, Duration::from_millis(1000));
+        assert_eq!(
+            line.ahead(&b, t0 + Duration::from_millis(500)),
+            [0, 1],
             "a may still come"
         );
-        assert!(line.first(&b, t0 + Duration::from_millis(1200)), "a is gone");
+        assert_eq!(
+            line.ahead(&b, t0 + Duration::from_millis(1200)),
+            [0, 0],
+            "a is gone"
+        );
         assert_eq!(line.len(), 1);
     }
 }

@@ -13,9 +13,9 @@
 //! whose cost is not known yet runs one call at a time. So sixteen calls that each spin
 //! to their deadline cannot all start on one second's credit, nor can a plugin that was
 //! cheap so far start a burst once one of its calls runs long. An honest plugin's calls
-//! cost microseconds, and this bound never holds it. Objects refused get the credit back
-//! in the order they were refused ([`line`]), so one spinning object does not starve its
-//! siblings.
+//! cost microseconds, and this bound never holds it. Objects refused hold the credit
+//! their calls will cost, in the order they were refused ([`line`]), so one spinning
+//! object does not starve its siblings.
 
 mod line;
 
@@ -92,8 +92,9 @@ impl Inner {
             .sum()
     }
 
-    /// Whether a call of `call` fits the credit now, or how long until it may.
-    fn room(&mut self, call: Call, now: Instant) -> Result<(), Duration> {
+    /// Whether a call of `call` fits the credit now, behind the calls of the objects
+    /// refused before it (`ahead`, counted by kind), or how long until it may.
+    fn room(&mut self, call: Call, ahead: [u32; 2], now: Instant) -> Result<(), Duration> {
         let debt = self.bucket.debt(now);
         if !debt.is_zero() {
             return Err(debt);
@@ -103,20 +104,17 @@ impl Inner {
             return Err(MIN_WAIT);
         }
         let new = cost.per_call.unwrap_or(0.0);
-        if !self.running.is_empty() {
-            let short = self.committed() + new - self.bucket.level(now);
+        let held: f64 = (self.costs.iter().zip(ahead))
+            .map(|(cost, n)| cost.per_call.unwrap_or(0.0) * f64::from(n))
+            .sum();
+        if !self.running.is_empty() || held > 0.0 {
+            let short = self.committed() + held + new - self.bucket.level(now);
             if short > 0.0 {
                 let wait = Duration::from_secs_f64(short / self.bucket.rate());
                 return Err(wait.max(MIN_WAIT));
             }
         }
         Ok(())
-    }
-
-    /// How long one call of `call` takes to earn back: the spacing of waiters' turns.
-    fn turn(&mut self, call: Call) -> Duration {
-        let per_call = self.cost(call).per_call.unwrap_or(0.0);
-        Duration::from_secs_f64(per_call / self.bucket.rate()).max(MIN_WAIT)
     }
 }
 
@@ -162,13 +160,10 @@ impl CpuBudget {
 
     fn start_at(&self, call: Call, object: &ObjectKey, now: Instant) -> Result<Permit, Duration> {
         let mut inner = self.inner();
-        let room = match inner.line.first(object, now) {
-            true => inner.room(call, now),
-            false => Err(MIN_WAIT),
-        };
-        if let Err(wait) = room {
-            let turn = inner.turn(call);
-            return Err(inner.line.wait(object, now, wait, turn));
+        let ahead = inner.line.ahead(object, now);
+        if let Err(wait) = inner.room(call, ahead, now) {
+            inner.line.wait(object, call, now, wait);
+            return Err(wait);
         }
         inner.line.served(object);
         inner.cost(call).in_flight += 1;
@@ -390,5 +385,38 @@ mod tests {
             "credit for one more spin, but the sibling was refused first"
         );
         assert!(cpu.start_at(Call::Reconcile, &sibling, at(1100) + wait).is_ok());
+    }
+
+    #[test]
+    fn a_long_line_of_honest_waiters_holds_a_newcomer_back_by_their_cost_alone() {
+        let cpu = CpuBudget::new(1000);
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let first = cpu.start_at(Call::Reconcile, &key("first"), t0).unwrap();
+        first.charge_at(Duration::from_micros(20), t0);
+        // Half a second in debt (other calls, say): a thousand objects are refused.
+        cpu.inner().bucket.spend(1.5, t0);
+        for i in 0..1000 {
+            assert!(
+                cpu.start_at(Call::Reconcile, &key(&i.to_string()), at(10))
+                    .is_err()
+            );
+        }
+        // Out of debt, the last of them comes back first: the 999 ahead hold 20 ms.
+        assert!(cpu.start_at(Call::Reconcile, &key("999"), at(600)).is_ok());
+        // A spinning plugin's line is another matter.
+        let spinner = CpuBudget::new(1000);
+        let spin = spinner.start_at(Call::Reconcile, &key("first"), t0).unwrap();
+        spin.charge_at(Duration::from_millis(900), t0);
+        spinner.inner().bucket.spend(1.5, t0);
+        for i in 0..3 {
+            assert!(
+                spinner
+                    .start_at(Call::Reconcile, &key(&i.to_string()), at(10))
+                    .is_err()
+            );
+        }
+        assert!(spinner.start_at(Call::Reconcile, &key("2"), at(1500)).is_err());
+        assert!(spinner.start_at(Call::Reconcile, &key("0"), at(1500)).is_ok());
     }
 }
