@@ -110,10 +110,13 @@ impl Churn {
         let at = match objects.iter().position(|(t, _)| *t == target) {
             Some(at) => at,
             None => {
+                // Grown one at a time: every parent keeps its entries for a minute, and
+                // most write two objects once (room for four each was most of this).
+                objects.reserve_exact(1);
                 objects.push((
                     target,
                     Entry {
-                        recent: Vec::with_capacity(REMEMBERED),
+                        recent: Vec::new(),
                         rewrites: Bucket::new(1.0 / WINDOW.as_secs_f64(), BURST, now),
                         writes: Bucket::new(1.0 / WRITE_EVERY.as_secs_f64(), WRITE_BURST, now),
                     },
@@ -144,6 +147,7 @@ impl Churn {
         if entry.recent.len() == REMEMBERED {
             entry.recent.remove(0);
         }
+        entry.recent.reserve_exact(1);
         entry.recent.push((digest, seen, now));
         Verdict::Write
     }
