@@ -1,0 +1,203 @@
+//! The CPU share's rules, call by call, on a clock the tests move by hand.
+use super::*;
+
+fn key(name: &str) -> ObjectKey {
+    ObjectKey::new(Some("ns"), name)
+}
+
+#[test]
+fn a_spinning_plugin_runs_one_call_per_credit_and_waits_out_its_debt() {
+    let cpu = CpuBudget::new(1000);
+    let t0 = Instant::now();
+    let first = cpu.start_at(Call::Reconcile, &key("a"), t0).expect("full credit");
+    assert!(
+        cpu.start_at(Call::Reconcile, &key("b"), t0).is_err(),
+        "nothing known of the cost yet: one at a time"
+    );
+    first.charge_at(Duration::from_millis(900), t0);
+    // 0.1 s of credit left, 0.9 s a call: no second call while one is in flight.
+    let second = cpu
+        .start_at(Call::Reconcile, &key("b"), t0)
+        .expect("nothing in flight");
+    assert!(cpu.start_at(Call::Reconcile, &key("c"), t0).is_err());
+    second.charge_at(Duration::from_millis(900), t0);
+    let wait = cpu
+        .start_at(Call::Reconcile, &key("c"), t0)
+        .err()
+        .expect("in debt");
+    assert!(wait >= Duration::from_millis(700), "{wait:?}");
+    assert!(
+        cpu.start_at(Call::Reconcile, &key("c"), t0 + Duration::from_secs(1))
+            .is_ok()
+    );
+}
+
+#[test]
+fn an_honest_plugin_runs_all_its_calls_at_once() {
+    let cpu = CpuBudget::new(1000);
+    let t0 = Instant::now();
+    cpu.start_at(Call::Reconcile, &key("a"), t0)
+        .unwrap()
+        .charge_at(Duration::from_micros(40), t0);
+    let permits: Vec<Permit> = (0..16)
+        .map(|i| {
+            cpu.start_at(Call::Reconcile, &key(&i.to_string()), t0)
+                .expect("credit")
+        })
+        .collect();
+    assert_eq!(permits.len(), 16);
+}
+
+#[tokio::test]
+async fn calls_before_the_first_one_ends_wait_for_its_cost_then_start() {
+    let cpu = CpuBudget::new(1000);
+    let first = cpu
+        .acquire(Call::Reconcile, &key("a"))
+        .await
+        .expect("full credit");
+    let ended = {
+        let cpu = cpu.clone();
+        tokio::spawn(async move {
+            let second = cpu.acquire(Call::Reconcile, &key("b")).await;
+            second.is_ok()
+        })
+    };
+    first.charge_at(Duration::from_micros(40), Instant::now());
+    assert!(ended.await.unwrap(), "started once the cost was known");
+    let spinner = CpuBudget::new(1000);
+    let _running = spinner.acquire(Call::Reconcile, &key("a")).await.unwrap();
+    assert!(
+        spinner.acquire(Call::Reconcile, &key("b")).await.is_err(),
+        "a first call that runs on is no reason to start another"
+    );
+}
+
+#[test]
+fn a_call_that_never_reports_still_leaves_flight() {
+    let cpu = CpuBudget::new(1000);
+    let t0 = Instant::now();
+    drop(cpu.start_at(Call::Reconcile, &key("a"), t0).unwrap());
+    assert!(
+        cpu.start_at(Call::Reconcile, &key("a"), t0).is_ok(),
+        "a dropped permit frees its place"
+    );
+}
+
+#[test]
+fn a_cheap_related_call_vouches_for_no_reconcile() {
+    let cpu = CpuBudget::new(1000);
+    let t0 = Instant::now();
+    cpu.start_at(Call::Related, &key("a"), t0)
+        .unwrap()
+        .charge_at(Duration::from_micros(10), t0);
+    let _first = cpu.start_at(Call::Reconcile, &key("a"), t0).expect("credit");
+    assert!(
+        cpu.start_at(Call::Reconcile, &key("b"), t0).is_err(),
+        "reconcile's cost is not known yet: one at a time"
+    );
+    assert!(cpu.start_at(Call::Related, &key("b"), t0).is_ok(), "related's is");
+}
+
+#[test]
+fn a_running_call_counts_what_it_has_used_so_far() {
+    // 250 millicores: a quarter second of credit. Calls so far cost microseconds.
+    let cpu = CpuBudget::new(250);
+    let t0 = Instant::now();
+    cpu.start_at(Call::Reconcile, &key("a"), t0)
+        .unwrap()
+        .charge_at(Duration::from_micros(20), t0);
+    let spinning = cpu
+        .start_at(Call::Reconcile, &key("a"), Instant::now())
+        .expect("credit");
+    assert!(
+        cpu.start_at(Call::Reconcile, &key("b"), Instant::now()).is_ok(),
+        "cheap so far"
+    );
+    let (started, stop) = (
+        std::sync::mpsc::channel(),
+        Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    );
+    let spinner = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            spinning.run(|| {
+                started.0.send(()).unwrap();
+                let t = thread_cpu_time();
+                // Spin past the credit (or until told to stop).
+                while thread_cpu_time() - t < Duration::from_millis(400)
+                    && !stop.load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+    };
+    started.1.recv().unwrap();
+    let refused = (0..400).find_map(|_| {
+        std::thread::sleep(Duration::from_millis(5));
+        cpu.start_at(Call::Reconcile, &key("c"), Instant::now()).err()
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    spinner.join().unwrap();
+    let wait = refused.expect("a call that has used the credit holds new ones back");
+    assert!(wait >= MIN_WAIT, "{wait:?}");
+}
+
+#[test]
+fn a_spinning_object_retrying_at_once_does_not_take_its_siblings_turns() {
+    let cpu = CpuBudget::new(1000);
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let (spinner, sibling) = (key("loop"), key("sibling"));
+    let first = cpu.start_at(Call::Reconcile, &spinner, t0).unwrap();
+    first.charge_at(Duration::from_secs(1), at(1000));
+    let second = cpu
+        .start_at(Call::Reconcile, &spinner, at(1005))
+        .expect("credit again");
+    let wait = cpu.start_at(Call::Reconcile, &sibling, at(1100)).err();
+    let wait = wait.expect("a second spin would overdraw the credit");
+    second.charge_at(Duration::from_secs(1), at(2005));
+    assert!(
+        cpu.start_at(Call::Reconcile, &spinner, at(2010)).is_err(),
+        "credit for one more spin, but the sibling was refused first"
+    );
+    assert!(cpu.start_at(Call::Reconcile, &sibling, at(1100) + wait).is_ok());
+}
+
+#[test]
+fn a_long_line_of_honest_waiters_holds_a_newcomer_back_by_their_cost_alone() {
+    let cpu = CpuBudget::new(1000);
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let first = cpu.start_at(Call::Reconcile, &key("first"), t0).unwrap();
+    first.charge_at(Duration::from_micros(20), t0);
+    // Half a second in debt (other calls, say): a thousand objects are refused.
+    cpu.inner().bucket.spend(1.5, t0);
+    for i in 0..1000 {
+        assert!(
+            cpu.start_at(Call::Reconcile, &key(&i.to_string()), at(10))
+                .is_err()
+        );
+    }
+    // Out of debt, the last of them comes back first: the 999 ahead hold 20 ms.
+    assert!(cpu.start_at(Call::Reconcile, &key("999"), at(600)).is_ok());
+}
+
+#[test]
+fn a_spinning_plugins_line_holds_later_objects_back() {
+    let spinner = CpuBudget::new(1000);
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let spin = spinner.start_at(Call::Reconcile, &key("first"), t0).unwrap();
+    spin.charge_at(Duration::from_millis(900), t0);
+    spinner.inner().bucket.spend(1.5, t0);
+    for i in 0..3 {
+        assert!(
+            spinner
+                .start_at(Call::Reconcile, &key(&i.to_string()), at(10))
+                .is_err()
+        );
+    }
+    assert!(spinner.start_at(Call::Reconcile, &key("2"), at(1500)).is_err());
+    assert!(spinner.start_at(Call::Reconcile, &key("0"), at(1500)).is_ok());
+}
