@@ -353,14 +353,15 @@ fn a_sleeping_plugin_spends_no_time_and_time_is_deterministic() {
         start.elapsed()
     );
     assert_eq!(slept["sleptMs"], 30_000);
-    // Sleeping forever is a loop like any other: stopped at the deadline.
+    // Sleeping forever is a loop like any other: stopped at the deadline, 500 ms of CPU
+    // or ten deadlines of wall time on a machine too loaded to give it that CPU.
     let start = Instant::now();
     match p.hostile.reconcile(&hostile("sleep", "4000000000")) {
         Err(DispatchError::Fault(Fault::Deadline(_))) => {}
         other => panic!("expected the deadline, got {other:?}"),
     }
     assert!(
-        start.elapsed() < Duration::from_secs(2),
+        start.elapsed() < Duration::from_secs(6),
         "took {:?}",
         start.elapsed()
     );
