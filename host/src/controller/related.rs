@@ -267,10 +267,7 @@ fn answer(queries: &[Resolved], shared: &Shared) -> Vec<Arc<Compact>> {
 /// Ask the plugin what it reads for `parent` (within its CPU share), and check the
 /// answer against the contract.
 async fn ask(parent: &Compact, plugin: &Current, shared: &Shared) -> Result<Arc<Vec<Resolved>>, Failure> {
-    let key = crate::key::ObjectKey::new(
-        parent.metadata.namespace.as_deref(),
-        parent.metadata.name.as_deref().unwrap_or_default(),
-    );
+    let key = crate::key::ObjectKey::of(parent);
     let permit = shared
         .cpu
         .acquire(Call::Related, &key)
