@@ -331,8 +331,9 @@ pub const DEBUG: (&str, &str) = ("RUST_LOG", "info,capstan::controller=debug");
 /// One reconcile a host logged: object, start, end.
 pub type Run = (String, k8s_openapi::jiff::Timestamp, k8s_openapi::jiff::Timestamp);
 
-/// Reconciles of one object by two replicas at once: `(replica, replica, object)` for each,
-/// from every replica's runs (see [`reconciles`]).
+/// Reconciles of one object by two replicas at once, from every replica's runs (see
+/// [`reconciles`]): `(object, "replica start..end", "replica start..end")` for each, so a
+/// failure says which runs and when.
 pub fn overlapping(runs: &[(String, Vec<Run>)]) -> Vec<(String, String, String)> {
     type Span<'a> = (
         &'a str,
@@ -350,7 +351,8 @@ pub fn overlapping(runs: &[(String, Vec<Run>)]) -> Vec<(String, String, String)>
         for (i, a) in list.iter().enumerate() {
             for b in &list[i + 1..] {
                 if a.0 != b.0 && a.1 < b.2 && b.1 < a.2 {
-                    found.push((a.0.to_string(), b.0.to_string(), object.to_string()));
+                    let run = |r: &Span<'_>| format!("{} {}..{}", r.0, r.1, r.2);
+                    found.push((object.to_string(), run(a), run(b)));
                 }
             }
         }

@@ -49,10 +49,9 @@ pub async fn reconcile(parent: Arc<Compact>, shared: Arc<Shared>) -> Result<Acti
         let start = std::time::Instant::now();
         // The term this reconcile runs in: it ends with it, even if another begins.
         let term = shared.tenure.pin();
-        let result = tokio::select! {
-            r = reconcile_inner(&parent, &object, &plugin, &shared) => Ok(r),
-            ended = term.lost() => Err(ended),
-        };
+        let result = term
+            .within(reconcile_inner(&parent, &object, &plugin, &shared))
+            .await;
         workers.dec();
         drop(busy);
         shared.queue.done(dequeued);

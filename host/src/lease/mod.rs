@@ -171,6 +171,26 @@ impl Tenure {
     }
 }
 
+impl Tenure {
+    /// Run `work` within this (pinned) term: its output, or when the term ended. Work
+    /// that finishes only after its term ended counts as fenced at the term's end, since
+    /// its last step may have crossed it and nothing after reached the API server.
+    pub async fn within<T>(&self, work: impl Future<Output = T>) -> Result<T, Instant> {
+        // The term is polled first: after a pause (SIGSTOP) work whose term ended
+        // meanwhile is dropped before it takes another step, not raced against it.
+        let done = tokio::select! {
+            biased;
+            ended = self.lost() => return Err(ended),
+            done = work => done,
+        };
+        if self.is_held() {
+            Ok(done)
+        } else {
+            Err(self.lost().await)
+        }
+    }
+}
+
 /// The wall-clock time of a past monotonic instant (as [`wall_clock`] tells it).
 pub fn wall_at(at: Instant) -> k8s_openapi::jiff::Timestamp {
     let ago = Instant::now().saturating_duration_since(at);
@@ -355,6 +375,32 @@ mod tests {
         drop(fence);
         assert!(!tenure.is_held());
         assert!(!tenure.acquired().await, "nobody renews any more");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn work_within_a_term_is_fenced_at_its_end_whoever_finishes_first() {
+        let (fence, tenure) = Fence::new(DEADLINE);
+        let start = Instant::now();
+        fence.renewed(start);
+        let term = tenure.pin();
+        assert_eq!(term.within(async { 7 }).await, Ok(7));
+        // Work still running when the term ends is dropped at the end.
+        let slow = term.within(tokio::time::sleep(DEADLINE * 2)).await;
+        assert_eq!(slow, Err(start + DEADLINE));
+        // Work ready only after the term ended (a thawed process): fenced, not finished.
+        let late = term.within(std::future::ready(())).await;
+        assert_eq!(late, Err(start + DEADLINE));
+        // Work whose last step crosses the end: fenced at the end.
+        fence.renewed(Instant::now());
+        let term = tenure.pin();
+        let until = Instant::now() + DEADLINE;
+        let crossing = term
+            .within(async {
+                tokio::time::sleep(DEADLINE / 2).await;
+                tokio::time::advance(DEADLINE).await;
+            })
+            .await;
+        assert_eq!(crossing, Err(until));
     }
 
     #[tokio::test]
