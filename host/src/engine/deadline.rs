@@ -15,18 +15,17 @@ const WALL_FACTOR: u32 = 10;
 
 /// Stop the call once it has used `deadline` of CPU time (or `WALL_FACTOR` deadlines of
 /// wall-clock time). CPU time, not wall time, is what the deadline measures: on a loaded
-/// machine an honest plugin waiting for a core is not charged for the wait. The clock is
-/// read only from the first tick on (most calls end before one), and what ran before the
-/// first tick is counted in full as CPU.
+/// machine an honest plugin waiting for a core is not charged for the wait — not even
+/// before the first tick, which a descheduled thread can reach a second late (a plugin's
+/// `metadata` was refused so under CI load when that time was counted as CPU). Reading
+/// the thread's clock at arm costs one system call per call.
 pub(crate) fn arm(store: &mut Store<State>, deadline: Duration) {
     let started = std::time::Instant::now();
-    let mut first: Option<(Duration, Duration)> = None;
+    let cpu_at_arm = thread_cpu_time();
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| {
         let wall = started.elapsed();
-        let cpu = thread_cpu_time();
-        let (cpu_at_first, wall_at_first) = *first.get_or_insert((cpu, wall));
-        let used = cpu.saturating_sub(cpu_at_first) + wall_at_first;
+        let used = thread_cpu_time().saturating_sub(cpu_at_arm);
         if used >= deadline || wall >= deadline * WALL_FACTOR {
             Ok(wasmtime::UpdateDeadline::Interrupt)
         } else {
