@@ -361,6 +361,21 @@ struct Row {
     cached: Vec<f64>,
 }
 
+/// SIGTERM, and SIGKILL if it has not exited 10 s later: a profiler the host runs under
+/// (`CAPSTAN_BENCH_WRAP`, `perf record` say) writes its data only on the way out.
+async fn stop(child: &mut tokio::process::Child) {
+    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+        // SAFETY: kill sends a signal to a child this bench spawned and has not reaped.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    if tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .is_err()
+    {
+        child.kill().await.ok();
+    }
+}
+
 /// Echos created after a replica is killed, for the takeover.
 const AFTER_KILL: usize = 60;
 
@@ -551,7 +566,7 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
         None
     };
     for child in &mut children {
-        child.kill().await.ok();
+        stop(child).await;
     }
     job_watch.abort();
     status_watch.abort();
