@@ -36,9 +36,22 @@ pub fn selector_all() -> String {
     format!("{}={},{PLUGIN_LABEL}", MANAGED_BY.0, MANAGED_BY.1)
 }
 
+/// An object whose labels the host reads. Not every `kube::Resource`: the caches' form
+/// keeps labels apart from its `ObjectMeta`, where `ResourceExt::labels` would find none.
+pub trait Labelled: kube::Resource {
+    /// The value of label `key`.
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl Labelled for kube::api::DynamicObject {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.as_ref()?.get(key).map(String::as_str)
+    }
+}
+
 /// Whether `object` carries `plugin`'s label: one of its children, or was.
-pub fn made_by(object: &impl kube::Resource, plugin: &str) -> bool {
-    object.labels().get(PLUGIN_LABEL).map(String::as_str) == Some(plugin)
+pub fn made_by(object: &impl Labelled, plugin: &str) -> bool {
+    object.label(PLUGIN_LABEL) == Some(plugin)
 }
 
 /// What every plugin's field manager starts with.
@@ -110,7 +123,7 @@ pub fn unchanged(desired: &Value, observed: &Value) -> bool {
 /// Whether an existing object is a child of `parent_uid` made by `plugin`: its controller
 /// owner reference names the parent and its label names the plugin. Anything else belongs
 /// to someone else and is never adopted.
-pub fn controlled_by(object: &impl kube::Resource, parent_uid: &str, plugin: &str) -> bool {
+pub fn controlled_by(object: &impl Labelled, parent_uid: &str, plugin: &str) -> bool {
     made_by(object, plugin)
         && object
             .owner_references()
@@ -119,13 +132,13 @@ pub fn controlled_by(object: &impl kube::Resource, parent_uid: &str, plugin: &st
 }
 
 /// Who controls an existing object, for a message: its controller and managing plugin.
-pub fn controller_of(object: &impl kube::Resource) -> String {
+pub fn controller_of(object: &impl Labelled) -> String {
     let controller = object
         .owner_references()
         .iter()
         .find(|r| r.controller == Some(true))
         .map(|r| format!("{} {} (uid {})", r.kind, r.name, r.uid));
-    let plugin = object.labels().get(PLUGIN_LABEL);
+    let plugin = object.label(PLUGIN_LABEL);
     match (controller, plugin) {
         (Some(c), Some(p)) => format!("{c}, plugin {p}"),
         (Some(c), None) => c,

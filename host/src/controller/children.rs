@@ -87,7 +87,7 @@ async fn conflict(
     parent: &DynamicObject,
     plugin: &str,
     child: &validate::Child,
-    existing: &impl kube::Resource,
+    existing: &impl apply::Labelled,
 ) -> Error {
     let message = format!(
         "{} already exists and is not controlled by this {} (its controller: {}); nothing applied",

@@ -27,9 +27,7 @@ use crate::ops::metrics::{ControllerLabel, PluginLabel, QueueLabel};
 pub async fn reconcile(parent: Arc<Compact>, shared: Arc<Shared>) -> Result<Action, Error> {
     let object = ObjectKey::of(&*parent);
     let dequeued = shared.queue.start(&object);
-    static UNLABELLED: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
-    let labels = parent.metadata.labels.as_ref().unwrap_or(&UNLABELLED);
-    let plugin = shared.versions.for_parent(labels);
+    let plugin = shared.versions.for_parent(parent.labels());
     let name = plugin.plugin.metadata().name.clone();
     let span = tracing::info_span!("reconcile", plugin = %name, object = %object);
     async move {

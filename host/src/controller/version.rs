@@ -60,10 +60,11 @@ impl Versions {
 
     /// The version a reconcile of a parent with `labels` uses: the canary's candidate
     /// where its selector matches, else the current stable one.
-    pub fn for_parent(&self, labels: &std::collections::BTreeMap<String, String>) -> Current {
+    pub fn for_parent(&self, labels: &super::compact::Pairs) -> Current {
         use kube::core::SelectorExt;
         match &self.canary {
-            Some(c) if c.selector.matches(labels) => Current {
+            // kube's selector reads a map: built only while a canary runs.
+            Some(c) if c.selector.matches(&labels.to_map()) => Current {
                 plugin: c.plugin.clone(),
                 number: CANARY,
             },
@@ -146,7 +147,10 @@ mod tests {
             selector,
         };
         let versions = Versions::new(rx, Some(canary));
-        let labels = |v: &str| std::collections::BTreeMap::from([("canary".to_string(), v.to_string())]);
+        let labels = |v: &str| {
+            let map = std::collections::BTreeMap::from([("canary".to_string(), v.to_string())]);
+            super::super::compact::Pairs::of(&map)
+        };
         let picked = versions.for_parent(&labels("true"));
         assert!(Arc::ptr_eq(&picked.plugin, &candidate));
         assert_eq!(picked.number, CANARY);

@@ -50,7 +50,7 @@ pub use kind::{Kind, Metadata};
 pub use names::{dns1123_label, dns1123_subdomain, object_name, printable};
 pub use place::{home_namespace, parent_namespace};
 pub use related::{RelatedQuery, Selector};
-pub use selector::LabelSelector;
+pub use selector::{LabelSelector, Labels};
 pub use validate::{Allowances, Child, Refusal, children, response};
 
 /// The contract's version, named once: every constant below is built from it, and a test

@@ -57,7 +57,7 @@ impl Resolved {
         &self,
         namespace: Option<&str>,
         name: &str,
-        labels: &std::collections::BTreeMap<String, String>,
+        labels: &(impl crate::Labels + ?Sized),
     ) -> bool {
         namespace == self.namespace.as_deref()
             && self.names.as_ref().is_none_or(|n| n.iter().any(|n| n == name))

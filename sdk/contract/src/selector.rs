@@ -4,6 +4,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+/// An object's labels, looked up by key: a map, or however a cache keeps them.
+pub trait Labels {
+    /// The value of label `key`, if the object has it.
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl Labels for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
 /// A parsed label selector; every requirement must hold. The empty selector matches all.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LabelSelector(Vec<Requirement>);
@@ -30,12 +42,12 @@ impl LabelSelector {
     }
 
     /// True when `labels` satisfy every requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches(&self, labels: &(impl Labels + ?Sized)) -> bool {
         self.0.iter().all(|r| match r {
-            Requirement::In(k, values) => labels.get(k).is_some_and(|v| values.contains(v)),
-            Requirement::NotIn(k, values) => labels.get(k).is_none_or(|v| !values.contains(v)),
-            Requirement::Exists(k) => labels.contains_key(k),
-            Requirement::DoesNotExist(k) => !labels.contains_key(k),
+            Requirement::In(k, values) => labels.label(k).is_some_and(|v| values.contains(v)),
+            Requirement::NotIn(k, values) => labels.label(k).is_none_or(|v| !values.contains(v)),
+            Requirement::Exists(k) => labels.label(k).is_some(),
+            Requirement::DoesNotExist(k) => labels.label(k).is_none(),
         })
     }
 

@@ -21,9 +21,11 @@ use kube::core::DynamicResourceScope;
 use kube::runtime::watcher::Event;
 
 use crate::engine::Json;
+pub use pairs::Pairs;
 use shown::{Shown, push_field};
 
 mod decode;
+mod pairs;
 mod shown;
 
 /// An object as the caches keep it. Every part is shared, so the clone kube-runtime's
@@ -33,11 +35,25 @@ mod shown;
 pub struct Compact {
     /// `apiVersion` and `kind`.
     pub types: Option<Arc<TypeMeta>>,
-    /// Its metadata, with only the `managedFields` entries [`decode`] keeps.
+    /// Its metadata, with only the `managedFields` entries [`decode`] keeps, and without
+    /// labels and annotations: read them with [`Compact::labels`] and
+    /// [`Compact::annotations`] (`ResourceExt`'s would find none).
     pub metadata: Arc<ObjectMeta>,
+    /// `metadata.labels` and `metadata.annotations`, compact.
+    marks: Arc<Marks>,
     /// Every other field (`spec`, `status`, `data`, ...) as one JSON object.
     rest: Arc<str>,
 }
+
+/// An object's labels and annotations; `None` where its metadata had no such field.
+#[derive(Debug, Default)]
+struct Marks {
+    labels: Option<Pairs>,
+    annotations: Option<Pairs>,
+}
+
+/// What an object without labels (or annotations) has.
+static NONE: std::sync::LazyLock<Pairs> = std::sync::LazyLock::new(Pairs::default);
 
 impl Compact {
     /// The compact form of `object`, read as a watch reads it (tests build theirs so).
@@ -59,18 +75,38 @@ impl Compact {
         if let Some(finalizers) = metadata.finalizers.as_mut() {
             finalizers.shrink_to_fit();
         }
+        let labels = metadata.labels.take().map(|m| Pairs::of(&m));
+        let annotations = metadata.annotations.take().map(|m| Pairs::of(&m));
         Compact {
             types: types.map(Arc::new),
             metadata: Arc::new(metadata),
+            marks: Arc::new(Marks { labels, annotations }),
             rest: rest.into(),
         }
+    }
+
+    /// Its labels.
+    pub fn labels(&self) -> &Pairs {
+        self.marks.labels.as_ref().unwrap_or(&NONE)
+    }
+
+    /// Its metadata, whole (labels and annotations in it).
+    pub fn whole_metadata(&self) -> ObjectMeta {
+        let mut metadata = (*self.metadata).clone();
+        if let Some(labels) = &self.marks.labels {
+            metadata.labels = Some(labels.to_map());
+        }
+        if let Some(annotations) = &self.marks.annotations {
+            metadata.annotations = Some(annotations.to_map());
+        }
+        metadata
     }
 
     /// The whole object again.
     pub fn object(&self) -> DynamicObject {
         DynamicObject {
             types: self.types.as_deref().cloned(),
-            metadata: (*self.metadata).clone(),
+            metadata: self.whole_metadata(),
             data: serde_json::from_str(&self.rest).unwrap_or_default(),
         }
     }
@@ -85,7 +121,12 @@ impl Compact {
             push_field(&mut text, "apiVersion", &types.api_version);
             push_field(&mut text, "kind", &types.kind);
         }
-        push_field(&mut text, "metadata", &Shown::from(&*self.metadata));
+        let shown = Shown::of(
+            &self.metadata,
+            self.marks.labels.as_ref(),
+            self.marks.annotations.as_ref(),
+        );
+        push_field(&mut text, "metadata", &shown);
         // The rest is one object, `{}` when the object has nothing else.
         match self.rest.strip_prefix('{').map(str::trim_start) {
             Some(rest) if !rest.starts_with('}') => {
@@ -131,6 +172,12 @@ pub fn event(event: Event<Compact>) -> Event<Arc<Compact>> {
         Event::Init => Event::Init,
         Event::InitApply(o) => Event::InitApply(Arc::new(o)),
         Event::InitDone => Event::InitDone,
+    }
+}
+
+impl crate::apply::Labelled for Compact {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels().get(key)
     }
 }
 
@@ -195,6 +242,34 @@ mod tests {
         assert!(value["metadata"].get("managedFields").is_none());
         let again: Compact = serde_json::from_value(value).expect("deserializes");
         assert_eq!(again.object().data, compact.object().data);
+    }
+
+    #[test]
+    fn labels_and_annotations_are_kept_once_compact_and_read_from_there() {
+        let object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {
+                "name": "j", "namespace": "ns",
+                "labels": {"capstan.dev/plugin": "echo", "app": "web"},
+                "annotations": {"capstan.dev/applied": "d1"},
+            },
+        }))
+        .expect("a Job");
+        let compact = Compact::of(object.clone());
+        assert!(compact.metadata.labels.is_none() && compact.metadata.annotations.is_none());
+        assert!(crate::apply::made_by(&compact, "echo"));
+        assert!(!crate::apply::made_by(&compact, "other"));
+        assert_eq!(compact.labels().get("app"), Some("web"));
+        assert_eq!(compact.object().metadata, object.metadata);
+        let unlabelled = Compact::of(DynamicObject::new(
+            "u",
+            &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        ));
+        assert_eq!(unlabelled.labels().get("app"), None);
+        assert!(
+            unlabelled.object().metadata.labels.is_none(),
+            "no labels stays no labels"
+        );
     }
 
     /// The text a plugin gets is what serializing the whole object gives, every metadata

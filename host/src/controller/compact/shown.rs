@@ -1,9 +1,9 @@
 //! How the host writes an object's parts as the JSON a plugin is shown.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::ObjectMeta;
+
+use super::Pairs;
 
 /// `"key":value`, after a comma unless first.
 pub(super) fn push_field(text: &mut Vec<u8>, key: &str, value: &impl serde::Serialize) {
@@ -25,7 +25,7 @@ pub(super) fn push_field(text: &mut Vec<u8>, key: &str, value: &impl serde::Seri
 #[serde(rename_all = "camelCase")]
 pub(super) struct Shown<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
-    annotations: Option<&'a BTreeMap<String, String>>,
+    annotations: Option<&'a Pairs>,
     #[serde(skip_serializing_if = "Option::is_none")]
     creation_timestamp: Option<&'a Time>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -39,7 +39,7 @@ pub(super) struct Shown<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     generation: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    labels: Option<&'a BTreeMap<String, String>>,
+    labels: Option<&'a Pairs>,
     #[serde(skip_serializing_if = "Option::is_none")]
     name: Option<&'a String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -54,17 +54,22 @@ pub(super) struct Shown<'a> {
     uid: Option<&'a String>,
 }
 
-impl<'a> From<&'a ObjectMeta> for Shown<'a> {
-    fn from(meta: &'a ObjectMeta) -> Shown<'a> {
+impl<'a> Shown<'a> {
+    /// A cached object's metadata, with its labels and annotations (kept apart from it).
+    pub(super) fn of(
+        meta: &'a ObjectMeta,
+        labels: Option<&'a Pairs>,
+        annotations: Option<&'a Pairs>,
+    ) -> Shown<'a> {
         let ObjectMeta {
-            annotations,
+            annotations: _,
             creation_timestamp,
             deletion_grace_period_seconds,
             deletion_timestamp,
             finalizers,
             generate_name,
             generation,
-            labels,
+            labels: _,
             managed_fields: _,
             name,
             namespace,
@@ -74,14 +79,14 @@ impl<'a> From<&'a ObjectMeta> for Shown<'a> {
             uid,
         } = meta;
         Shown {
-            annotations: annotations.as_ref(),
+            annotations,
             creation_timestamp: creation_timestamp.as_ref(),
             deletion_grace_period_seconds: *deletion_grace_period_seconds,
             deletion_timestamp: deletion_timestamp.as_ref(),
             finalizers: finalizers.as_ref(),
             generate_name: generate_name.as_ref(),
             generation: *generation,
-            labels: labels.as_ref(),
+            labels,
             name: name.as_ref(),
             namespace: namespace.as_ref(),
             owner_references: owner_references.as_ref(),
