@@ -281,12 +281,12 @@ fn reconciles_in(body: &str) -> f64 {
 }
 
 /// Reconciles per Echo by what they did: the plugin called, answered from memory
-/// (inputs unchanged), or put off (the caches not yet showing the last writes, or the
-/// plugin over its CPU share).
+/// (inputs unchanged), or put off: the caches not yet showing the last writes (`unseen`),
+/// the plugin over its CPU share, its writes slowed.
 struct Kinds {
     called: f64,
     unchanged: f64,
-    put_off: f64,
+    put_off: [f64; 3],
 }
 
 impl Kinds {
@@ -295,7 +295,11 @@ impl Kinds {
         Kinds {
             called: sum(r#"capstan_wasm_dispatch_seconds_count{plugin="echo"}"#),
             unchanged: sum(r#"capstan_reconcile_unchanged_total{plugin="echo"}"#),
-            put_off: sum(r#"controller_runtime_reconcile_total{controller="echo",result="requeue_after"}"#),
+            put_off: capstan::ops::metrics::PUT_OFF_CAUSES.map(|c| {
+                sum(&format!(
+                    r#"capstan_reconcile_put_off_total{{plugin="echo",cause="{c}"}}"#
+                ))
+            }),
         }
     }
 }
@@ -957,8 +961,13 @@ fn main() -> Result<()> {
                     r.cpu * 1000.0 / n as f64
                 );
                 println!(
-                    "          reconciles per Echo: plugin called {:.2}, inputs unchanged {:.2}, put off {:.2}",
-                    r.kinds.called, r.kinds.unchanged, r.kinds.put_off
+                    "          reconciles per Echo: plugin called {:.2}, inputs unchanged {:.2}, put off {:.2} (unseen {:.2}, CPU share {:.2}, writes slowed {:.2})",
+                    r.kinds.called,
+                    r.kinds.unchanged,
+                    r.kinds.put_off.iter().sum::<f64>(),
+                    r.kinds.put_off[0],
+                    r.kinds.put_off[1],
+                    r.kinds.put_off[2]
                 );
                 if r.rss.len() > 1 {
                     let each: Vec<String> = r.rss.iter().map(|m| format!("{m:.1}")).collect();

@@ -204,7 +204,7 @@ pub(super) async fn guard(
         WRITE_EVERY.as_secs()
     );
     warn(shared, parent, "WriteRate", &message);
-    Err(Error::Deferred(wait))
+    Err(Error::Slowed(wait))
 }
 
 #[cfg(test)]

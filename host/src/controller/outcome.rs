@@ -44,6 +44,9 @@ pub enum Error {
     /// The plugin is over its CPU share: not dispatched, back after this long.
     #[error("over the plugin's CPU share; back in {0:?}")]
     Deferred(Duration),
+    /// The parent's writes are slowed by the write-loop guard: back after this long.
+    #[error("the parent's writes are slowed; back in {0:?}")]
+    Slowed(Duration),
     /// The caches do not show the parent's last writes yet (read your own writes):
     /// nothing was done; the watch event that shows them wakes the parent first.
     #[error("the caches do not show this parent's last writes yet; back in {0:?} at most")]
@@ -68,6 +71,7 @@ impl Error {
             Error::Loop(_) => "write loop",
             Error::Deferred(_) => "over the plugin's CPU share",
             Error::Unseen(_) => "last writes not yet seen",
+            Error::Slowed(_) => "writes slowed",
             Error::Join(_) => "dispatch task failed",
         }
     }

@@ -102,7 +102,9 @@ fn previewed(
 ) {
     use crate::preview::{Change, Finding};
     match result {
-        Err(_) | Ok(Err(Error::Deferred(_) | Error::Unseen(_))) => return preview.abandoned(object),
+        Err(_) | Ok(Err(Error::Deferred(_) | Error::Unseen(_) | Error::Slowed(_))) => {
+            return preview.abandoned(object);
+        }
         Ok(Err(Error::Refused(_) | Error::RelatedRefused(_) | Error::Conflict(_) | Error::StatusHeld(_)))
         | Ok(Ok(_)) => {}
         Ok(Err(e)) => {
@@ -131,13 +133,13 @@ fn next(
     };
     let outcome = match &result {
         Ok(_) => "success",
-        Err(Error::Deferred(_) | Error::Unseen(_)) => "requeue_after",
+        Err(e) if put_off(name, e) => "requeue_after",
         Err(_) => "error",
     };
     metrics.reconciled(name, outcome, start.elapsed());
-    // Deferred is neither a success nor a failure: the backoff stays as it was.
+    // Put off is neither a success nor a failure: the backoff stays as it was.
     let after = match result {
-        Err(Error::Deferred(after) | Error::Unseen(after)) => Some(after),
+        Err(Error::Deferred(after) | Error::Unseen(after) | Error::Slowed(after)) => Some(after),
         result => {
             let after = result?;
             shared.per_object.backoff.forget(&object);
@@ -337,6 +339,22 @@ fn observe(parent: &Compact, shared: &Shared) -> Vec<Observed> {
                 .map(move |object| Observed { kind, object })
         })
         .collect()
+}
+
+/// Whether `error` put the reconcile off (it did nothing and comes back); counted by cause.
+fn put_off(plugin: &str, error: &Error) -> bool {
+    let cause = match error {
+        Error::Unseen(_) => "unseen",
+        Error::Deferred(_) => "cpu_share",
+        Error::Slowed(_) => "write_rate",
+        _ => return false,
+    };
+    let labels = crate::ops::metrics::CauseLabels {
+        plugin: plugin.into(),
+        cause: cause.into(),
+    };
+    crate::ops::metrics::get().put_off.get_or_create(&labels).inc();
+    true
 }
 
 /// Count one reconcile of `plugin`'s that found the inputs of its last quiet one.

@@ -33,11 +33,15 @@ pub struct LeaseLabel {
 }
 
 /// Labels of Wasm fault counts.
+pub type FaultLabels = CauseLabels;
+
+/// `plugin` and `cause` labels: of faults (see `Fault::cause`), events dropped and
+/// reconciles put off.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FaultLabels {
+pub struct CauseLabels {
     /// Plugin name.
     pub plugin: String,
-    /// Fault cause, see `Fault::cause`.
+    /// Why.
     pub cause: String,
 }
 
@@ -68,14 +72,9 @@ pub struct DivergenceLabels {
     pub change: String,
 }
 
-/// Labels of `capstan_events_dropped_total`.
-#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EventsDroppedLabels {
-    /// Plugin name.
-    pub plugin: String,
-    /// Why: `budget`, `queue`, `failed` or `shutdown`.
-    pub cause: String,
-}
+/// Labels of `capstan_events_dropped_total`; the cause is `budget`, `queue`, `failed` or
+/// `shutdown`.
+pub type EventsDroppedLabels = CauseLabels;
 
 /// Labels of `capstan_cache_objects`.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -17,6 +17,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+/// Why a reconcile was put off: its parent's last writes not yet in the caches, the
+/// plugin over its CPU share, the parent's writes slowed by the write-loop guard.
+pub const PUT_OFF_CAUSES: [&str; 3] = ["unseen", "cpu_share", "write_rate"];
+
 /// Every metric the host exports.
 pub struct Metrics {
     registry: Registry,
@@ -57,6 +61,9 @@ pub struct Metrics {
     /// capstan_reconcile_unchanged_total: reconciles that found a parent's inputs as its
     /// last quiet reconcile left them, and did not call the plugin.
     pub unchanged: Family<PluginLabel, Counter>,
+    /// capstan_reconcile_put_off_total: reconciles that did nothing and come back later,
+    /// by cause (see [`PUT_OFF_CAUSES`]).
+    pub put_off: Family<CauseLabels, Counter>,
     /// capstan_plugin_reloads_total: hot reloads by result.
     pub reloads: Family<ReloadLabels, Counter>,
     /// capstan_child_conflicts_total: responses refused because a child they name
@@ -136,6 +143,7 @@ pub fn get() -> &'static Metrics {
             refused: Family::default(),
             api_writes: Family::default(),
             unchanged: Family::default(),
+            put_off: Family::default(),
             reloads: Family::default(),
             child_conflicts: Family::default(),
             plugin_up: Family::default(),
@@ -211,6 +219,13 @@ impl Metrics {
                 cause: (*cause).into(),
             };
             drop(self.faults.get_or_create(&labels));
+        }
+        for cause in PUT_OFF_CAUSES {
+            let labels = CauseLabels {
+                plugin: plugin.into(),
+                cause: cause.into(),
+            };
+            drop(self.put_off.get_or_create(&labels));
         }
         for cause in drop_causes {
             let labels = EventsDroppedLabels {

@@ -210,6 +210,11 @@ pub(super) fn capstan(r: &mut Registrar, m: &Metrics) {
         m.unchanged.clone(),
     );
     r.register(
+        "capstan_reconcile_put_off",
+        "Reconciles that did nothing and come back later, by cause: unseen (the caches do not show the parent's last writes yet), cpu_share (the plugin is over its CPU share), write_rate (the parent's writes are slowed by the write-loop guard)",
+        m.put_off.clone(),
+    );
+    r.register(
         "capstan_api_writes",
         "API writes (apply, delete, status, finalizer) made by reconciles; events are counted in capstan_events_written",
         m.api_writes.clone(),
