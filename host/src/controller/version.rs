@@ -147,10 +147,7 @@ mod tests {
             selector,
         };
         let versions = Versions::new(rx, Some(canary));
-        let labels = |v: &str| {
-            let map = std::collections::BTreeMap::from([("canary".to_string(), v.to_string())]);
-            super::super::compact::Pairs::of(&map)
-        };
+        let labels = |v: &str| super::super::compact::Pairs::from_entries(vec![("canary", v)]);
         let picked = versions.for_parent(&labels("true"));
         assert!(Arc::ptr_eq(&picked.plugin, &candidate));
         assert_eq!(picked.number, CANARY);

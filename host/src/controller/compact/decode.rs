@@ -13,7 +13,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::Compact;
+use super::{Compact, Marks, Pairs};
 
 /// Read from the object's JSON, as the API server sends it in lists and watch events.
 impl<'de> Deserialize<'de> for Compact {
@@ -39,7 +39,7 @@ impl<'de> Visitor<'de> for Fields {
             match &*key {
                 "apiVersion" => api_version = Some(map.next_value()?),
                 "kind" => kind = Some(map.next_value()?),
-                "metadata" => metadata = Some(map.next_value::<Metadata>()?.0),
+                "metadata" => metadata = Some(map.next_value::<Metadata>()?),
                 _ => {
                     let value: Box<RawValue> = map.next_value()?;
                     if rest.len() > 1 {
@@ -58,7 +58,8 @@ impl<'de> Visitor<'de> for Fields {
             .zip(kind)
             .map(|(api_version, kind)| TypeMeta { api_version, kind });
         let rest = String::from_utf8(rest).map_err(de::Error::custom)?;
-        Ok(Compact::from_parts(types, metadata.unwrap_or_default(), rest))
+        let Metadata(metadata, marks) = metadata.unwrap_or_default();
+        Ok(Compact::from_parts(types, metadata, marks, rest))
     }
 }
 
@@ -88,8 +89,10 @@ impl<'de> Deserialize<'de> for Key<'de> {
 }
 
 /// `metadata`, read by `ObjectMeta`'s own code but for `managedFields`, which is read
-/// here and filtered on the way ([`kept`]).
-struct Metadata(ObjectMeta);
+/// here and filtered on the way ([`kept`]), and labels and annotations, read straight
+/// into their compact form.
+#[derive(Default)]
+struct Metadata(ObjectMeta, Marks);
 
 impl<'de> Deserialize<'de> for Metadata {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -109,42 +112,78 @@ impl<'de> Visitor<'de> for MetadataFields {
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Metadata, A::Error> {
         let mut managed = Vec::new();
-        let others = WithoutManagedFields {
+        let mut marks = Marks::default();
+        let others = TakenOut {
             map,
             managed: &mut managed,
+            marks: &mut marks,
         };
         let mut metadata = ObjectMeta::deserialize(de::value::MapAccessDeserializer::new(others))?;
         metadata.managed_fields = (!managed.is_empty()).then_some(managed);
-        Ok(Metadata(metadata))
+        Ok(Metadata(metadata, marks))
     }
 }
 
-/// The metadata's fields as `ObjectMeta` reads them, with `managedFields` taken out.
-struct WithoutManagedFields<'m, A> {
+/// The metadata's fields as `ObjectMeta` reads them, with `managedFields`, `labels` and
+/// `annotations` taken out.
+struct TakenOut<'m, A> {
     map: A,
     managed: &'m mut Vec<ManagedFieldsEntry>,
+    marks: &'m mut Marks,
 }
 
-impl<'de, A: MapAccess<'de>> MapAccess<'de> for WithoutManagedFields<'_, A> {
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for TakenOut<'_, A> {
     type Error = A::Error;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
         while let Some(Key(key)) = self.map.next_key()? {
-            if key != "managedFields" {
-                let key: de::value::CowStrDeserializer<'_, A::Error> = key.into_deserializer();
-                return seed.deserialize(key).map(Some);
+            match &*key {
+                "managedFields" => {
+                    let entries = self.map.next_value::<Option<Vec<Entry>>>()?.unwrap_or_default();
+                    for entry in entries {
+                        self.managed.extend(kept(entry).map_err(de::Error::custom)?);
+                    }
+                    self.managed.shrink_to_fit();
+                }
+                "labels" => self.marks.labels = self.map.next_value::<Option<Compacted>>()?.map(|c| c.0),
+                "annotations" => {
+                    self.marks.annotations = self.map.next_value::<Option<Compacted>>()?.map(|c| c.0);
+                }
+                _ => {
+                    let key: de::value::CowStrDeserializer<'_, A::Error> = key.into_deserializer();
+                    return seed.deserialize(key).map(Some);
+                }
             }
-            let entries = self.map.next_value::<Option<Vec<Entry>>>()?.unwrap_or_default();
-            for entry in entries {
-                self.managed.extend(kept(entry).map_err(de::Error::custom)?);
-            }
-            self.managed.shrink_to_fit();
         }
         Ok(None)
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
         self.map.next_value_seed(seed)
+    }
+}
+
+/// A string-to-string map read straight into [`Pairs`], its strings borrowed from the
+/// input where they can be: no map nor string of it is built on the way.
+struct Compacted(Pairs);
+
+impl<'de> Deserialize<'de> for Compacted {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> Visitor<'de> for Entries {
+            type Value = Compacted;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of strings")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Compacted, A::Error> {
+                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0));
+                while let Some((Key(key), Key(value))) = map.next_entry()? {
+                    entries.push((key, value));
+                }
+                Ok(Compacted(Pairs::from_entries(entries)))
+            }
+        }
+        d.deserialize_map(Entries)
     }
 }
 

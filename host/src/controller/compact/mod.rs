@@ -67,7 +67,7 @@ impl Compact {
 
     /// The compact form of an object's type, metadata (its `managedFields` already
     /// filtered, see [`decode`]) and other fields (`rest`, one JSON object as text).
-    fn from_parts(types: Option<TypeMeta>, mut metadata: ObjectMeta, rest: String) -> Compact {
+    fn from_parts(types: Option<TypeMeta>, mut metadata: ObjectMeta, marks: Marks, rest: String) -> Compact {
         // A list as deserialized keeps room for four items, and a cache keeps it for good.
         if let Some(owners) = metadata.owner_references.as_mut() {
             owners.shrink_to_fit();
@@ -75,12 +75,10 @@ impl Compact {
         if let Some(finalizers) = metadata.finalizers.as_mut() {
             finalizers.shrink_to_fit();
         }
-        let labels = metadata.labels.take().map(|m| Pairs::of(&m));
-        let annotations = metadata.annotations.take().map(|m| Pairs::of(&m));
         Compact {
             types: types.map(Arc::new),
             metadata: Arc::new(metadata),
-            marks: Arc::new(Marks { labels, annotations }),
+            marks: Arc::new(marks),
             rest: rest.into(),
         }
     }

@@ -18,12 +18,25 @@ pub struct Pairs {
 }
 
 impl Pairs {
-    /// The map's entries, in its (key) order.
-    pub fn of(map: &BTreeMap<String, String>) -> Pairs {
-        let mut text = String::with_capacity(map.iter().map(|(k, v)| k.len() + v.len()).sum());
-        let mut ends = Vec::with_capacity(map.len() * 2);
-        for (key, value) in map {
-            for part in [key, value] {
+    /// `entries` in any order; of a key given twice the last value stands, as in a map.
+    pub fn from_entries(mut entries: Vec<(impl AsRef<str>, impl AsRef<str>)>) -> Pairs {
+        // Stable, so equal keys stay in input order and the last one is kept below.
+        entries.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
+        let mut text = String::with_capacity(
+            entries
+                .iter()
+                .map(|(k, v)| k.as_ref().len() + v.as_ref().len())
+                .sum(),
+        );
+        let mut ends: Vec<usize> = Vec::with_capacity(entries.len() * 2);
+        for (i, (key, value)) in entries.iter().enumerate() {
+            if entries
+                .get(i + 1)
+                .is_some_and(|next| next.0.as_ref() == key.as_ref())
+            {
+                continue;
+            }
+            for part in [key.as_ref(), value.as_ref()] {
                 text.push_str(part);
                 ends.push(text.len());
             }
@@ -101,7 +114,7 @@ mod tests {
             ]
             .map(|(k, v)| (k.to_string(), v.to_string())),
         );
-        let pairs = Pairs::of(&map);
+        let pairs = Pairs::from_entries(map.clone().into_iter().collect());
         assert_eq!(pairs.to_map(), map);
         assert_eq!(pairs.len(), 4);
         for (key, value) in &map {
@@ -113,8 +126,11 @@ mod tests {
             serde_json::to_string(&pairs).expect("serializes"),
             serde_json::to_string(&map).expect("serializes")
         );
-        let none = Pairs::of(&BTreeMap::new());
+        let none = Pairs::from_entries(Vec::<(String, String)>::new());
         assert!(none.len() == 0 && none.get("").is_none());
         assert_eq!(serde_json::to_string(&none).expect("serializes"), "{}");
+        // Unsorted, a key twice: sorted, the last value stands.
+        let twice = Pairs::from_entries(vec![("b", "1"), ("a", "x"), ("b", "2")]);
+        assert_eq!(twice.iter().collect::<Vec<_>>(), [("a", "x"), ("b", "2")]);
     }
 }
