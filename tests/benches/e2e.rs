@@ -365,17 +365,24 @@ struct Row {
     cached: Vec<f64>,
 }
 
-/// SIGTERM, and SIGKILL if it has not exited 10 s later: a profiler the host runs under
-/// (`CAPSTAN_BENCH_WRAP`, `perf record` say) writes its data only on the way out.
+/// SIGTERM to the host's process group, and SIGKILL to it if the host has not exited 10 s
+/// later: a profiler the host runs under (`CAPSTAN_BENCH_WRAP`, `perf record` say) writes
+/// its data only on the way out, and neither perf nor heaptrack passes a signal on to the
+/// host (which then idled on, on later runs' cores).
 async fn stop(child: &mut tokio::process::Child) {
-    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
-        // SAFETY: kill sends a signal to a child this bench spawned and has not reaped.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-    }
+    let group = child.id().and_then(|p| i32::try_from(p).ok());
+    let signal = |s| {
+        if let Some(group) = group {
+            // SAFETY: kill signals the process group this bench made for the host.
+            unsafe { libc::kill(-group, s) };
+        }
+    };
+    signal(libc::SIGTERM);
     if tokio::time::timeout(Duration::from_secs(10), child.wait())
         .await
         .is_err()
     {
+        signal(libc::SIGKILL);
         child.kill().await.ok();
     }
 }
@@ -466,6 +473,9 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
             .env("KUBECONFIG", plane.kubeconfig())
             .env("RUST_LOG", "warn,kube_client=off")
             .stdout(std::process::Stdio::piped())
+            // Its own process group, so a profiler it runs under and the host inside it
+            // are stopped together (see `stop`).
+            .process_group(0)
             .kill_on_drop(true);
         // A bench killed outright (SIGKILL, `pkill`) takes its hosts with it; a host that
         // outlived it would idle on, retrying a dead plane, on the next run's cores.
