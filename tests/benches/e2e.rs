@@ -370,20 +370,22 @@ struct Row {
 /// its data only on the way out, and neither perf nor heaptrack passes a signal on to the
 /// host (which then idled on, on later runs' cores).
 async fn stop(child: &mut tokio::process::Child) {
-    let group = child.id().and_then(|p| i32::try_from(p).ok());
-    let signal = |s| {
-        if let Some(group) = group {
-            // SAFETY: kill signals the process group this bench made for the host.
-            unsafe { libc::kill(-group, s) };
-        }
-    };
-    signal(libc::SIGTERM);
+    signal_group(child, libc::SIGTERM);
     if tokio::time::timeout(Duration::from_secs(10), child.wait())
         .await
         .is_err()
     {
-        signal(libc::SIGKILL);
+        signal_group(child, libc::SIGKILL);
         child.kill().await.ok();
+    }
+}
+
+/// Send `signal` to the process group the bench made for a host (the host and any
+/// profiler around it).
+fn signal_group(child: &tokio::process::Child, signal: i32) {
+    if let Some(group) = child.id().and_then(|p| i32::try_from(p).ok()) {
+        // SAFETY: kill signals the process group this bench made for the host.
+        unsafe { libc::kill(-group, signal) };
     }
 }
 
@@ -566,6 +568,7 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
     let (resync_cpu, resync_writes) = quiet_resync(&hosts, n, &bodies).await?;
     let rss: Vec<f64> = hosts.iter().map(|(pid, _)| peak_rss_mib(*pid)).collect();
     let takeover = if replicas > 1 {
+        signal_group(&children[0], libc::SIGKILL);
         children[0].kill().await?;
         let killed = Instant::now();
         create(&client, &spaces, "after-kill-", AFTER_KILL).await?;
