@@ -1,0 +1,102 @@
+use super::*;
+
+const DEADLINE: Duration = Duration::from_secs(10);
+
+#[tokio::test(start_paused = true)]
+async fn a_term_ends_by_itself_at_the_renew_deadline() {
+    let (fence, tenure) = Fence::new(DEADLINE);
+    assert!(!tenure.is_held());
+    let attempt = Instant::now();
+    tokio::time::advance(Duration::from_secs(3)).await;
+    assert!(fence.renewed(attempt), "the first renewal begins a term");
+    assert!(tenure.is_held());
+    // Nobody renews: lost() resolves at attempt + deadline, not later.
+    tokio::time::timeout(DEADLINE, tenure.lost()).await.expect("lost");
+    assert_eq!(Instant::now(), attempt + DEADLINE);
+    assert!(!tenure.is_held() && !fence.held_at(Instant::now()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_after_the_term_ended_begins_another_and_pinned_work_stays_fenced() {
+    let (fence, tenure) = Fence::new(DEADLINE);
+    fence.renewed(Instant::now());
+    let first = tenure.pin();
+    tokio::time::advance(Duration::from_secs(4)).await;
+    assert!(
+        !fence.renewed(Instant::now()),
+        "a renewal in time extends the term"
+    );
+    assert!(first.is_held());
+    // A pause longer than the deadline (SIGSTOP): the renewal that follows starts late.
+    tokio::time::advance(DEADLINE + Duration::from_secs(1)).await;
+    assert!(!first.is_held());
+    assert!(fence.renewed(Instant::now()), "a new term");
+    assert!(tenure.is_held(), "the unpinned tenure follows the new term");
+    assert!(!first.is_held(), "work pinned to the old term stays fenced");
+    assert!(!first.acquired().await, "a pinned term never comes back");
+    tokio::time::timeout(Duration::from_millis(1), first.lost())
+        .await
+        .expect("lost at once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_gets_the_term_end_as_its_deadline() {
+    let (fence, _tenure) = Fence::new(DEADLINE);
+    let t0 = Instant::now();
+    assert_eq!(fence.deadline(t0), t0 + DEADLINE, "not held: one deadline");
+    fence.renewed(t0);
+    tokio::time::advance(Duration::from_secs(7)).await;
+    assert_eq!(
+        fence.deadline(Instant::now()),
+        t0 + DEADLINE,
+        "held: the term's end"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn ending_or_dropping_the_fence_fences_at_once() {
+    let (fence, tenure) = Fence::new(DEADLINE);
+    fence.renewed(Instant::now());
+    assert!(fence.end());
+    assert!(!tenure.is_held());
+    fence.renewed(Instant::now());
+    assert!(tenure.is_held());
+    drop(fence);
+    assert!(!tenure.is_held());
+    assert!(!tenure.acquired().await, "nobody renews any more");
+}
+
+#[tokio::test(start_paused = true)]
+async fn work_within_a_term_is_fenced_at_its_end_whoever_finishes_first() {
+    let (fence, tenure) = Fence::new(DEADLINE);
+    let start = Instant::now();
+    fence.renewed(start);
+    let term = tenure.pin();
+    assert_eq!(term.within(async { 7 }).await, Ok(7));
+    // Work still running when the term ends is dropped at the end.
+    let slow = term.within(tokio::time::sleep(DEADLINE * 2)).await;
+    assert_eq!(slow, Err(start + DEADLINE));
+    // Work ready only after the term ended (a thawed process): fenced, not finished.
+    let late = term.within(std::future::ready(())).await;
+    assert_eq!(late, Err(start + DEADLINE));
+    // Work whose last step crosses the end: fenced at the end.
+    fence.renewed(Instant::now());
+    let term = tenure.pin();
+    let until = Instant::now() + DEADLINE;
+    let crossing = term
+        .within(async {
+            tokio::time::sleep(DEADLINE / 2).await;
+            tokio::time::advance(DEADLINE).await;
+        })
+        .await;
+    assert_eq!(crossing, Err(until));
+}
+
+#[tokio::test]
+async fn always_is_held_and_never_lost() {
+    let tenure = Tenure::always();
+    assert!(tenure.is_held() && tenure.pin().is_held());
+    assert!(tenure.acquired().await);
+    let lost = tokio::time::timeout(Duration::from_millis(50), tenure.lost()).await;
+    assert!(lost.is_err());
+}
