@@ -89,7 +89,7 @@ impl Compact {
     }
 
     /// Its metadata, whole (labels and annotations in it).
-    pub fn whole_metadata(&self) -> ObjectMeta {
+    fn whole_metadata(&self) -> ObjectMeta {
         let mut metadata = (*self.metadata).clone();
         if let Some(labels) = &self.marks.labels {
             metadata.labels = Some(labels.to_map());
