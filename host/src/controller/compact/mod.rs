@@ -36,8 +36,8 @@ pub struct Compact {
     /// `apiVersion` and `kind`.
     pub types: Option<Arc<TypeMeta>>,
     /// Its metadata, with only the `managedFields` entries [`decode`] keeps, and without
-    /// labels and annotations: read them with [`Compact::labels`] and
-    /// [`Compact::annotations`] (`ResourceExt`'s would find none).
+    /// labels and annotations: read labels with [`Compact::labels`] (`ResourceExt`'s
+    /// would find none); both are back in [`Compact::object`] and [`Compact::json`].
     pub metadata: Arc<ObjectMeta>,
     /// `metadata.labels` and `metadata.annotations`, compact.
     marks: Arc<Marks>,
