@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use capstan::dev::{Plane, PlaneConfig};
 use capstan_tests::governance::Case;
-use capstan_tests::host::{echo, echo_resource, eventually, install_plugin_crd, start_host};
+use capstan_tests::host::{echo, echo_resource, eventually, install_plugin_crd, sample, start_host};
 use capstan_tests::requests::{requests, settled};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -222,7 +222,7 @@ async fn a_first_convergence_writes_each_child_and_status_once() -> Result<()> {
         .await?;
     let before = requests(&client).await?;
     let dir = std::env::temp_dir().join(format!("capstan-writes-first-{ns}"));
-    let _host = start_host(&plane, &["echo"], &ns, &dir)?;
+    let host = start_host(&plane, &["echo"], &ns, &dir)?;
     eventually("every Echo has a status", CONVERGE, async || {
         let list = echoes.list(&ListParams::default()).await?;
         Ok(list
@@ -274,5 +274,20 @@ async fn a_first_convergence_writes_each_child_and_status_once() -> Result<()> {
         pending == ECHOES,
         "{pending} JobPending Events (one per Echo, no series)"
     );
+    // Echo reads a ConfigMap: `related` is asked once per Echo, though each was reconciled
+    // again after its status write (which `related` is not shown).
+    let metrics = host.metrics().await?;
+    let calls = |call: &str| {
+        sample(
+            &metrics,
+            &format!(r#"capstan_wasm_dispatch_seconds_count{{plugin="echo",call="{call}"}}"#),
+        )
+    };
+    let (reconciles, related) = (calls("reconcile"), calls("related"));
+    ensure!(
+        reconciles > n,
+        "{reconciles} reconciles of {ECHOES} Echos: none after a status write"
+    );
+    ensure!(related == n, "{related} related calls for {ECHOES} Echos");
     Ok(())
 }

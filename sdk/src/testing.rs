@@ -423,7 +423,9 @@ impl Fixture {
         let related = if declared.related.is_empty() {
             Vec::new()
         } else {
-            let queries = crate::guest::queries::<R>(&parent, settings.clone());
+            // Shown what the host shows it: the parent without status or version.
+            let shown = capstan_contract::related::shown(&parent);
+            let queries = crate::guest::queries::<R>(&shown, settings.clone());
             let of = capstan_contract::related::Parent::of(&declared, &self.parent);
             let resolved = capstan_contract::related::resolve(&declared, of, &queries, &self.allow)
                 .map_err(Failure::Related)?;
@@ -452,7 +454,8 @@ impl Fixture {
 
     /// The related queries `R` asks for this fixture's parent and settings, unchecked.
     pub fn related_queries<R: Reconciler>(&self) -> Vec<RelatedQuery> {
-        crate::guest::queries::<R>(&json(&self.parent), json(&self.settings))
+        let shown = capstan_contract::related::shown(&json(&self.parent));
+        crate::guest::queries::<R>(&shown, json(&self.settings))
     }
 }
 

@@ -32,8 +32,8 @@ use anyhow::{Context, Result, bail};
 use capstan::controller::Options;
 use capstan::dev::{Plane, PlaneConfig};
 use capstan::engine::{
-    DispatchError, Engine, EngineConfig, Event, EventType, Json, Kind, Metadata, Reconcile, RelatedQuery,
-    Request, Response,
+    DispatchError, Engine, EngineConfig, Event, EventType, Kind, Metadata, Reconcile, RelatedParent,
+    RelatedQuery, Request, Response,
 };
 use capstan::shard::ShardKey;
 use capstan::{Host as CapstanHost, HostConfig};
@@ -83,9 +83,9 @@ impl Reconcile for NativeEcho {
         &self.0
     }
 
-    fn related(&self, parent: &Json) -> Result<Vec<RelatedQuery>, DispatchError> {
+    fn related(&self, parent: &RelatedParent) -> Result<Vec<RelatedQuery>, DispatchError> {
         Ok(capstan_sdk::guest::queries::<echo::EchoReconciler>(
-            parent.text(),
+            parent.json().text(),
             "{}".into(),
         ))
     }
@@ -282,9 +282,10 @@ fn reconciles_in(body: &str) -> f64 {
 
 /// Reconciles per Echo by what they did: the plugin called, answered from memory
 /// (inputs unchanged), or put off: the caches not yet showing the last writes (`unseen`),
-/// the plugin over its CPU share, its writes slowed.
+/// the plugin over its CPU share, its writes slowed; and its `related` calls.
 struct Kinds {
     called: f64,
+    related: f64,
     unchanged: f64,
     put_off: [f64; 3],
 }
@@ -293,7 +294,8 @@ impl Kinds {
     fn of(bodies: &[String], n: usize) -> Kinds {
         let sum = |name: &str| bodies.iter().map(|b| sample(b, name)).sum::<f64>() / n as f64;
         Kinds {
-            called: sum(r#"capstan_wasm_dispatch_seconds_count{plugin="echo"}"#),
+            called: sum(r#"capstan_wasm_dispatch_seconds_count{plugin="echo",call="reconcile"}"#),
+            related: sum(r#"capstan_wasm_dispatch_seconds_count{plugin="echo",call="related"}"#),
             unchanged: sum(r#"capstan_reconcile_unchanged_total{plugin="echo"}"#),
             put_off: capstan::ops::metrics::PUT_OFF_CAUSES.map(|c| {
                 sum(&format!(
@@ -974,8 +976,9 @@ fn main() -> Result<()> {
                     r.cpu * 1000.0 / n as f64
                 );
                 println!(
-                    "          reconciles per Echo: plugin called {:.2}, inputs unchanged {:.2}, put off {:.2} (unseen {:.2}, CPU share {:.2}, writes slowed {:.2})",
+                    "          reconciles per Echo: plugin called {:.2} (and `related` {:.2}), inputs unchanged {:.2}, put off {:.2} (unseen {:.2}, CPU share {:.2}, writes slowed {:.2})",
                     r.kinds.called,
+                    r.kinds.related,
                     r.kinds.unchanged,
                     r.kinds.put_off.iter().sum::<f64>(),
                     r.kinds.put_off[0],

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::input;
-use crate::engine::{DispatchError, Plugin, Request};
+use crate::engine::{DispatchError, Plugin, RelatedParent, Request};
 
 /// Arguments of `capstan bench`.
 #[derive(Args, Debug)]
@@ -196,7 +196,8 @@ struct Measured {
     per_thread: Stats,
     /// The wall time of all threads' calls.
     wall: Duration,
-    /// `related`, which the host asks once per parent version, not per reconcile.
+    /// `related`, which the host asks once per change of the parent it can see, not per
+    /// reconcile.
     related: Option<Stats>,
 }
 
@@ -210,8 +211,10 @@ impl Measured {
         let mut instance = plugin.instantiate("bench")?;
         let reused = measure(n, || drop(instance.reconcile(request)));
         let (wall, per_thread) = concurrent(plugin, request, n, threads);
-        let related = (!plugin.metadata().related.is_empty())
-            .then(|| measure(n, || drop(plugin.related(&request.parent))));
+        let related = (!plugin.metadata().related.is_empty()).then(|| {
+            let parent = RelatedParent::of(&request.parent);
+            measure(n, || drop(plugin.related(&parent)))
+        });
         Ok(Measured {
             fresh,
             reused,

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use crate::engine::{DispatchError, Json, Plugin, Request};
+use crate::engine::{DispatchError, Json, Plugin, RelatedParent, Request};
 
 /// Every non-empty document in a YAML or JSON file (`---` separates YAML documents).
 pub fn documents(path: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
@@ -76,7 +76,7 @@ pub fn request(
 ) -> Result<Request, Unrequestable> {
     let metadata = plugin.metadata();
     let queries = plugin
-        .related(&Json::from(&parent))
+        .related(&RelatedParent::of(&Json::from(&parent)))
         .map_err(Unrequestable::Dispatch)?;
     let of = capstan_contract::related::Parent::of(metadata, &parent);
     let resolved =

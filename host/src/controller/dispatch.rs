@@ -13,7 +13,7 @@ use super::outcome::{Error, Observed};
 use super::throttle::{Call, Permit};
 use super::version::Current;
 use crate::engine::{DispatchError, Request, Response};
-use crate::ops::metrics::{ControllerLabel, FaultLabels, PluginLabel};
+use crate::ops::metrics::{CallLabels, ControllerLabel, FaultLabels};
 use crate::preview::{Change, Finding};
 
 /// The plugin's response to the request for `compact`; `None` when the plugin answered
@@ -64,10 +64,8 @@ async fn dispatch(
     permit: Permit,
     record: Option<(Arc<crate::record::Recorder>, serde_json::Value)>,
 ) -> Result<Result<Response, DispatchError>, Error> {
+    let name = plugin.metadata().name.clone();
     let plugin = plugin.clone();
-    let label = PluginLabel {
-        plugin: plugin.metadata().name.clone(),
-    };
     let start = std::time::Instant::now();
     let done = tokio::task::spawn_blocking(move || {
         let result = permit.run(|| plugin.reconcile(&request));
@@ -81,11 +79,20 @@ async fn dispatch(
     })
     .await
     .map_err(|e| Error::Join(e.to_string()))?;
+    timed(&name, "reconcile", start);
+    Ok(done)
+}
+
+/// Count a call of the plugin's export `call` that began at `start`.
+pub(super) fn timed(plugin: &str, call: &str, start: std::time::Instant) {
+    let labels = CallLabels {
+        plugin: plugin.into(),
+        call: call.into(),
+    };
     crate::ops::metrics::get()
         .dispatch_time
-        .get_or_create(&label)
+        .get_or_create(&labels)
         .observe(start.elapsed().as_secs_f64());
-    Ok(done)
 }
 
 /// The plugin's answer: a response to act on, `None` for a fatal error (recorded, wait

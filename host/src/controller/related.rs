@@ -1,6 +1,7 @@
 //! Related objects: kinds a plugin reads but never writes. Each declared kind is watched
 //! (in the scope parents are) into a compact cache; per parent, the plugin's `related`
-//! answer is asked once per parent version and plugin version, checked by the contract's
+//! answer is asked once per change of what the call is shown of the parent (not its status
+//! or version, see [`RelatedParent`]) and per plugin version, checked by the contract's
 //! rules, and answered from the caches — again only when an object of a queried kind has
 //! changed since, so a quiet resync costs no scan of a cache. A change to a related object
 //! reconciles every parent whose queries select it now, or whose last answer held it (an
@@ -25,7 +26,7 @@ use super::compact::Compact;
 use super::throttle::Call;
 use super::version::Current;
 use super::{Shared, Wiring, discovery, queue, sharded};
-use crate::engine::{DispatchError, Kind};
+use crate::engine::{DispatchError, Kind, RelatedParent};
 use crate::key::ObjectKey;
 
 /// A watched related kind and its cache.
@@ -45,9 +46,11 @@ pub(super) struct Index {
 }
 
 struct Entry {
-    /// The plugin version and the parent's resourceVersion the queries were asked for.
+    /// The plugin version and the parent's resourceVersion the queries were asked for
+    /// (or last found to hold for), and the digest of what the call was shown.
     plugin: u64,
     resource_version: String,
+    shown: u64,
     queries: Arc<Vec<Resolved>>,
     /// The last answer, and each related kind's change count when it was read.
     answer: Arc<Vec<Arc<Compact>>>,
@@ -192,25 +195,41 @@ pub(super) async fn read(
     let key = ObjectKey::of(parent);
     let version = parent.resource_version().unwrap_or_default();
     let index = &shared.per_object.related;
-    let queries = match index.lock().get(&key) {
-        Some(e) if e.plugin == plugin.number && e.resource_version == version => {
-            if e.changes == changes(shared) {
-                return Ok(e.answer.clone());
+    let known = index
+        .lock()
+        .get(&key)
+        .filter(|e| e.plugin == plugin.number)
+        .map(|e| {
+            let same_version = e.resource_version == version;
+            (same_version, e.shown, e.queries.clone())
+        });
+    // A new version (a status write, mostly) is asked about only if the call sees a change.
+    let (shown, queries, kept) = match known {
+        Some((true, shown, queries)) => (shown, queries, true),
+        known => {
+            let asked = RelatedParent::of(&parent.json());
+            let shown = asked.digest();
+            match known {
+                Some((_, before, queries)) if before == shown => (shown, queries, true),
+                _ => (shown, ask(asked, parent, plugin, shared).await?, false),
             }
-            Some(e.queries.clone())
         }
-        _ => None,
     };
-    let queries = match queries {
-        Some(queries) => queries,
-        None => ask(parent, plugin, shared).await?,
-    };
+    if kept
+        && let Some(e) = index.lock().get_mut(&key)
+        && e.shown == shown
+        && e.changes == changes(shared)
+    {
+        e.resource_version = version;
+        return Ok(e.answer.clone());
+    }
     // Counted before the caches are read: a change landing in between is read again next time.
     let changes = changes(shared);
     let answer = Arc::new(answer(&queries, shared));
     let entry = Entry {
         plugin: plugin.number,
         resource_version: version,
+        shown,
         queries,
         answer: answer.clone(),
         changes,
@@ -266,7 +285,12 @@ fn answer(queries: &[Resolved], shared: &Shared) -> Vec<Arc<Compact>> {
 
 /// Ask the plugin what it reads for `parent` (within its CPU share), and check the
 /// answer against the contract.
-async fn ask(parent: &Compact, plugin: &Current, shared: &Shared) -> Result<Arc<Vec<Resolved>>, Failure> {
+async fn ask(
+    asked: RelatedParent,
+    parent: &Compact,
+    plugin: &Current,
+    shared: &Shared,
+) -> Result<Arc<Vec<Resolved>>, Failure> {
     let key = crate::key::ObjectKey::of(parent);
     let permit = shared
         .cpu
@@ -274,10 +298,11 @@ async fn ask(parent: &Compact, plugin: &Current, shared: &Shared) -> Result<Arc<
         .await
         .map_err(Failure::Deferred)?;
     let asking = plugin.plugin.clone();
-    let parent_json = parent.json();
-    let answer = tokio::task::spawn_blocking(move || permit.run(|| asking.related(&parent_json)))
+    let start = std::time::Instant::now();
+    let answer = tokio::task::spawn_blocking(move || permit.run(|| asking.related(&asked)))
         .await
         .map_err(|e| Failure::Dispatch(DispatchError::Fatal(format!("related task failed: {e}"))))?;
+    super::dispatch::timed(&plugin.plugin.metadata().name, "related", start);
     let answer = answer.map_err(Failure::Dispatch)?;
     let metadata = plugin.plugin.metadata();
     let own = parent
@@ -324,6 +349,7 @@ mod tests {
         let entry = Entry {
             plugin: 1,
             resource_version: "1".into(),
+            shown: 0,
             queries: Arc::new(resolve(&metadata, in_a, queries, &Default::default()).unwrap()),
             answer: Arc::new(answer.iter().map(|o| Arc::new(Compact::of(o.clone()))).collect()),
             changes: vec![],

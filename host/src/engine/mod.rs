@@ -52,7 +52,9 @@ pub use instance::Instance;
 use instance::{fault_of, json};
 pub use limits::Limits;
 pub use load::LoadError;
-pub use types::{Event, EventType, Json, Kind, Metadata, RelatedQuery, Request, Response, Selector};
+pub use types::{
+    Event, EventType, Json, Kind, Metadata, RelatedParent, RelatedQuery, Request, Response, Selector,
+};
 
 use sandbox::State;
 
@@ -289,7 +291,7 @@ pub trait Reconcile: Send + Sync + 'static {
     /// What the reconciler declares.
     fn metadata(&self) -> &Metadata;
     /// What the reconciler reads for `parent` besides its children.
-    fn related(&self, _parent: &Json) -> Result<Vec<RelatedQuery>, DispatchError> {
+    fn related(&self, _parent: &RelatedParent) -> Result<Vec<RelatedQuery>, DispatchError> {
         Ok(Vec::new())
     }
     /// One reconcile.
@@ -306,7 +308,7 @@ impl Reconcile for Plugin {
         Plugin::metadata(self)
     }
 
-    fn related(&self, parent: &Json) -> Result<Vec<RelatedQuery>, DispatchError> {
+    fn related(&self, parent: &RelatedParent) -> Result<Vec<RelatedQuery>, DispatchError> {
         Plugin::related(self, parent)
     }
 
@@ -381,10 +383,11 @@ impl Plugin {
 
     /// What the plugin reads for `parent`, in a fresh instance; nothing when it declares
     /// no related kinds.
-    pub fn related(&self, parent: &Json) -> Result<Vec<RelatedQuery>, DispatchError> {
+    pub fn related(&self, parent: &RelatedParent) -> Result<Vec<RelatedQuery>, DispatchError> {
         if self.metadata().related.is_empty() {
             return Ok(Vec::new());
         }
+        let parent = parent.json();
         let key = object_key(parent);
         let _span = tracing::debug_span!("related", plugin = %self.name, object = %key).entered();
         Ok(self.instance_for(key)?.related(parent)?)

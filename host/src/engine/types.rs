@@ -85,6 +85,42 @@ impl PartialEq for Json {
     }
 }
 
+/// A parent as a plugin's `related` call is shown it ([`capstan_contract::related::shown`]:
+/// no `status`, no `resourceVersion`), and a digest of that: two parents with the same
+/// digest get the same answer, so the host asks once per change the call can see.
+pub struct RelatedParent {
+    json: Json,
+    digest: u64,
+}
+
+impl RelatedParent {
+    /// What `related` is shown of `parent`.
+    pub fn of(parent: &Json) -> RelatedParent {
+        let text = capstan_contract::related::shown(parent.text());
+        let digest = {
+            use std::hash::{Hash, Hasher};
+            // Fixed keys: the same text has the same digest for the life of the process.
+            let mut hasher = std::hash::DefaultHasher::new();
+            text.hash(&mut hasher);
+            hasher.finish()
+        };
+        // Fields cut out of a JSON object leave a JSON object; text that was not one is
+        // passed on as it came.
+        let json = Json::from_text(text).unwrap_or_else(|_| parent.clone());
+        RelatedParent { json, digest }
+    }
+
+    /// The JSON the call is shown.
+    pub fn json(&self) -> &Json {
+        &self.json
+    }
+
+    /// Equal for equal [`RelatedParent::json`]s.
+    pub fn digest(&self) -> u64 {
+        self.digest
+    }
+}
+
 /// Severity of an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventType {

@@ -192,7 +192,7 @@ export class Fixture {
 
   /** The related queries the reconciler asks for this parent and settings, unchecked. */
   relatedQueries(reconciler) {
-    return run.related(reconciler, JSON.stringify(this.parent), JSON.stringify(this.settingsValue));
+    return run.related(reconciler, JSON.stringify(shownToRelated(this.parent)), JSON.stringify(this.settingsValue));
   }
 
   /**
@@ -208,7 +208,7 @@ export class Fixture {
     const namespace = parentNamespace(metadata, this.parent);
     let related = [];
     if (metadata.related.length) {
-      const queries = run.related(reconciler, parent, settings);
+      const queries = run.related(reconciler, JSON.stringify(shownToRelated(this.parent)), settings);
       const resolved = queries.map((q) => resolve(metadata, namespace, this.namespaces, q));
       related = select(metadata, resolved, this.relatedObjects.map((o) => inDefault(metadata, o)));
     }
@@ -439,3 +439,16 @@ function checkResponse(metadata, namespace, allowed, children) {
   });
 }
 
+/**
+ * The parent as the host shows `related`: without `status` and `metadata.resourceVersion`
+ * (which objects it reads follows from what it asks for).
+ */
+function shownToRelated(parent) {
+  if (parent === null || typeof parent !== 'object' || Array.isArray(parent)) return parent;
+  const { status: _status, ...shown } = parent;
+  if (shown.metadata !== null && typeof shown.metadata === 'object' && !Array.isArray(shown.metadata)) {
+    const { resourceVersion: _version, ...metadata } = shown.metadata;
+    shown.metadata = metadata;
+  }
+  return shown;
+}

@@ -109,3 +109,15 @@ test('names are checked with the host messages', () => {
   assert.equal(names.printable('é'), '\\u{e9}');
   assert.equal(names.printable('x'.repeat(81)), `${'x'.repeat(80)}…`);
 });
+
+test('related is shown the parent without status or version, as the host shows it', () => {
+  const statusReader = {
+    ...greeter,
+    related: (g) => [Related.named(kinds.ConfigMap, [g.status?.phase ?? 'no-status', g.metadata.resourceVersion ?? 'no-version', g.metadata.name])],
+  };
+  const seen = { ...parent({}), status: { phase: 'Done' } };
+  seen.metadata = { ...seen.metadata, resourceVersion: '7' };
+  const fixture = new Fixture(seen);
+  assert.deepEqual(fixture.relatedQueries(statusReader)[0].selector, { tag: 'names', val: ['no-status', 'no-version', 'g'] });
+  assert.deepEqual(fixture.parent.status, { phase: 'Done' }, "the fixture's own parent is left as it was");
+});

@@ -185,3 +185,24 @@ def test_label_selectors():
     assert not s.matches({"app": "web", "tier": "a", "has": "", "env": "prod"})
     assert LabelSelector.parse("").matches({})
     assert LabelSelector.parse("x notin (a)").matches({"x": "b"})
+
+
+class StatusReader(Reconciler):
+    """Names in its queries whatever status and version ``related`` is shown."""
+
+    def metadata(self):
+        return Metadata("status-reader", "0.1.0", parent=kinds.CONFIG_MAP).related(kinds.CONFIG_MAP)
+
+    def related(self, parent, ctx):
+        seen = [str((parent.get("status") or {}).get("phase", "no-status")), parent["metadata"].get("resourceVersion", "no-version")]
+        return [Related.named(kinds.CONFIG_MAP, seen + [parent["metadata"]["name"]])]
+
+    def reconcile(self, parent, ctx):
+        return Response()
+
+
+def test_related_is_shown_the_parent_without_status_or_version_as_the_host_shows_it():
+    f = Fixture({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p", "namespace": "demo", "resourceVersion": "7"}, "status": {"phase": "Done"}})
+    (query,) = f.related_queries(StatusReader())
+    assert query.names == ("no-status", "no-version", "p")
+    assert f.parent["status"] == {"phase": "Done"}, "the fixture's own parent is left as it was"

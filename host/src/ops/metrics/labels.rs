@@ -54,6 +54,15 @@ pub struct ReloadLabels {
     pub result: String,
 }
 
+/// `plugin` and `call` labels of plugin call times: `reconcile` or `related`.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    /// Plugin name.
+    pub plugin: String,
+    /// The export called.
+    pub call: String,
+}
+
 /// `plugin` label.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginLabel {

@@ -51,7 +51,7 @@ pub struct Metrics {
     /// leader_election_master_status: 1 while this process leads.
     pub leader: Family<LeaseLabel, Gauge>,
     /// capstan_wasm_dispatch_seconds: one sandboxed call, instantiation included.
-    pub dispatch_time: Family<PluginLabel, Histogram>,
+    pub dispatch_time: Family<CallLabels, Histogram>,
     /// capstan_wasm_faults_total by cause.
     pub faults: Family<FaultLabels, Counter>,
     /// capstan_plugin_response_refused_total: responses refused by validation.
@@ -113,7 +113,7 @@ fn queue_latency() -> Family<QueueLabel, Histogram> {
     Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.000_001, 10.0, 8)))
 }
 
-fn latency() -> Family<PluginLabel, Histogram> {
+fn latency() -> Family<CallLabels, Histogram> {
     Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.000_01, 2.0, 20)))
 }
 

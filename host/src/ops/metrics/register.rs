@@ -195,7 +195,7 @@ pub(super) fn controller_runtime(r: &mut Registrar, m: &Metrics) {
 pub(super) fn capstan(r: &mut Registrar, m: &Metrics) {
     r.register(
         "capstan_wasm_dispatch_seconds",
-        "Time of one sandboxed plugin call, instantiation included",
+        "Time of one sandboxed plugin call (call: reconcile or related), instantiation included",
         m.dispatch_time.clone(),
     );
     r.register("capstan_wasm_faults", "Plugin faults by cause", m.faults.clone());

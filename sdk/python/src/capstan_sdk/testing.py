@@ -246,7 +246,7 @@ class Fixture:
 
     def related_queries(self, reconciler: glue.Reconciler) -> list[Related]:
         """The queries the plugin asks for this parent, as the host receives them."""
-        return glue.related(reconciler, glue.to_json(self.parent), glue.to_json(self.settings_json))
+        return glue.related(reconciler, glue.to_json(_shown_to_related(self.parent)), glue.to_json(self.settings_json))
 
     def check(self, reconciler: glue.Reconciler) -> Response:
         """Run the plugin as the host would: settings checked, related objects selected,
@@ -259,7 +259,7 @@ class Fixture:
             raise SettingsRefused(why)
         related: list[dict[str, Any]] = []
         if metadata.related_kinds:
-            queries = glue.related(reconciler, glue.to_json(self.parent), settings_text)
+            queries = glue.related(reconciler, glue.to_json(_shown_to_related(self.parent)), settings_text)
             related = _select(metadata, self.parent, queries, self.existing, self.allow)
         request = glue.Request(
             parent=glue.to_json(self.parent),
@@ -333,6 +333,17 @@ def _parent_namespace(metadata: Metadata, parent: dict[str, Any]) -> str | None:
         return None
     ns = (parent.get("metadata") or {}).get("namespace")
     return ns if isinstance(ns, str) and ns else "default"
+
+
+def _shown_to_related(parent: Any) -> Any:
+    """The parent as the host shows ``related``: without ``status`` and
+    ``metadata.resourceVersion`` (which objects it reads follows from what it asks for)."""
+    if not isinstance(parent, dict):
+        return parent
+    shown = {k: v for k, v in parent.items() if k != "status"}
+    if isinstance(shown.get("metadata"), dict):
+        shown["metadata"] = {k: v for k, v in shown["metadata"].items() if k != "resourceVersion"}
+    return shown
 
 
 def _select(

@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 use crate::names::printable;
 use crate::{Allowances, Kind, LabelSelector, Metadata};
 
+mod shown;
+pub use shown::shown;
+
 /// Most queries one `related` answer may hold.
 pub const MAX_QUERIES: usize = 32;
 /// Most names all queries of one answer may list together.
