@@ -5,6 +5,9 @@
 //! echo.wasm in the sandbox, loaded from a warm compile cache (every start after the
 //! first) and compiled at start (the first), and with the identical Echo code compiled
 //! natively, so the sandbox's share shows (`CAPSTAN_BENCH_MODES=wasm,native` picks modes).
+//! Each size is followed by the API server's floors, measured in the same round; on a
+//! shared machine `CAPSTAN_BENCH_ROUNDS=3` repeats every size and ends with each figure's
+//! median and range.
 //!
 //! Then the quiet full resync: the host runs with a resync period longer than convergence
 //! (`N/100 + 20` s), and once every Echo has converged, the CPU seconds the host spends
@@ -939,89 +942,21 @@ fn main() -> Result<()> {
             "resync CPU",
             "resync wr"
         );
-        for &n in &sizes {
-            let mut rows = Vec::new();
-            for mode in &modes {
-                // A host sharded by namespace watches every namespace: a plane of its own.
-                let r = if mode.ends_with("-namespace") {
-                    let own = Plane::start(PlaneConfig::api_only()).await?;
-                    install_plugin_crd(&own, "echo").await?;
-                    run_mode(&own, mode, n).await?
-                } else {
-                    run_mode(&plane, mode, n).await?
-                };
-                println!(
-                    "{:<9} {:>6} {:>9.2} {:>9.2} {:>12.0} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>9.2}s {:>10.0}",
-                    mode,
-                    n,
-                    r.jobs.as_secs_f64(),
-                    r.statuses.as_secs_f64(),
-                    r.reconciles,
-                    r.writes,
-                    r.p50,
-                    r.p99,
-                    r.rss.iter().copied().fold(0.0, f64::max),
-                    r.resync_cpu,
-                    r.resync_writes
-                );
-                let t = &r.traffic;
-                println!(
-                    "          per Echo, as the API server counts: writes {:.3} (children {:.3} + status {:.3} + parent {:.3}), events {:.3}, reads {:.3}; CPU {:.2} ms",
-                    t.children + t.status + t.parent,
-                    t.children,
-                    t.status,
-                    t.parent,
-                    t.events,
-                    t.reads,
-                    r.cpu * 1000.0 / n as f64
-                );
-                println!(
-                    "          reconciles per Echo: plugin called {:.2} (and `related` {:.2}), inputs unchanged {:.2}, put off {:.2} (unseen {:.2}, CPU share {:.2}, writes slowed {:.2})",
-                    r.kinds.called,
-                    r.kinds.related,
-                    r.kinds.unchanged,
-                    r.kinds.put_off.iter().sum::<f64>(),
-                    r.kinds.put_off[0],
-                    r.kinds.put_off[1],
-                    r.kinds.put_off[2]
-                );
-                if r.rss.len() > 1 {
-                    let each: Vec<String> = r.rss.iter().map(|m| format!("{m:.1}")).collect();
-                    println!("          RSS per replica (MiB): {}", each.join(", "));
-                    let each: Vec<String> = r.cached.iter().map(|c| format!("{c:.0}")).collect();
-                    println!("          Echos cached per replica: {}", each.join(", "));
-                }
-                if let Some(t) = r.takeover {
-                    println!(
-                        "          kill -9 of a replica → {AFTER_KILL} new Echos reconciled by the others: {:.2}s (lease 15 s)",
-                        t.as_secs_f64()
-                    );
-                }
-                rows.push((mode.as_str(), r));
+        // The host's CPU and the time ratios move by ±20 % from run to run on a shared
+        // 2-core machine: `CAPSTAN_BENCH_ROUNDS=3` repeats each size and prints medians.
+        let rounds: usize = std::env::var("CAPSTAN_BENCH_ROUNDS")
+            .ok()
+            .map(|r| r.parse().context("CAPSTAN_BENCH_ROUNDS is not a number"))
+            .transpose()?
+            .unwrap_or(1);
+        let mut measured = Vec::new();
+        for _ in 0..rounds {
+            for &n in &sizes {
+                measured.extend(one_size(&plane, &modes, n).await?);
             }
-            let time = |m: &str| {
-                rows.iter()
-                    .find(|(mode, _)| *mode == m)
-                    .map(|(_, r)| r.statuses.as_secs_f64())
-            };
-            let floor = measure_floor(&plane, n, Floor::Raw).await?;
-            let watched = measure_floor(&plane, n, Floor::Watched).await?;
-            let same = measure_floor(&plane, n, Floor::SameWrites).await?;
-            for (mode, r) in &rows {
-                let time = r.statuses.as_secs_f64();
-                println!(
-                    "N={n}: {mode}: time to all statuses / floor: {:.2}× (/ watched floor: {:.2}×, / floor of the same writes: {:.2}×)",
-                    time / floor,
-                    time / watched,
-                    time / same
-                );
-            }
-            if let (Some(wasm), Some(native)) = (time("wasm"), time("native")) {
-                println!(
-                    "N={n}: time to all statuses, wasm / native: {:.2}×",
-                    wasm / native
-                );
-            }
+        }
+        if rounds > 1 {
+            medians(&measured, &sizes, &modes, rounds);
         }
         std::fs::remove_dir_all(cache_dir()).ok();
         if std::env::var("CAPSTAN_BENCH_FAILOVER").as_deref() != Ok("0") {
@@ -1029,4 +964,146 @@ fn main() -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// What one size's round gave each mode, for the medians over rounds.
+struct Round {
+    mode: String,
+    n: usize,
+    /// Time to all statuses over the raw floor and over the floor of the same writes.
+    over_floor: f64,
+    over_same: f64,
+    /// The host's CPU per parent (ms) and peak RSS (MiB).
+    cpu_ms: f64,
+    rss: f64,
+}
+
+/// Run every mode at size `n`, then the floors, printing each figure.
+async fn one_size(plane: &Plane, modes: &[String], n: usize) -> Result<Vec<Round>> {
+    let mut rows = Vec::new();
+    for mode in modes {
+        // A host sharded by namespace watches every namespace: a plane of its own.
+        let r = if mode.ends_with("-namespace") {
+            let own = Plane::start(PlaneConfig::api_only()).await?;
+            install_plugin_crd(&own, "echo").await?;
+            run_mode(&own, mode, n).await?
+        } else {
+            run_mode(plane, mode, n).await?
+        };
+        println!(
+            "{:<9} {:>6} {:>9.2} {:>9.2} {:>12.0} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>9.2}s {:>10.0}",
+            mode,
+            n,
+            r.jobs.as_secs_f64(),
+            r.statuses.as_secs_f64(),
+            r.reconciles,
+            r.writes,
+            r.p50,
+            r.p99,
+            r.rss.iter().copied().fold(0.0, f64::max),
+            r.resync_cpu,
+            r.resync_writes
+        );
+        let t = &r.traffic;
+        println!(
+            "          per Echo, as the API server counts: writes {:.3} (children {:.3} + status {:.3} + parent {:.3}), events {:.3}, reads {:.3}; CPU {:.2} ms",
+            t.children + t.status + t.parent,
+            t.children,
+            t.status,
+            t.parent,
+            t.events,
+            t.reads,
+            r.cpu * 1000.0 / n as f64
+        );
+        println!(
+            "          reconciles per Echo: plugin called {:.2} (and `related` {:.2}), inputs unchanged {:.2}, put off {:.2} (unseen {:.2}, CPU share {:.2}, writes slowed {:.2})",
+            r.kinds.called,
+            r.kinds.related,
+            r.kinds.unchanged,
+            r.kinds.put_off.iter().sum::<f64>(),
+            r.kinds.put_off[0],
+            r.kinds.put_off[1],
+            r.kinds.put_off[2]
+        );
+        if r.rss.len() > 1 {
+            let each: Vec<String> = r.rss.iter().map(|m| format!("{m:.1}")).collect();
+            println!("          RSS per replica (MiB): {}", each.join(", "));
+            let each: Vec<String> = r.cached.iter().map(|c| format!("{c:.0}")).collect();
+            println!("          Echos cached per replica: {}", each.join(", "));
+        }
+        if let Some(t) = r.takeover {
+            println!(
+                "          kill -9 of a replica → {AFTER_KILL} new Echos reconciled by the others: {:.2}s (lease 15 s)",
+                t.as_secs_f64()
+            );
+        }
+        rows.push((mode.as_str(), r));
+    }
+    let time = |m: &str| {
+        rows.iter()
+            .find(|(mode, _)| *mode == m)
+            .map(|(_, r)| r.statuses.as_secs_f64())
+    };
+    let floor = measure_floor(plane, n, Floor::Raw).await?;
+    let watched = measure_floor(plane, n, Floor::Watched).await?;
+    let same = measure_floor(plane, n, Floor::SameWrites).await?;
+    let mut rounds = Vec::new();
+    for (mode, r) in &rows {
+        let time = r.statuses.as_secs_f64();
+        println!(
+            "N={n}: {mode}: time to all statuses / floor: {:.2}× (/ watched floor: {:.2}×, / floor of the same writes: {:.2}×)",
+            time / floor,
+            time / watched,
+            time / same
+        );
+        rounds.push(Round {
+            mode: mode.to_string(),
+            n,
+            over_floor: time / floor,
+            over_same: time / same,
+            cpu_ms: r.cpu * 1000.0 / n as f64,
+            rss: r.rss.iter().copied().fold(0.0, f64::max),
+        });
+    }
+    if let (Some(wasm), Some(native)) = (time("wasm"), time("native")) {
+        println!(
+            "N={n}: time to all statuses, wasm / native: {:.2}×",
+            wasm / native
+        );
+    }
+    Ok(rounds)
+}
+
+/// Each figure's median over the rounds, with its range.
+fn medians(measured: &[Round], sizes: &[usize], modes: &[String], rounds: usize) {
+    let median = |mut v: Vec<f64>| -> (f64, f64, f64) {
+        v.sort_by(f64::total_cmp);
+        let (lo, hi) = (v[0], v[v.len() - 1]);
+        let mid = v.len() / 2;
+        let m = if v.len() % 2 == 1 {
+            v[mid]
+        } else {
+            (v[mid - 1] + v[mid]) / 2.0
+        };
+        (m, lo, hi)
+    };
+    for &n in sizes {
+        for mode in modes {
+            let of: Vec<&Round> = measured.iter().filter(|r| r.n == n && &r.mode == mode).collect();
+            if of.is_empty() {
+                continue;
+            }
+            let figure = |f: fn(&Round) -> f64| median(of.iter().map(|r| f(r)).collect());
+            let (floor, same, cpu, rss) = (
+                figure(|r| r.over_floor),
+                figure(|r| r.over_same),
+                figure(|r| r.cpu_ms),
+                figure(|r| r.rss),
+            );
+            println!(
+                "N={n}: {mode}: median of {rounds} rounds (lowest–highest): time to all statuses / floor {:.2}× ({:.2}–{:.2}), / floor of the same writes {:.2}× ({:.2}–{:.2}); CPU {:.2} ms per Echo ({:.2}–{:.2}); peak RSS {:.1} MiB ({:.1}–{:.1})",
+                floor.0, floor.1, floor.2, same.0, same.1, same.2, cpu.0, cpu.1, cpu.2, rss.0, rss.1, rss.2
+            );
+        }
+    }
 }
