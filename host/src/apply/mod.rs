@@ -20,8 +20,10 @@ use crate::validate::Child;
 pub mod dry;
 pub mod ownership;
 mod status;
+mod subset;
 pub(crate) use status::is_status_apply;
 pub use status::{StatusWrite, status, status_unchanged};
+pub(crate) use subset::{is_subset, is_subset_of_text};
 
 /// Capstan's labels and annotation, defined with the rules that keep them the host's.
 pub use capstan_contract::{APPLIED_ANNOTATION, MANAGED_BY, PLUGIN_LABEL};
@@ -111,13 +113,28 @@ pub fn digest(object: &Value) -> String {
 
 /// True when applying `desired` (made by [`own`]) over `observed` would change nothing:
 /// the last apply was of this very object and its values still hold.
-pub fn unchanged(desired: &Value, observed: &Value) -> bool {
-    let applied = |o: &Value| {
-        o["metadata"]["annotations"][APPLIED_ANNOTATION]
-            .as_str()
-            .map(str::to_owned)
-    };
-    applied(desired).is_some() && applied(desired) == applied(observed) && is_subset(desired, observed)
+pub fn unchanged(desired: &Value, observed: &impl Existing) -> bool {
+    let applied = desired["metadata"]["annotations"][APPLIED_ANNOTATION].as_str();
+    applied.is_some() && applied == observed.applied() && observed.holds(desired)
+}
+
+/// An existing child as [`unchanged`] reads it: a tree, or the caches' compact form, which
+/// answers without building one.
+pub trait Existing {
+    /// Its [`APPLIED_ANNOTATION`].
+    fn applied(&self) -> Option<&str>;
+    /// Whether every field of `desired` is present with the same value ([`is_subset`]).
+    fn holds(&self, desired: &Value) -> bool;
+}
+
+impl Existing for Value {
+    fn applied(&self) -> Option<&str> {
+        self["metadata"]["annotations"][APPLIED_ANNOTATION].as_str()
+    }
+
+    fn holds(&self, desired: &Value) -> bool {
+        is_subset(desired, self)
+    }
 }
 
 /// Whether an existing object is a child of `parent_uid` made by `plugin`: its controller
@@ -144,19 +161,6 @@ pub fn controller_of(object: &impl Labelled) -> String {
         (Some(c), None) => c,
         (None, Some(p)) => format!("no controller, labelled for plugin {p}"),
         (None, None) => "no controller".into(),
-    }
-}
-
-/// True when every field of `desired` is present with the same value in `observed`.
-pub(crate) fn is_subset(desired: &Value, observed: &Value) -> bool {
-    match (desired, observed) {
-        (Value::Object(d), Value::Object(o)) => d
-            .iter()
-            .all(|(k, v)| o.get(k).is_some_and(|ov| is_subset(v, ov)) || (v.is_null() && !o.contains_key(k))),
-        (Value::Array(d), Value::Array(o)) => {
-            d.len() == o.len() && d.iter().zip(o).all(|(d, o)| is_subset(d, o))
-        }
-        _ => desired == observed,
     }
 }
 

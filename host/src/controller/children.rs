@@ -52,7 +52,7 @@ pub(super) async fn claim(
             .iter()
             .find(|o| o.kind == kind && same(&o.object, &child));
         if let Some(o) = current {
-            let unchanged = apply::unchanged(&child.object, &o.object.value());
+            let unchanged = apply::unchanged(&child.object, &*o.object);
             let (uid, seen) = (o.object.uid(), o.object.resource_version());
             plan.push(Step {
                 child,

@@ -113,18 +113,7 @@ impl Compact {
     /// and metadata put in front (what serializing [`Compact::object`] would give, but
     /// `managedFields`), without a tree of the object on the way.
     pub fn json(&self) -> Json {
-        let mut text = Vec::with_capacity(self.rest.len() + 512);
-        text.push(b'{');
-        if let Some(types) = &self.types {
-            push_field(&mut text, "apiVersion", &types.api_version);
-            push_field(&mut text, "kind", &types.kind);
-        }
-        let shown = Shown::of(
-            &self.metadata,
-            self.marks.labels.as_ref(),
-            self.marks.annotations.as_ref(),
-        );
-        push_field(&mut text, "metadata", &shown);
+        let mut text = self.head(self.rest.len());
         // The rest is one object, `{}` when the object has nothing else.
         match self.rest.strip_prefix('{').map(str::trim_start) {
             Some(rest) if !rest.starts_with('}') => {
@@ -138,6 +127,23 @@ impl Compact {
             .ok()
             .and_then(|text| Json::from_text(text).ok())
             .unwrap_or_else(|| Json::from(serde_json::json!({})))
+    }
+
+    /// `{"apiVersion":…,"kind":…,"metadata":{…}` (not closed), with room for `more` bytes.
+    fn head(&self, more: usize) -> Vec<u8> {
+        let mut text = Vec::with_capacity(more + 512);
+        text.push(b'{');
+        if let Some(types) = &self.types {
+            push_field(&mut text, "apiVersion", &types.api_version);
+            push_field(&mut text, "kind", &types.kind);
+        }
+        let shown = Shown::of(
+            &self.metadata,
+            self.marks.labels.as_ref(),
+            self.marks.annotations.as_ref(),
+        );
+        push_field(&mut text, "metadata", &shown);
+        text
     }
 
     /// The whole object as a tree, as [`Compact::json`] shows it.
@@ -179,6 +185,37 @@ impl crate::apply::Labelled for Compact {
     }
 }
 
+/// The fields kept typed, in front of the text of the rest.
+const HEAD: [&str; 3] = ["apiVersion", "kind", "metadata"];
+
+/// Checked where each part is kept: type and metadata as the small text a plugin is shown
+/// of them, the rest in its text as it came, with no tree of the object built.
+impl crate::apply::Existing for Compact {
+    fn applied(&self) -> Option<&str> {
+        self.marks
+            .annotations
+            .as_ref()?
+            .get(crate::apply::APPLIED_ANNOTATION)
+    }
+
+    fn holds(&self, desired: &serde_json::Value) -> bool {
+        let Some(fields) = desired.as_object() else {
+            return false;
+        };
+        let mut head = self.head(0);
+        head.push(b'}');
+        let not_head: Vec<&str> = fields
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !HEAD.contains(k))
+            .collect();
+        // Made of serialized parts, so it is UTF-8.
+        let head = std::str::from_utf8(&head).unwrap_or_default();
+        crate::apply::is_subset_of_text(desired, head, &not_head)
+            && crate::apply::is_subset_of_text(desired, &self.rest, &HEAD)
+    }
+}
+
 /// The same as `DynamicObject`'s: the kind comes from the `ApiResource`.
 impl kube::Resource for Compact {
     type DynamicType = ApiResource;
@@ -216,6 +253,56 @@ impl kube::Resource for Compact {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unchanged_child_is_told_from_its_compact_form_as_from_its_tree() {
+        use crate::apply::{APPLIED_ANNOTATION, unchanged};
+        let desired = serde_json::json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "j", "namespace": "ns", "labels": {"app": "echo"},
+                "annotations": {APPLIED_ANNOTATION: "d1"},
+                "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "Echo", "name": "e",
+                    "uid": "u", "controller": true, "blockOwnerDeletion": true}]},
+            "spec": {"backoffLimit": 2, "template": {"spec": {"containers": [{"name": "echo", "image": "busybox"}]}}},
+        });
+        // As the server holds it: the same, plus what the server and others set.
+        let mut observed = desired.clone();
+        observed["metadata"]["uid"] = "x".into();
+        observed["metadata"]["resourceVersion"] = "7".into();
+        observed["metadata"]["labels"]["batch.kubernetes.io/job-name"] = "j".into();
+        observed["spec"]["completions"] = 1.into();
+        observed["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = "Always".into();
+        observed["status"] = serde_json::json!({"active": 1});
+        type Edit = fn(&mut serde_json::Value);
+        let edits: [(&str, Edit); 6] = [
+            ("as applied", |_| {}),
+            ("a value edited", |o| o["spec"]["backoffLimit"] = 3.into()),
+            ("a label edited", |o| {
+                o["metadata"]["labels"]["app"] = "other".into()
+            }),
+            ("another digest", |o| {
+                o["metadata"]["annotations"][APPLIED_ANNOTATION] = "d0".into()
+            }),
+            (
+                "a container added",
+                |o| {
+                    o["spec"]["template"]["spec"]["containers"] =
+                        serde_json::json!([{"name": "echo", "image": "busybox"}, {"name": "x"}])
+                },
+            ),
+            ("the owner changed", |o| {
+                o["metadata"]["ownerReferences"][0]["uid"] = "v".into()
+            }),
+        ];
+        for (what, edit) in edits {
+            let mut o = observed.clone();
+            edit(&mut o);
+            let compact = Compact::of(serde_json::from_value(o.clone()).unwrap());
+            let (tree, cached) = (unchanged(&desired, &o), unchanged(&desired, &compact));
+            assert_eq!(tree, cached, "{what}");
+            assert_eq!(tree, what == "as applied", "{what}");
+        }
+    }
 
     #[test]
     fn the_object_comes_back_whole_without_managed_fields() {
