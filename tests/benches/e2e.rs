@@ -6,8 +6,8 @@
 //! first) and compiled at start (the first), and with the identical Echo code compiled
 //! natively, so the sandbox's share shows (`CAPSTAN_BENCH_MODES=wasm,native` picks modes).
 //! Each size is followed by the API server's floors, measured in the same round; on a
-//! shared machine `CAPSTAN_BENCH_ROUNDS=3` repeats every size (each round on a fresh
-//! plane) and ends with each figure's median and range.
+//! shared machine `CAPSTAN_BENCH_ROUNDS=3` repeats every size (each round on a plane of
+//! its own) and ends with each figure's median and range.
 //!
 //! Then the quiet full resync: the host runs with a resync period longer than convergence
 //! (`N/100 + 20` s), and once every Echo has converged, the CPU seconds the host spends
@@ -922,8 +922,6 @@ fn main() -> Result<()> {
     std::fs::remove_dir_all(cache_dir()).ok();
     engine(Some(cache_dir()))?.load_file(&capstan_tests::plugin("echo"), Default::default())?;
     runtime.block_on(async {
-        let plane = Plane::start(PlaneConfig::api_only()).await?;
-        install_plugin_crd(&plane, "echo").await?;
         println!(
             "Echos created before the host starts; API server + etcd on loopback; {} cores",
             cores()
@@ -950,20 +948,13 @@ fn main() -> Result<()> {
             .transpose()?
             .unwrap_or(1);
         let mut measured = Vec::new();
-        for round in 0..rounds {
+        for _ in 0..rounds {
             // A plane keeps every object a round made (no controller-manager deletes a
             // namespace's objects), and a fuller API server is a slower one: each round
-            // after the first starts on a plane of its own.
-            let fresh = match round {
-                0 => None,
-                _ => {
-                    let fresh = Plane::start(PlaneConfig::api_only()).await?;
-                    install_plugin_crd(&fresh, "echo").await?;
-                    Some(fresh)
-                }
-            };
+            // runs on a plane of its own, stopped when the round ends.
+            let plane = echo_plane().await?;
             for &n in &sizes {
-                measured.extend(one_size(fresh.as_ref().unwrap_or(&plane), &modes, n).await?);
+                measured.extend(one_size(&plane, &modes, n).await?);
             }
         }
         if rounds > 1 {
@@ -971,10 +962,17 @@ fn main() -> Result<()> {
         }
         std::fs::remove_dir_all(cache_dir()).ok();
         if std::env::var("CAPSTAN_BENCH_FAILOVER").as_deref() != Ok("0") {
-            failover(&plane).await?;
+            failover(&echo_plane().await?).await?;
         }
         Ok(())
     })
+}
+
+/// A plane of API server and etcd with Echo's CRD installed.
+async fn echo_plane() -> Result<Plane> {
+    let plane = Plane::start(PlaneConfig::api_only()).await?;
+    install_plugin_crd(&plane, "echo").await?;
+    Ok(plane)
 }
 
 /// What one size's round gave each mode, for the medians over rounds.

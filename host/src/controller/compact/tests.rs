@@ -1,0 +1,159 @@
+use super::*;
+
+#[test]
+fn an_unchanged_child_is_told_from_its_compact_form_as_from_its_tree() {
+    use crate::apply::{APPLIED_ANNOTATION, unchanged};
+    let desired = serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "j", "namespace": "ns", "labels": {"app": "echo"},
+            "annotations": {APPLIED_ANNOTATION: "d1"},
+            "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "Echo", "name": "e",
+                "uid": "u", "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"backoffLimit": 2, "template": {"spec": {"containers": [{"name": "echo", "image": "busybox"}]}}},
+    });
+    // As the server holds it: the same, plus what the server and others set.
+    let mut observed = desired.clone();
+    observed["metadata"]["uid"] = "x".into();
+    observed["metadata"]["resourceVersion"] = "7".into();
+    observed["metadata"]["labels"]["batch.kubernetes.io/job-name"] = "j".into();
+    observed["spec"]["completions"] = 1.into();
+    observed["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = "Always".into();
+    observed["status"] = serde_json::json!({"active": 1});
+    type Edit = fn(&mut serde_json::Value);
+    let edits: [(&str, Edit); 6] = [
+        ("as applied", |_| {}),
+        ("a value edited", |o| o["spec"]["backoffLimit"] = 3.into()),
+        ("a label edited", |o| {
+            o["metadata"]["labels"]["app"] = "other".into()
+        }),
+        ("another digest", |o| {
+            o["metadata"]["annotations"][APPLIED_ANNOTATION] = "d0".into()
+        }),
+        (
+            "a container added",
+            |o| {
+                o["spec"]["template"]["spec"]["containers"] =
+                    serde_json::json!([{"name": "echo", "image": "busybox"}, {"name": "x"}])
+            },
+        ),
+        ("the owner changed", |o| {
+            o["metadata"]["ownerReferences"][0]["uid"] = "v".into()
+        }),
+    ];
+    for (what, edit) in edits {
+        let mut o = observed.clone();
+        edit(&mut o);
+        let compact = Compact::of(serde_json::from_value(o.clone()).unwrap());
+        let (tree, cached) = (unchanged(&desired, &o), unchanged(&desired, &compact));
+        assert_eq!(tree, cached, "{what}");
+        assert_eq!(tree, what == "as applied", "{what}");
+    }
+}
+
+#[test]
+fn the_object_comes_back_whole_without_managed_fields() {
+    let object: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "j", "namespace": "ns", "uid": "u",
+            "managedFields": [{"manager": "capstan/echo", "operation": "Apply"}],
+        },
+        "spec": {"template": {"spec": {"containers": [{"name": "c"}]}}},
+        "status": {"active": 1},
+    }))
+    .expect("a Job");
+    let compact = Compact::of(object.clone());
+    let value = compact.value();
+    assert_eq!(value, serde_json::to_value(compact.object()).expect("serializes"));
+    assert_eq!(value["spec"], object.data["spec"]);
+    assert_eq!(value["status"]["active"], 1);
+    assert_eq!(value["kind"], "Job");
+    assert_eq!(value["metadata"]["uid"], "u");
+    assert!(value["metadata"].get("managedFields").is_none());
+    let again: Compact = serde_json::from_value(value).expect("deserializes");
+    assert_eq!(again.object().data, compact.object().data);
+}
+
+#[test]
+fn labels_and_annotations_are_kept_once_compact_and_read_from_there() {
+    let object: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {
+            "name": "j", "namespace": "ns",
+            "labels": {"capstan.dev/plugin": "echo", "app": "web"},
+            "annotations": {"capstan.dev/applied": "d1"},
+        },
+    }))
+    .expect("a Job");
+    let compact = Compact::of(object.clone());
+    assert!(compact.metadata.labels.is_none() && compact.metadata.annotations.is_none());
+    assert!(crate::apply::made_by(&compact, "echo"));
+    assert!(!crate::apply::made_by(&compact, "other"));
+    assert_eq!(compact.labels().get("app"), Some("web"));
+    assert_eq!(compact.object().metadata, object.metadata);
+    let unlabelled = Compact::of(DynamicObject::new(
+        "u",
+        &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+    ));
+    assert_eq!(unlabelled.labels().get("app"), None);
+    assert!(
+        unlabelled.object().metadata.labels.is_none(),
+        "no labels stays no labels"
+    );
+}
+
+/// The text a plugin gets is what serializing the whole object gives, every metadata
+/// field included, but `managedFields` (kept in the cache for a status manager).
+#[test]
+fn the_request_text_is_the_object_without_managed_fields() {
+    let object: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "capstan.dev/v1alpha1",
+        "kind": "Echo",
+        "metadata": {
+            "annotations": {"a": "\"quoted\" ü"},
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "deletionGracePeriodSeconds": 30,
+            "deletionTimestamp": "2026-01-02T00:00:00Z",
+            "finalizers": ["capstan.dev/echo"],
+            "generateName": "e-",
+            "generation": 3,
+            "labels": {"l": "v"},
+            "managedFields": [{
+                "manager": "capstan/echo", "operation": "Apply", "subresource": "status",
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}},
+            }],
+            "name": "e-1",
+            "namespace": "ns",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "uid": "u0"}],
+            "resourceVersion": "7",
+            "selfLink": "/x",
+            "uid": "u1",
+        },
+        "spec": {"message": "hi", "list": [1, 2.5, null, {"k": true}]},
+        "status": {"observedGeneration": 3},
+    }))
+    .expect("an Echo");
+    let compact = Compact::of(object);
+    assert!(
+        compact.metadata.managed_fields.is_some(),
+        "the status manager is kept"
+    );
+    let mut whole = serde_json::to_value(compact.object()).expect("serializes");
+    whole["metadata"]
+        .as_object_mut()
+        .expect("metadata")
+        .remove("managedFields");
+    assert_eq!(compact.json().value(), whole);
+    assert_eq!(compact.json().text().find("managedFields"), None);
+
+    let bare = Compact::of(DynamicObject {
+        types: None,
+        metadata: ObjectMeta {
+            name: Some("n".into()),
+            ..ObjectMeta::default()
+        },
+        data: serde_json::json!({}),
+    });
+    assert_eq!(bare.json().text(), r#"{"metadata":{"name":"n"}}"#);
+}

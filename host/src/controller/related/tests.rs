@@ -1,0 +1,112 @@
+use super::*;
+use capstan_contract::{Metadata, RelatedQuery, Selector};
+use kube::api::DynamicObject;
+
+fn kind(kind: &str, namespaced: bool) -> Kind {
+    Kind {
+        group: String::new(),
+        version: "v1".into(),
+        kind: kind.into(),
+        plural: format!("{}s", kind.to_lowercase()),
+        namespaced,
+    }
+}
+
+fn remember(index: &Index, parent: &str, queries: &[RelatedQuery], answer: &[DynamicObject]) {
+    let metadata = Metadata {
+        name: "p".into(),
+        version: "1".into(),
+        parent: kind("Parent", true),
+        children: vec![],
+        related: vec![kind("ConfigMap", true), kind("Namespace", false)],
+        settings_schema: None,
+        finalizer: None,
+    };
+    let in_a = Parent {
+        namespace: Some("a"),
+        name: parent,
+    };
+    let entry = Entry {
+        plugin: 1,
+        resource_version: "1".into(),
+        shown: 0,
+        queries: Arc::new(resolve(&metadata, in_a, queries, &Default::default()).unwrap()),
+        answer: Arc::new(answer.iter().map(|o| Arc::new(Compact::of(o.clone()))).collect()),
+        changes: vec![],
+    };
+    index.lock().insert(ObjectKey::new(Some("a"), parent), entry);
+}
+
+fn object(namespace: Option<&str>, name: &str, labels: &[(&str, &str)]) -> DynamicObject {
+    let mut o = DynamicObject::new(
+        name,
+        &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+    );
+    o.metadata.namespace = namespace.map(Into::into);
+    o.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    o
+}
+
+#[test]
+fn a_changed_object_wakes_exactly_the_parents_whose_queries_select_it() {
+    let index = Index::default();
+    let query = |kind: &str, selector: Selector| RelatedQuery {
+        group: String::new(),
+        kind: kind.into(),
+        namespace: None,
+        selector,
+    };
+    remember(
+        &index,
+        "by-name",
+        &[query("ConfigMap", Selector::Names(vec!["cfg".into()]))],
+        &[],
+    );
+    remember(
+        &index,
+        "by-label",
+        &[query("ConfigMap", Selector::Labels("app=web".into()))],
+        &[object(Some("a"), "web", &[("app", "web")])],
+    );
+    remember(
+        &index,
+        "its-namespace",
+        &[query("Namespace", Selector::Names(vec!["a".into()]))],
+        &[],
+    );
+    let woken = |kind, o: &DynamicObject| {
+        let compact = Compact::of(o.clone());
+        let mut names: Vec<String> = index
+            .parents_of(kind, &compact)
+            .into_iter()
+            .map(|k| k.name)
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        woken(0, &object(Some("a"), "cfg", &[("app", "web")])),
+        ["by-label", "by-name"]
+    );
+    assert_eq!(woken(0, &object(Some("a"), "cfg", &[])), ["by-name"]);
+    assert!(
+        woken(0, &object(Some("b"), "cfg", &[("app", "web")])).is_empty(),
+        "another namespace"
+    );
+    assert_eq!(woken(1, &object(None, "a", &[])), ["its-namespace"]);
+    assert_eq!(
+        woken(0, &object(Some("a"), "web", &[("app", "db")])),
+        ["by-label"],
+        "relabelled out of the selection it was read through"
+    );
+    index.forget(&ObjectKey::new(Some("a"), "by-name"));
+    assert!(
+        woken(0, &object(Some("a"), "cfg", &[])).is_empty(),
+        "forgotten with its parent"
+    );
+}

@@ -1,0 +1,160 @@
+use super::*;
+use serde_json::json;
+
+fn kind(group: &str, kind: &str, namespaced: bool) -> Kind {
+    Kind {
+        group: group.into(),
+        version: "v1".into(),
+        kind: kind.into(),
+        plural: format!("{}s", kind.to_lowercase()),
+        namespaced,
+    }
+}
+
+fn metadata() -> Metadata {
+    Metadata {
+        name: "p".into(),
+        version: "1".into(),
+        parent: kind("example.com", "Parent", true),
+        children: vec![],
+        related: vec![kind("", "ConfigMap", true), kind("", "Namespace", false)],
+        settings_schema: None,
+        finalizer: None,
+    }
+}
+
+fn query(kind: &str, namespace: Option<&str>, selector: Selector) -> RelatedQuery {
+    RelatedQuery {
+        group: "".into(),
+        kind: kind.into(),
+        namespace: namespace.map(Into::into),
+        selector,
+    }
+}
+
+fn names(n: &[&str]) -> Selector {
+    Selector::Names(n.iter().map(|s| s.to_string()).collect())
+}
+
+fn in_ns(namespace: &str) -> Parent<'_> {
+    Parent {
+        namespace: Some(namespace),
+        name: "p",
+    }
+}
+
+#[test]
+fn queries_read_declared_kinds_in_the_parents_namespace_only() {
+    let m = metadata();
+    let none = Allowances::default();
+    let ok = resolve(&m, in_ns("a"), &[query("ConfigMap", None, names(&["x"]))], &none).unwrap();
+    assert_eq!(ok[0].namespace.as_deref(), Some("a"));
+    let e = resolve(
+        &m,
+        in_ns("a"),
+        &[query("ConfigMap", Some("b"), names(&["x"]))],
+        &none,
+    )
+    .unwrap_err();
+    assert!(e.contains("not the parent's namespace (\"a\")"), "{e}");
+    let e = resolve(&m, in_ns("a"), &[query("Secret", None, names(&["x"]))], &none).unwrap_err();
+    assert!(e.contains("not a declared related kind"), "{e}");
+    let e = resolve(
+        &m,
+        in_ns("a"),
+        &[query("ConfigMap", None, names(&["../x"]))],
+        &none,
+    )
+    .unwrap_err();
+    assert!(e.contains("ConfigMap"), "{e}");
+    let cluster = resolve(
+        &m,
+        in_ns("a"),
+        &[query("Namespace", Some("z"), names(&["a"]))],
+        &none,
+    )
+    .unwrap();
+    assert_eq!(
+        cluster[0].namespace, None,
+        "a cluster-scoped kind has no namespace"
+    );
+    let many = vec![query("ConfigMap", None, names(&["x"])); MAX_QUERIES + 1];
+    assert!(
+        resolve(&m, in_ns("a"), &many, &none)
+            .unwrap_err()
+            .contains("at most")
+    );
+}
+
+#[test]
+fn the_operators_grant_widens_what_a_parent_reads_and_never_narrows_it() {
+    let mut m = metadata();
+    let granted = Allowances {
+        namespaces: vec!["shared".into()],
+        ..Allowances::default()
+    };
+    let none = Allowances::default();
+    let ask = |ns| [query("ConfigMap", Some(ns), names(&["x"]))];
+    // A namespaced parent: its own namespace, and granted ones.
+    assert!(resolve(&m, in_ns("a"), &ask("shared"), &none).is_err());
+    assert!(resolve(&m, in_ns("a"), &ask("shared"), &granted).is_ok());
+    assert!(resolve(&m, in_ns("a"), &ask("a"), &granted).is_ok());
+    // A cluster-scoped parent: granted namespaces only, and it must name them.
+    m.parent = kind("example.com", "Tenant", false);
+    let cluster = Parent {
+        namespace: None,
+        name: "t",
+    };
+    let e = resolve(&m, cluster, &ask("kube-system"), &none).unwrap_err();
+    assert!(e.contains("a cluster-scoped parent has none"), "{e}");
+    assert!(resolve(&m, cluster, &ask("shared"), &granted).is_ok());
+    let e = resolve(&m, cluster, &[query("ConfigMap", None, names(&["x"]))], &granted).unwrap_err();
+    assert!(e.contains("must name its namespace"), "{e}");
+    // A Namespace parent: the Namespace it names, with or without a grant.
+    m.parent = kind("", "Namespace", false);
+    let team = Parent {
+        namespace: None,
+        name: "team-a",
+    };
+    let own = resolve(&m, team, &[query("ConfigMap", None, names(&["x"]))], &none).unwrap();
+    assert_eq!(own[0].namespace.as_deref(), Some("team-a"));
+    assert!(resolve(&m, team, &ask("kube-system"), &none).is_err());
+    assert!(resolve(&m, team, &ask("shared"), &granted).is_ok());
+}
+
+#[test]
+fn selection_is_by_kind_namespace_name_and_labels_each_object_once() {
+    let m = metadata();
+    let cm = |ns: &str, name: &str, app: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"namespace": ns, "name": name, "labels": {"app": app}}})
+    };
+    let candidates = vec![
+        cm("a", "x", "web"),
+        cm("b", "x", "web"),
+        cm("a", "y", "db"),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}),
+    ];
+    let queries = [
+        query(
+            "ConfigMap",
+            None,
+            Selector::Names(vec!["x".into(), "missing".into()]),
+        ),
+        query("ConfigMap", None, Selector::Labels("app in (web,db)".into())),
+        query("Namespace", None, Selector::Names(vec!["a".into()])),
+    ];
+    let resolved = resolve(&m, in_ns("a"), &queries, &Allowances::default()).unwrap();
+    let picked = select(&m, &resolved, &candidates);
+    let names: Vec<_> = picked
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(names, ["ConfigMap/x", "ConfigMap/y", "Namespace/a"]);
+}
