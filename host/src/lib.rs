@@ -11,6 +11,7 @@ pub mod controller;
 #[cfg(feature = "dev")]
 pub mod dev;
 pub mod engine;
+mod field_name;
 pub mod host;
 pub mod key;
 pub mod layered;

@@ -4,10 +4,10 @@
 //! keep without building a tree of it: a reconcile that finds its child as it left it
 //! reads the child's text once and allocates nothing for it.
 
-use std::borrow::Cow;
-
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
+
+use crate::field_name::FieldName;
 
 /// True when every field of `desired` is present with the same value in `observed`; a
 /// null in `desired` also matches a field `observed` does not have.
@@ -113,7 +113,7 @@ impl<'de> Visitor<'de> for Subset<'_> {
             return Ok(false);
         };
         let (mut holds, mut found) = (true, 0);
-        while let Some(Key(key)) = map.next_key::<Key>()? {
+        while let Some(FieldName(key)) = map.next_key::<FieldName>()? {
             let wanted = desired
                 .get(key.as_ref())
                 .filter(|_| holds && !self.except.contains(&key.as_ref()));
@@ -129,28 +129,6 @@ impl<'de> Visitor<'de> for Subset<'_> {
         }
         // A JSON object from the API server names each field once.
         Ok(holds && found == self.required(desired))
-    }
-}
-
-/// A field name, borrowed from the text where it needs no unescaping.
-struct Key<'de>(Cow<'de, str>);
-
-impl<'de> serde::Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Name;
-        impl<'de> Visitor<'de> for Name {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a field name")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v.to_owned())))
-            }
-        }
-        deserializer.deserialize_str(Name)
     }
 }
 

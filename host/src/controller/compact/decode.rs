@@ -4,8 +4,6 @@
 //! and dropped per watch event (that tree, and the `fieldsV1` trees of every manager, were
 //! most of what a watch cost the host).
 
-use std::borrow::Cow;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 use kube::api::{ObjectMeta, TypeMeta};
 use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, Visitor};
@@ -14,6 +12,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::{Compact, Marks, Pairs};
+use crate::field_name::FieldName;
 
 /// Read from the object's JSON, as the API server sends it in lists and watch events.
 impl<'de> Deserialize<'de> for Compact {
@@ -35,7 +34,7 @@ impl<'de> Visitor<'de> for Fields {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Compact, A::Error> {
         let (mut api_version, mut kind, mut metadata) = (None, None, None);
         let mut rest = vec![b'{'];
-        while let Some(Key(key)) = map.next_key()? {
+        while let Some(FieldName(key)) = map.next_key()? {
             match &*key {
                 "apiVersion" => api_version = Some(map.next_value()?),
                 "kind" => kind = Some(map.next_value()?),
@@ -60,31 +59,6 @@ impl<'de> Visitor<'de> for Fields {
         let rest = String::from_utf8(rest).map_err(de::Error::custom)?;
         let Metadata(metadata, marks) = metadata.unwrap_or_default();
         Ok(Compact::from_parts(types, metadata, marks, rest))
-    }
-}
-
-/// A field name, borrowed from the input when it can be (most are).
-struct Key<'de>(Cow<'de, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Name;
-        impl<'de> Visitor<'de> for Name {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a field name")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(Name)
     }
 }
 
@@ -136,7 +110,7 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for TakenOut<'_, A> {
     type Error = A::Error;
 
     fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
-        while let Some(Key(key)) = self.map.next_key()? {
+        while let Some(FieldName(key)) = self.map.next_key()? {
             match &*key {
                 "managedFields" => {
                     let entries = self.map.next_value::<Option<Vec<Entry>>>()?.unwrap_or_default();
@@ -177,7 +151,7 @@ impl<'de> Deserialize<'de> for Compacted {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Compacted, A::Error> {
                 let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0));
-                while let Some((Key(key), Key(value))) = map.next_entry()? {
+                while let Some((FieldName(key), FieldName(value))) = map.next_entry()? {
                     entries.push((key, value));
                 }
                 Ok(Compacted(Pairs::from_entries(entries)))
