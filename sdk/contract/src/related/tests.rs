@@ -49,23 +49,12 @@ fn queries_read_declared_kinds_in_the_parents_namespace_only() {
     let none = Allowances::default();
     let ok = resolve(&m, in_ns("a"), &[query("ConfigMap", None, names(&["x"]))], &none).unwrap();
     assert_eq!(ok[0].namespace.as_deref(), Some("a"));
-    let e = resolve(
-        &m,
-        in_ns("a"),
-        &[query("ConfigMap", Some("b"), names(&["x"]))],
-        &none,
-    )
-    .unwrap_err();
+    let refused = |q| resolve(&m, in_ns("a"), &[q], &none).unwrap_err();
+    let e = refused(query("ConfigMap", Some("b"), names(&["x"])));
     assert!(e.contains("not the parent's namespace (\"a\")"), "{e}");
-    let e = resolve(&m, in_ns("a"), &[query("Secret", None, names(&["x"]))], &none).unwrap_err();
+    let e = refused(query("Secret", None, names(&["x"])));
     assert!(e.contains("not a declared related kind"), "{e}");
-    let e = resolve(
-        &m,
-        in_ns("a"),
-        &[query("ConfigMap", None, names(&["../x"]))],
-        &none,
-    )
-    .unwrap_err();
+    let e = refused(query("ConfigMap", None, names(&["../x"])));
     assert!(e.contains("ConfigMap"), "{e}");
     let cluster = resolve(
         &m,
