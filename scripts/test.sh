@@ -3,8 +3,25 @@
 # real node's Debian packages and Prometheus, the pinned control-plane and node binaries
 # and helm, built from Go modules into ~/.cache/capstan once, the Python/JS toolchains and
 # mdbook), then runs every test in the workspace.
+#
+# `scripts/test.sh --busy-core` runs the same suite with one core kept busy the whole time
+# by a spinning process of the script's own (pinned to the last core where taskset is
+# there): the suite must pass on a loaded machine too, not only on a quiet one.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+case "${1:-}" in
+  --busy-core)
+    pin=()
+    command -v taskset >/dev/null && pin=(taskset -c "$(($(nproc) - 1))")
+    "${pin[@]}" bash -c 'while :; do :; done' &
+    busy=$!
+    trap 'kill "$busy" 2>/dev/null || true' EXIT
+    echo "test.sh: one core kept busy by pid $busy" >&2
+    ;;
+  "") ;;
+  *) echo "usage: scripts/test.sh [--busy-core]" >&2; exit 2 ;;
+esac
 
 if command -v rustup >/dev/null; then
   rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
@@ -29,7 +46,7 @@ cargo build --profile plugin --target wasm32-wasip2 -p echo -p hostile -p schedu
 # whole as it ends.
 cargo test --workspace --no-run
 jobs=$(mktemp -d)
-trap 'rm -rf "$jobs"' EXIT
+trap 'rm -rf "$jobs"; [ -z "${busy:-}" ] || kill "$busy" 2>/dev/null || true' EXIT
 longest_first="faults writes node new admission sharding hostile polyglot run ha budgets signing tutorial plane"
 # One real node per machine: the tests that start one run in one job, one after the other.
 one_after_the_other="node node_down"
@@ -70,7 +87,8 @@ xargs -a "$jobs/list" -d '\n' -P 2 -I{} bash -c 'run_job "$1"' _ {}
 
 # One line for the whole run: the sum of cargo's result lines, and the jobs that failed.
 cat "$jobs"/log.?????? | awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1) } }
-     END { printf "tests: %d passed, %d failed\n", p, f }'
+     END { printf "tests: %d passed, %d failed", p, f }'
+echo " in $SECONDS s${busy:+, one core kept busy}"
 status=0
 for s in "$jobs"/log.*.status; do
   if [ "$(cat "$s")" != 0 ]; then

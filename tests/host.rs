@@ -129,6 +129,22 @@ impl Host {
         }
     }
 
+    /// Wait until the host says it is ready — every plugin loaded (compiled, the first
+    /// time a test binary meets it) and its caches synced — failing at once if it exits
+    /// first, or after `timeout`. A test that times what the host does next starts its
+    /// clock here, not at the start, which a cold compile can take minutes of.
+    pub async fn ready(&mut self, timeout: Duration) -> Result<()> {
+        let log = self.log.clone();
+        eventually("the host to say it is ready", timeout, async || {
+            if let Some(status) = self.child.try_wait()? {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                bail!("capstan run exited with {status} before it was ready:\n{text}");
+            }
+            Ok(self.logged("caches synced; ready").then_some(()))
+        })
+        .await
+    }
+
     /// The JSON log lines written so far.
     pub fn log(&self) -> Vec<serde_json::Value> {
         std::fs::read_to_string(&self.log)

@@ -416,6 +416,12 @@ async fn the_node_is_ready_and_kwoks_node_takes_no_pods() -> Result<()> {
     Ok(())
 }
 
+/// How long a debug host may take to load Echo in Python or JavaScript the first time a
+/// test binary meets it: the component (tens of MB, an interpreter inside) is compiled
+/// with Cranelift on this machine's two cores, shared with the other test job. Measured:
+/// MEASURE.
+const COLD_LOAD: Duration = Duration::from_secs(300);
+
 /// Echo in Python and in JavaScript, run by `capstan run` on this machine against the
 /// plane (their components are too large for the chart's ConfigMap): each Echo's Job
 /// really runs on the node and prints its message, as the Rust Echo's does.
@@ -433,7 +439,10 @@ async fn echo_in_python_and_javascript_run_jobs_on_the_real_node() -> Result<()>
         std::fs::create_dir_all(&plugins)?;
         std::fs::copy(&wasm, plugins.join("echo.wasm"))?;
         let args = ["--plugins", plugins.to_str().unwrap(), "--namespace", &ns];
-        let _host = Host::start(plane, &args, &dir.path().join("host.log"), &[])?;
+        let mut host = Host::start(plane, &args, &dir.path().join("host.log"), &[])?;
+        // The Echo's two minutes start once the host runs it: before that it compiles the
+        // component, cold in every test binary (see COLD_LOAD).
+        host.ready(COLD_LOAD).await?;
         let message = format!("hello from {lang}");
         let log = echo_runs(&admin, &ns, "hello", &message).await;
         let log =

@@ -1,8 +1,16 @@
 //! A plugin's share of the host's CPU: each call into the plugin (`related` and
 //! `reconcile`) is charged the CPU time of the thread that ran it, and while a plugin is
-//! over its budget (`limits.cpuMillicores` per second, a bucket of one second's worth)
-//! its next calls wait. A plugin that spins on every call and requeues at once gets its
-//! share and no more; the other plugins keep theirs.
+//! over its budget (`limits.cpuMillicores` per second) its next calls wait. A plugin that
+//! spins on every call and requeues at once gets its share and no more; the other plugins
+//! keep theirs.
+//!
+//! The share is kept over a [`WINDOW`] of ten seconds for cheap calls and over one second
+//! for the rest. A restart or a resync asks an honest plugin about every parent at once:
+//! a thousand Echos on a debug host are a few CPU seconds, which two cores spend faster
+//! than one core's share refills, and a one-second bucket put parents off for it. Calls of
+//! a kind whose recent cost is at most [`CHEAP`] of a second's credit may draw on the
+//! whole window; any other call sees only the window's last second, so a plugin whose
+//! calls run long is held exactly as a one-second bucket would hold it.
 //!
 //! Thread CPU time, not wall time: a call that waited for a pool slot, a blocking thread
 //! or a core — because other plugins were busy — is not charged for their work. And the
@@ -30,8 +38,15 @@ use crate::key::ObjectKey;
 const WEIGHT: f64 = 0.25;
 /// The least a plugin over its bound waits before it is tried again.
 const MIN_WAIT: Duration = Duration::from_millis(10);
-/// How long a call waits for the first call of its kind to end and tell its cost.
+/// How often a call waiting for the first call of its kind looks at what that call has
+/// used so far.
 const SETTLE: Duration = Duration::from_millis(20);
+/// Seconds of the share cheap calls may run ahead of it by: a pass over every parent at
+/// a restart fits (1 000 Echos cost ~3 CPU seconds on a debug host, ~0.3 on a release one).
+const WINDOW: f64 = 10.0;
+/// The most a call may cost, as a fraction of one second's credit, and still draw on the
+/// whole window: 50 ms at one core, where Echo costs 0.05-3 ms and a spinner a second.
+const CHEAP: f64 = 1.0 / 20.0;
 
 /// Which entry point a call is: each has its own cost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +84,7 @@ impl Running {
 }
 
 struct Inner {
+    /// [`WINDOW`] seconds of the share.
     bucket: Bucket,
     costs: [Cost; 2],
     running: Vec<Running>,
@@ -92,12 +108,37 @@ impl Inner {
             .sum()
     }
 
+    /// Whether calls of `call` are cheap enough to draw on the whole window.
+    fn cheap(&self, call: Call) -> bool {
+        let cheap = self.bucket.rate() * CHEAP;
+        self.costs[call as usize].per_call.is_some_and(|c| c <= cheap)
+    }
+
+    /// Whether the calls of `call` running now look like the first call of an honest
+    /// plugin still on its way: its cost is not known yet, and none of them has used more
+    /// than a cheap call may.
+    fn settling(&self, call: Call) -> bool {
+        let cheap = self.bucket.rate() * CHEAP;
+        let cost = &self.costs[call as usize];
+        cost.per_call.is_none()
+            && cost.in_flight > 0
+            && self
+                .running
+                .iter()
+                .filter(|r| r.call == call)
+                .all(|r| r.used() <= cheap)
+    }
+
     /// Whether a call of `call` fits the credit now, behind the calls of the objects
     /// refused before it (`ahead`, counted by kind), or how long until it may.
     fn room(&mut self, call: Call, ahead: [u32; 2], now: Instant) -> Result<(), Duration> {
-        let debt = self.bucket.debt(now);
-        if !debt.is_zero() {
-            return Err(debt);
+        let rate = self.bucket.rate();
+        // What the call may draw on: the whole window when it is cheap, its last second
+        // otherwise.
+        let reserved = if self.cheap(call) { 0.0 } else { rate * (WINDOW - 1.0) };
+        let credit = self.bucket.level(now) - reserved;
+        if credit < 0.0 {
+            return Err(Duration::from_secs_f64(-credit / rate));
         }
         let cost = self.cost(call);
         if cost.per_call.is_none() && cost.in_flight > 0 {
@@ -108,9 +149,11 @@ impl Inner {
             .map(|(cost, n)| cost.per_call.unwrap_or(0.0) * f64::from(n))
             .sum();
         if !self.running.is_empty() || held > 0.0 {
-            let short = self.committed() + held + new - self.bucket.level(now);
+            // The calls in flight are committed to one second's credit at most, however
+            // much of the window is left: sixteen calls cheap so far may all turn to spin.
+            let short = self.committed() + held + new - credit.min(rate);
             if short > 0.0 {
-                let wait = Duration::from_secs_f64(short / self.bucket.rate());
+                let wait = Duration::from_secs_f64(short / rate);
                 return Err(wait.max(MIN_WAIT));
             }
         }
@@ -120,7 +163,11 @@ impl Inner {
 
 /// Seconds of CPU a plugin may use per second, shared by all its calls.
 #[derive(Clone)]
-pub struct CpuBudget(Arc<Mutex<Inner>>);
+pub struct CpuBudget {
+    inner: Arc<Mutex<Inner>>,
+    /// Told whenever a call leaves flight, for the calls waiting to learn a cost.
+    ended: Arc<tokio::sync::Notify>,
+}
 
 /// One call's place in the budget: [`Permit::run`] runs it and charges what it used.
 pub struct Permit {
@@ -133,28 +180,36 @@ impl CpuBudget {
     /// A budget of `millicores` (1000 = one core), full.
     pub fn new(millicores: u32) -> Self {
         let rate = f64::from(millicores.max(1)) / 1000.0;
-        CpuBudget(Arc::new(Mutex::new(Inner {
-            bucket: Bucket::new(rate, rate, Instant::now()),
-            costs: Default::default(),
-            running: Vec::new(),
-            next_id: 0,
-            line: line::Line::default(),
-        })))
+        CpuBudget {
+            inner: Arc::new(Mutex::new(Inner {
+                bucket: Bucket::new(rate, rate * WINDOW, Instant::now()),
+                costs: Default::default(),
+                running: Vec::new(),
+                next_id: 0,
+                line: line::Line::default(),
+            })),
+            ended: Arc::new(tokio::sync::Notify::new()),
+        }
     }
 
     /// A permit for one call for `object`, or how long to wait before asking again: while
     /// the plugin is in debt, while its calls in flight would use up the credit left, or
     /// while objects refused before this one wait for their turn. Before the first call of
     /// a kind has ended its cost is unknown and one such call runs at a time; a call
-    /// refused only for that waits a moment for the first to end (an honest one takes
-    /// microseconds) rather than put its object off.
+    /// refused only for that waits for the first to end rather than put its object off,
+    /// for as long as the first has used no more than a cheap call may. On a loaded
+    /// machine the first call's wall time (a fresh instance, a blocking thread, a core)
+    /// is no measure of its cost; the CPU it has used is.
     pub async fn acquire(&self, call: Call, object: &ObjectKey) -> Result<Permit, Duration> {
-        match self.start_at(call, object, Instant::now()) {
-            Err(_) if self.inner().cost(call).per_call.is_none() => {
-                tokio::time::sleep(SETTLE).await;
-                self.start_at(call, object, Instant::now())
+        loop {
+            let ended = self.ended.notified();
+            match self.start_at(call, object, Instant::now()) {
+                Err(_) if self.inner().settling(call) => {
+                    // Woken when a call ends, or to look again at what the first has used.
+                    let _ = tokio::time::timeout(SETTLE, ended).await;
+                }
+                started => return started,
             }
-            started => started,
         }
     }
 
@@ -178,7 +233,7 @@ impl CpuBudget {
     }
 
     fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -213,10 +268,13 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let mut inner = self.budget.inner();
-        inner.running.retain(|r| r.id != self.id);
-        let cost = inner.cost(self.call);
-        cost.in_flight = cost.in_flight.saturating_sub(1);
+        {
+            let mut inner = self.budget.inner();
+            inner.running.retain(|r| r.id != self.id);
+            let cost = inner.cost(self.call);
+            cost.in_flight = cost.in_flight.saturating_sub(1);
+        }
+        self.budget.ended.notify_waiters();
     }
 }
 
