@@ -108,3 +108,82 @@ async fn a_second_file_of_a_name_or_one_over_the_memory_budget_is_refused_alone(
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
+
+/// A config entry refused at start and fixed later keeps its entry's rules: a shadow of
+/// echo whose file was not a plugin at first starts, once it is, as `echo-shadow` beside
+/// the live echo, not as a second live echo (nor is it refused for echo's name).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_fixed_after_a_refusal_runs_under_its_entry() -> Result<()> {
+    let plane = Plane::shared().await?;
+    install_plugin_crd(plane, "echo").await?;
+    let ns = plane.namespace("admission-fixed").await?;
+    let dir = tempfile::tempdir()?;
+    let later = dir.path().join("later.wasm");
+    std::fs::write(&later, b"not a plugin yet")?;
+    let config = dir.path().join("config.yaml");
+    let entries = serde_json::json!({"plugins": [
+        {"path": plugin("echo")},
+        {"path": later, "name": "echo", "mode": "shadow"},
+    ]});
+    std::fs::write(&config, entries.to_string())?;
+    let args = ["--config", config.to_str().unwrap(), "--namespace", &ns];
+    let reload = ["--hot-reload", "--reload-interval", "300ms"];
+    let args: Vec<&str> = args.iter().chain(&reload).copied().collect();
+    let mut host = capstan_tests::host::Host::start(plane, &args, &dir.path().join("host.log"), &[])?;
+    eventually("the broken shadow refused", Duration::from_secs(60), async || {
+        Ok(refusal(&host.log(), REFUSED_AT_START, "not a WebAssembly file"))
+    })
+    .await?;
+    let tmp = dir.path().join(".later.tmp");
+    std::fs::copy(plugin("echo"), &tmp)?;
+    std::fs::rename(&tmp, &later)?;
+    let started = eventually("the fixed file started", Duration::from_secs(60), async || {
+        let log = host.log();
+        let refused = refusal(&log, REFUSED_LATER, "");
+        let started = log
+            .iter()
+            .find(|l| l["message"] == "new plugin started")
+            .map(|l| l["plugin"].to_string());
+        Ok(started.map(Ok).or(refused.map(Err)))
+    })
+    .await?;
+    ensure!(
+        started.as_deref() == Ok("\"echo-shadow\""),
+        "the fixed shadow entry ran as {started:?}"
+    );
+    host.signal(libc::SIGTERM);
+    ensure!(host.wait(Duration::from_secs(30))?.code() == Some(0), "a clean exit");
+    Ok(())
+}
+
+/// The config's signature policy covers the plugin directory's files too: an unsigned
+/// file there is refused, in one line, like a file entry (here it is the only plugin, so
+/// the host exits with the line).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_covers_the_plugin_directory() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins)?;
+    std::fs::copy(plugin("echo"), plugins.join("echo.wasm"))?;
+    std::fs::write(dir.path().join("team.pub"), "a key the files are not signed with\n")?;
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, "verify: {keys: [team.pub]}\nplugins: []\n")?;
+    let out = capstan_tests::capstan_with(
+        &[
+            "run",
+            "--config",
+            config.to_str().unwrap(),
+            "--plugins",
+            plugins.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(!out.status.success(), "an unsigned directory file ran: {stderr}");
+    let last = stderr.trim().lines().last().unwrap_or_default();
+    ensure!(
+        last.contains("echo.wasm") && last.contains("carries no signature"),
+        "{stderr}"
+    );
+    Ok(())
+}

@@ -237,6 +237,12 @@ async fn a_host_under_a_verify_policy_runs_the_signed_plugin_and_refuses_the_oth
     install_plugin_crd(plane, "scheduled-echo").await?;
     let ns = plane.namespace("signing").await?;
     let config = setup.file("config.yaml");
+    // A file under the policy, and a file of the plugin directory: both unsigned.
+    let from_file = setup.file("echo_canary.wasm");
+    std::fs::copy(plugin("echo-canary"), &from_file)?;
+    let dir = setup.file("plugins");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::copy(plugin("tenant"), dir.join("tenant.wasm"))?;
     let registry = &setup.registry;
     let text = serde_json::json!({
         "registry": {
@@ -248,7 +254,7 @@ async fn a_host_under_a_verify_policy_runs_the_signed_plugin_and_refuses_the_oth
             {"path": signed, "name": "echo"},
             {"path": unsigned, "name": "unsigned"},
             {"path": by_b, "name": "by-b"},
-            {"path": plugin("echo-canary"), "name": "from-file"},
+            {"path": from_file, "name": "from-file"},
             {"path": tampered, "name": "tampered"},
             // Its own policy instead of the global one.
             {"path": other, "verify": {"keys": [setup.file("b.pub")]}},
@@ -260,6 +266,8 @@ async fn a_host_under_a_verify_policy_runs_the_signed_plugin_and_refuses_the_oth
         &[
             "--config",
             arg(&config),
+            "--plugins",
+            arg(&dir),
             "--namespace",
             &ns,
             "--hot-reload",
@@ -315,7 +323,11 @@ async fn a_host_under_a_verify_policy_runs_the_signed_plugin_and_refuses_the_oth
         said("tampered", "digest"),
         "a changed layer is refused: {refused:?}"
     );
-    ensure!(refused.len() == 4, "exactly four refused: {refused:?}");
+    ensure!(
+        said("tenant.wasm", "carries no signature"),
+        "a file of the plugin directory under a policy is refused: {refused:?}"
+    );
+    ensure!(refused.len() == 5, "exactly five refused: {refused:?}");
     ensure!(
         log.iter()
             .any(|l| l["message"] == "plugin signature verified" && l["reference"] == signed.as_str()),
@@ -327,6 +339,29 @@ async fn a_host_under_a_verify_policy_runs_the_signed_plugin_and_refuses_the_oth
             .count()
             == 2,
         "echo under the global key, scheduled-echo under its own"
+    );
+
+    // The refused file rewritten (with hot reload) is refused again, under the same
+    // policy: it never runs, whatever its bytes.
+    let tmp = setup.file("echo_canary.tmp");
+    std::fs::copy(plugin("echo-rogue"), &tmp)?;
+    std::fs::rename(&tmp, &from_file)?;
+    let rewritten = from_file.display().to_string();
+    eventually("the rewritten file refused", Duration::from_secs(60), async || {
+        Ok(host
+            .log()
+            .iter()
+            .any(|l| {
+                l["message"] == "new plugin file refused; the running version keeps serving"
+                    && l["path"] == rewritten.as_str()
+                    && l["error"].as_str().is_some_and(|e| e.contains("carries no signature"))
+            })
+            .then_some(()))
+    })
+    .await?;
+    ensure!(
+        !host.logged("new plugin started"),
+        "a file refused under a policy ran once rewritten"
     );
 
     // A new version under the policy that nobody signed: refused, the signed one serves on.

@@ -3,6 +3,7 @@
 //! The host loads plugins with [`engine`] and runs them against a cluster as a [`Host`]
 //! (one [`controller`] per plugin, under a [`supervisor`]); [`cli`] is the command line.
 
+pub mod admission;
 pub mod apply;
 pub mod bucket;
 pub mod cli;

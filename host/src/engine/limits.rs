@@ -29,8 +29,9 @@ pub struct Limits {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub min_requeue: Duration,
-    /// CPU the plugin's calls may use per second, in millicores (1000 = one core); over
-    /// it, its reconciles wait.
+    /// CPU the plugin's calls may use per second, in millicores (1000 = one core), kept
+    /// over ten seconds for cheap calls (a restart's pass) and one for the rest; over it,
+    /// its reconciles wait.
     pub cpu_millicores: u32,
     /// Children the plugin may create per second (twice that at once); over it, creations
     /// wait.

@@ -28,7 +28,7 @@
 
 mod plugins;
 mod references;
-pub use plugins::options as entry_options;
+pub use crate::admission::options as entry_options;
 mod sharded;
 
 use std::net::SocketAddr;
@@ -197,13 +197,13 @@ impl Host {
             supervisor.record(Arc::new(crate::record::Recorder::new(record)?));
             tracing::info!(dir = %dir, "recording reconciles");
         }
-        for (path, plugin, options) in self.loaded.plugins {
+        for (rules, plugin, options) in self.loaded.plugins {
             let m = plugin.metadata();
-            tracing::info!(plugin = %m.name, version = %m.version, path = %path.display(), parent = %m.parent, "plugin loaded");
-            supervisor.start(path, plugin, options);
+            tracing::info!(plugin = %m.name, version = %m.version, path = %rules.path().display(), parent = %m.parent, "plugin loaded");
+            supervisor.start(rules, plugin, options);
         }
-        for (path, error) in self.loaded.broken {
-            supervisor.broken(path, &error);
+        for (rules, error) in self.loaded.broken {
+            supervisor.broken(rules, &error);
         }
         for (reconciler, options) in self.native {
             supervisor.start_native(reconciler, options);
@@ -212,7 +212,8 @@ impl Host {
         // is also watched for new files.
         let reload = self.config.hot_reload.then_some(self.config.reload_interval);
         if let (true, Some(dir)) = (self.config.hot_reload, self.config.plugins) {
-            supervisor.watch_dir(dir, self.config.defaults.clone());
+            let rules = crate::admission::Rules::dir_file(dir.clone(), &self.config.defaults, self.loaded.policy)?;
+            supervisor.watch_dir(dir, rules);
         }
         let supervisor = supervisor.into_task(shards);
         Ok(Serving {

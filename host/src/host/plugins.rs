@@ -8,18 +8,22 @@ use anyhow::Context;
 
 use super::references::References;
 
+use crate::admission::{self, Rules, Signature};
 use crate::config::{self, PluginConfig};
 use crate::controller::Options;
 use crate::engine::{Engine, Plugin};
 use crate::{reload, supervisor};
 
-/// The plugins that loaded, with their options, and the files that did not, with why.
+/// The plugins that loaded, with their rules and options, and the files that did not,
+/// with the rules they were refused under and why.
 #[derive(Default)]
 pub(super) struct Loaded {
-    pub plugins: Vec<(PathBuf, Plugin, Options)>,
-    pub broken: Vec<(PathBuf, String)>,
+    pub plugins: Vec<(Rules, Plugin, Options)>,
+    pub broken: Vec<(Rules, String)>,
     /// The config's registry references, for hot reload to follow.
     pub references: Option<References>,
+    /// Whether the config's global signature policy applies to the directory's files.
+    pub policy: bool,
 }
 
 /// Load every configured plugin; fails only when nothing is left to run. A second file
@@ -31,62 +35,41 @@ pub(super) fn load(
     defaults: &Options,
 ) -> anyhow::Result<Loaded> {
     let mut loaded = Loaded::default();
-    let entries = entries(config, dir, pull_dir, &mut loaded)?;
-    let pulls_failed: Vec<PathBuf> = loaded.broken.iter().map(|(p, _)| p.clone()).collect();
-    for e in entries {
-        if pulls_failed.contains(&e.path) {
+    let mut failed = Vec::new();
+    for rules in entries(config, dir, pull_dir, defaults, &mut loaded, &mut failed)? {
+        // A pull that failed is its entry's trouble: tried again, as a pull, when it changes.
+        if let Some(at) = failed.iter().position(|(p, _)| p == rules.path()) {
+            loaded.broken.push((rules, failed.remove(at).1));
             continue;
         }
-        let mut options = options(&e, defaults)?;
-        let loading = engine.load_file(&e.path, e.limits.clone());
-        let plugin = loading
-            .and_then(|p| p.with_settings(&options.settings))
-            .and_then(|p| as_entry_says(p, &e, &mut options));
-        let plugin = match plugin {
-            Ok(plugin) => plugin,
-            Err(err) => {
-                loaded.broken.push((e.path, err.to_string()));
+        let (plugin, mut options) = match admission::admit_file(engine, &rules) {
+            Ok(admitted) => admitted,
+            Err(why) => {
+                loaded.broken.push((rules, why));
                 continue;
             }
         };
-        if let Err(why) = capstan_contract::declared::declared(plugin.metadata(), &options.allow) {
-            loaded.broken.push((e.path, why));
-            continue;
-        }
-        options.canary = e
+        options.canary = rules
+            .entry()
             .canary
             .as_ref()
-            .and_then(|c| canary(engine, &e, c, &plugin, &options));
-        loaded.plugins.push((e.path, plugin, options));
+            .and_then(|c| canary(engine, rules.entry(), c, &plugin, &options));
+        loaded.plugins.push((rules, plugin, options));
+    }
+    // What is left failed without an entry of its own (a canary file under a policy): it
+    // never runs, whatever it is rewritten to.
+    for (path, why) in failed {
+        let rules = Rules::new(PluginConfig::at(path), defaults, Signature::Missing)?;
+        loaded.broken.push((rules, why));
     }
     // A plugin that does not load is that plugin's trouble alone, unless nothing is left.
     if loaded.plugins.is_empty()
-        && let Some((path, err)) = loaded.broken.first()
+        && let Some((rules, err)) = loaded.broken.first()
     {
-        anyhow::bail!("{}: {err}", path.display());
+        anyhow::bail!("{}: {err}", rules.path().display());
     }
     one_file_per_name(&mut loaded);
     Ok(loaded)
-}
-
-/// The plugin under the entry's name; a shadow under `<name>-shadow`, previewing the
-/// live plugin of that name.
-fn as_entry_says(
-    plugin: Plugin,
-    e: &PluginConfig,
-    options: &mut Options,
-) -> Result<Plugin, crate::engine::LoadError> {
-    if e.mode != config::Mode::Shadow {
-        return plugin.named(options.name.as_deref());
-    }
-    let live = options
-        .name
-        .clone()
-        .unwrap_or_else(|| plugin.metadata().name.clone());
-    let shadow = format!("{live}-shadow");
-    options.preview = Some(std::sync::Arc::new(crate::preview::Preview::shadow(&live)));
-    options.name = Some(shadow.clone());
-    plugin.named(Some(&shadow))
 }
 
 /// The entry's canary, loaded as its stable version is (name, settings, limits) and of
@@ -137,35 +120,43 @@ fn same_kinds(stable: &Plugin, candidate: &Plugin) -> Result<(), String> {
     }
 }
 
-/// The config file's entries (their registry references pulled; a failed pull goes to
-/// `loaded.broken`), then every other `*.wasm` of `dir` with default settings.
+/// The rules of the config file's entries (their registry references pulled; a failed
+/// pull goes to `failed`), then of every other `*.wasm` of `dir`, with the host's defaults
+/// and the config's global signature policy.
 fn entries(
     config: Option<&PathBuf>,
     dir: Option<&PathBuf>,
     pull_dir: Option<&Path>,
+    defaults: &Options,
     loaded: &mut Loaded,
-) -> anyhow::Result<Vec<PluginConfig>> {
-    let mut entries: Vec<PluginConfig> = match config {
-        Some(path) => {
-            let mut config = config::load(path)?;
-            let (references, broken) = References::resolve(path, &mut config, pull_dir);
-            loaded.references = references;
-            loaded.broken.extend(broken);
-            config.plugins
+    failed: &mut Vec<(PathBuf, String)>,
+) -> anyhow::Result<Vec<Rules>> {
+    let mut entries: Vec<Rules> = Vec::new();
+    if let Some(path) = config {
+        let mut config = config::load(path)?;
+        let pulled: Vec<bool> = (config.plugins.iter())
+            .map(|e| config::reference(&e.path).is_some())
+            .collect();
+        let (references, broken) = References::resolve(path, &mut config, pull_dir);
+        loaded.references = references;
+        failed.extend(broken);
+        loaded.policy = config.verify.is_some();
+        for (e, pulled) in config.plugins.into_iter().zip(pulled) {
+            let signature = Signature::of(e.verify.is_some() || loaded.policy, pulled);
+            entries.push(Rules::new(e, defaults, signature)?);
         }
-        None => Vec::new(),
-    };
+    }
     if let Some(dir) = dir {
         let paths = reload::wasm_files(dir)
             .with_context(|| format!("cannot read plugin directory {}", dir.display()))?;
         anyhow::ensure!(!paths.is_empty(), "no *.wasm plugins in {}", dir.display());
         let configured: Vec<PathBuf> = entries
             .iter()
-            .filter_map(|e| e.path.canonicalize().ok())
+            .filter_map(|e| e.path().canonicalize().ok())
             .collect();
         for path in paths {
             if !path.canonicalize().is_ok_and(|p| configured.contains(&p)) {
-                entries.push(PluginConfig::at(path));
+                entries.push(Rules::dir_file(path, defaults, loaded.policy)?);
             }
         }
     }
@@ -173,51 +164,19 @@ fn entries(
     Ok(entries)
 }
 
-/// One entry's options: the host's defaults with the entry's own settings over them.
-pub fn options(e: &PluginConfig, defaults: &Options) -> anyhow::Result<Options> {
-    let mut options = defaults.clone();
-    options.name.clone_from(&e.name);
-    options.concurrency = e.concurrency.unwrap_or(options.concurrency);
-    options.resync = e.resync.unwrap_or(options.resync);
-    options.cpu_millicores = e.limits.cpu_millicores;
-    options.creations_per_second = e.limits.creations_per_second;
-    options.finalizer_timeout = e.limits.finalizer_timeout;
-    options
-        .allow
-        .cluster_kinds
-        .extend(e.allow_cluster_kinds.iter().cloned());
-    if let Some(ns) = &defaults.namespace
-        && let Some(outside) = e.allow_namespaces.iter().find(|n| *n != ns)
-    {
-        anyhow::bail!(
-            "{}: allowNamespaces names {outside}, outside --namespace {ns}",
-            e.path.display()
-        );
-    }
-    options
-        .allow
-        .namespaces
-        .extend(e.allow_namespaces.iter().cloned());
-    options.allow.namespaces.dedup();
-    options.allow.own_namespace = e.allow_own_namespace;
-    options.settings = e.settings.clone().unwrap_or_default();
-    options.allow.secrets = e.allow_secrets;
-    options.allow.own_kind = e.allow_own_kind;
-    Ok(options)
-}
-
 /// One plugin per name: a later file of a name already loaded is refused alone, naming
 /// both files. Concurrency is not summed against the pool: plugins share it fairly.
 fn one_file_per_name(loaded: &mut Loaded) {
-    let mut kept: Vec<(PathBuf, Plugin, Options)> = Vec::new();
-    for (path, plugin, options) in std::mem::take(&mut loaded.plugins) {
+    let mut kept: Vec<(Rules, Plugin, Options)> = Vec::new();
+    for (rules, plugin, options) in std::mem::take(&mut loaded.plugins) {
         let name = plugin.metadata().name.as_str();
         match kept.iter().find(|(_, p, _)| p.metadata().name == name) {
             Some((holder, ..)) => {
-                let why = supervisor::name_taken(name, &holder.display().to_string(), &path);
-                loaded.broken.push((path, why));
+                let holder = holder.path().display().to_string();
+                let why = supervisor::name_taken(name, &holder, rules.path());
+                loaded.broken.push((rules, why));
             }
-            None => kept.push((path, plugin, options)),
+            None => kept.push((rules, plugin, options)),
         }
     }
     loaded.plugins = kept;

@@ -29,34 +29,31 @@ struct Source<'a> {
 }
 
 /// Every reference of these entries, each with the name of its link (the entry's name, or its
-/// repository; `.canary` for a canary). Under a policy, a stable file is refused into `broken`
-/// and a canary file dropped: a file carries no signature.
+/// repository; `.canary` for a canary). Under a policy a canary file is dropped into
+/// `broken` (a file carries no signature); a stable file is refused by its admission.
 fn sources<'a>(
     entries: &'a mut [PluginConfig],
     global: Option<&Policy>,
     broken: &mut Vec<(PathBuf, String)>,
 ) -> Vec<Source<'a>> {
-    const UNSIGNED: &str = "refused: a verify policy applies, and a plugin from a file carries no signature (use a signed oci:// reference)";
     let mut out = Vec::new();
     for entry in entries {
         let policy = entry.verify.clone().or_else(|| global.cloned());
         if policy.is_some()
             && let Some(c) = entry.canary.take_if(|c| config::reference(&c.path).is_none())
         {
-            broken.push((c.path, UNSIGNED.to_string()));
+            broken.push((c.path, crate::admission::UNSIGNED.to_string()));
         }
         let PluginConfig {
             name, path, canary, ..
         } = entry;
-        match config::reference(path) {
-            Some(reference) => out.push(Source {
+        if let Some(reference) = config::reference(path) {
+            out.push(Source {
                 name: name.clone().unwrap_or_else(|| reference.repository()),
                 reference,
                 policy: policy.clone(),
                 path,
-            }),
-            None if policy.is_some() => broken.push((path.clone(), UNSIGNED.to_string())),
-            None => {}
+            });
         }
         if let Some(c) = canary
             && let Some(reference) = config::reference(&c.path)

@@ -13,8 +13,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::{self, Rules};
 use crate::controller::{self, Options};
-use crate::engine::{Engine, Limits, Metadata, Plugin, Reconcile};
+use crate::engine::{Engine, Metadata, Plugin, Reconcile};
 use crate::lease::Tenure;
 use crate::ops::health::{Health, PluginState};
 use crate::ops::metrics::{self, ReloadLabels};
@@ -29,9 +30,9 @@ mod unit;
 
 /// One plugin's controller, run by its own task.
 struct Unit {
-    /// The plugin's file; `None` for a reconciler that is not a file.
-    watch: Option<FileWatch>,
-    limits: Limits,
+    /// The plugin's file and the rules its new versions are admitted under; `None` for a
+    /// reconciler that is not a file.
+    watch: Option<(FileWatch, Rules)>,
     options: Options,
     version: watch::Sender<Arc<dyn Reconcile>>,
     stop: CancellationToken,
@@ -59,10 +60,11 @@ pub struct Supervisor {
     /// How long stopping a unit may take before its task is aborted.
     grace: Duration,
     units: Vec<Unit>,
-    /// Defaults for plugins that appear in the directory later.
-    dir: Option<(PathBuf, Options)>,
-    /// Files that did not load; tried again when they change.
-    broken: Vec<FileWatch>,
+    /// The rules for plugins that appear in the directory later.
+    dir: Option<(PathBuf, Rules)>,
+    /// Files that were refused, with the rules they were refused under; tried again
+    /// (under the same rules) when they change.
+    broken: Vec<(FileWatch, Rules)>,
     /// On a sharded host, the ranges every unit runs.
     shard: Option<crate::shard::Filter>,
     /// The watches every unit shares.
@@ -133,30 +135,24 @@ impl Supervisor {
         }
     }
 
-    /// Pick up `*.wasm` files that appear in `dir` later, with `defaults`.
-    pub fn watch_dir(&mut self, dir: PathBuf, defaults: Options) {
-        self.dir = Some((dir, defaults));
+    /// Pick up `*.wasm` files that appear in `dir` later, under `rules` (the directory's).
+    pub fn watch_dir(&mut self, dir: PathBuf, rules: Rules) {
+        self.dir = Some((dir, rules));
     }
 
-    /// Run `plugin`, loaded from `path`, in a unit of its own.
-    pub fn start(&mut self, path: PathBuf, plugin: Plugin, options: Options) {
+    /// Run `plugin`, admitted under `rules`, in a unit of its own.
+    pub fn start(&mut self, rules: Rules, plugin: Plugin, options: Options) {
         given(&plugin, &options, self.engine.max_instances());
-        let limits = plugin.limits().clone();
-        self.run(Some(FileWatch::new(path)), limits, Arc::new(plugin), options);
+        let watch = FileWatch::new(rules.path().to_path_buf());
+        self.run(Some((watch, rules)), Arc::new(plugin), options);
     }
 
     /// Run `reconciler`, which is not a file (never reloaded), in a unit of its own.
     pub fn start_native(&mut self, reconciler: Arc<dyn Reconcile>, options: Options) {
-        self.run(None, Limits::default(), reconciler, options);
+        self.run(None, reconciler, options);
     }
 
-    fn run(
-        &mut self,
-        watch: Option<FileWatch>,
-        limits: Limits,
-        plugin: Arc<dyn Reconcile>,
-        mut options: Options,
-    ) {
+    fn run(&mut self, watch: Option<(FileWatch, Rules)>, plugin: Arc<dyn Reconcile>, mut options: Options) {
         if self.shard.is_some() {
             options.shard.clone_from(&self.shard);
         }
@@ -170,7 +166,6 @@ impl Supervisor {
         self.units.push(Unit {
             memory,
             watch,
-            limits,
             options,
             version,
             stop,
@@ -178,13 +173,14 @@ impl Supervisor {
         });
     }
 
-    /// Report a file that did not load: `/readyz` names it, and with hot reload it is
-    /// tried again once it changes.
-    pub fn broken(&mut self, path: PathBuf, error: &str) {
+    /// Report a file refused under `rules`: `/readyz` names it, and with hot reload it is
+    /// tried again, under the same rules, once it changes.
+    pub fn broken(&mut self, rules: Rules, error: &str) {
+        let path = rules.path().to_path_buf();
         tracing::error!(path = %path.display(), error, "plugin not loaded; the other plugins run");
         self.health
             .plugin(&file_key(&path), PluginState::Failed(error.to_string()));
-        self.broken.push(FileWatch::new(path));
+        self.broken.push((FileWatch::new(path), rules));
     }
 
     fn spawn(
@@ -201,7 +197,7 @@ impl Supervisor {
     /// Look for replaced plugin files (and new or fixed ones) and act on them.
     pub async fn reload(&mut self) {
         for i in 0..self.units.len() {
-            if let Some(bytes) = self.units[i].watch.as_mut().and_then(FileWatch::changed) {
+            if let Some(bytes) = self.units[i].watch.as_mut().and_then(|(w, _)| w.changed()) {
                 self.replace(i, bytes).await;
             }
         }
@@ -211,7 +207,7 @@ impl Supervisor {
         {
             paths.extend(found);
         }
-        for b in &self.broken {
+        for (b, _) in &self.broken {
             if !paths.iter().any(|p| p == b.path()) {
                 paths.push(b.path().to_path_buf());
             }
@@ -220,71 +216,53 @@ impl Supervisor {
             if self
                 .units
                 .iter()
-                .any(|u| u.watch.as_ref().is_some_and(|w| w.path() == path))
+                .any(|u| u.watch.as_ref().is_some_and(|(w, _)| w.path() == path))
             {
                 continue;
             }
-            // A file that failed to load is retried only when it changes, so it is reported once.
-            let bytes = match self.broken.iter_mut().find(|b| b.path() == path) {
-                Some(broken) => match broken.changed() {
-                    Some(bytes) => bytes,
+            // A refused file is retried only when it changes, so it is reported once, and
+            // always under the rules it was first refused under.
+            let (bytes, rules) = match self.broken.iter_mut().find(|(b, _)| b.path() == path) {
+                Some((broken, rules)) => match broken.changed() {
+                    Some(bytes) => (bytes, rules.clone()),
                     None => continue,
                 },
                 None => {
-                    self.broken.push(FileWatch::new(path.clone()));
+                    let Some((_, dir)) = &self.dir else { continue };
+                    let rules = dir.for_file(path.clone());
+                    self.broken.push((FileWatch::new(path.clone()), rules.clone()));
                     match std::fs::read(&path) {
-                        Ok(bytes) => bytes,
+                        Ok(bytes) => (bytes, rules),
                         Err(_) => continue,
                     }
                 }
             };
-            self.add(path, bytes).await;
+            self.add(rules, bytes).await;
         }
     }
 
-    /// Compile and read a plugin on a blocking thread: Wasmtime's WASI output may block on
-    /// a runtime of its own, which must not happen on one of the host's async workers.
-    async fn load(
-        &self,
-        bytes: Vec<u8>,
-        limits: Limits,
-        (settings, name): (serde_json::Value, Option<String>),
-    ) -> Result<Plugin, String> {
-        let engine = self.engine.clone();
-        let load = move || {
-            engine
-                .load(&bytes, limits)
-                .and_then(|p| p.with_settings(&settings))
-                .and_then(|p| p.named(name.as_deref()))
-        };
-        let loaded = tokio::select! {
-            loaded = tokio::task::spawn_blocking(load) => loaded,
-            () = self.stopping.cancelled() => return Err("the host is stopping".into()),
-        };
-        match loaded {
-            Ok(result) => result.map_err(|e| e.to_string()),
-            Err(e) => Err(format!("loading failed: {e}")),
+    /// [`admission::admit`] on a blocking thread, given up when the host stops.
+    async fn admit(&self, bytes: Vec<u8>, rules: &Rules) -> Result<(Plugin, Options), String> {
+        tokio::select! {
+            admitted = admission::admit_blocking(&self.engine, bytes, rules) => admitted,
+            () = self.stopping.cancelled() => Err("the host is stopping".into()),
         }
     }
 
     async fn replace(&mut self, i: usize, bytes: Vec<u8>) {
         let old = self.units[i].version.borrow().clone();
         let name = old.metadata().name.clone();
-        let Some(path) = self.units[i].watch.as_ref().map(|w| w.path().to_path_buf()) else {
+        let Some((path, rules)) = self.units[i]
+            .watch
+            .as_ref()
+            .map(|(w, rules)| (w.path().to_path_buf(), rules.clone()))
+        else {
             return;
         };
-        let (limits, settings, named) = (
-            self.units[i].limits.clone(),
-            self.units[i].options.settings.clone(),
-            self.units[i].options.name.clone(),
-        );
-        let new = match self.load(bytes, limits, (settings, named)).await {
-            Ok(new) => new,
+        let new = match self.admit(bytes, &rules).await {
+            Ok((new, _)) => new,
             Err(e) => return refused(&name, &path, &e),
         };
-        if let Err(why) = capstan_contract::declared::declared(new.metadata(), &self.units[i].options.allow) {
-            return refused(&name, &path, &why);
-        }
         if same_kinds(old.metadata(), new.metadata()) {
             tracing::info!(plugin = %name, path = %path.display(), version = %new.metadata().version, "plugin reloaded");
             given(&new, &self.units[i].options, self.engine.max_instances());

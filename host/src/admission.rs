@@ -1,0 +1,171 @@
+//! One admission: whether a plugin file runs, and as what. The same rules apply to a
+//! config entry at start, a file of `--plugins DIR` at start or when it appears, a file
+//! refused and later rewritten, and a new version of a running plugin: the signature
+//! policy, the entry's name and mode (`shadow`), its settings, its limits and its grants.
+//! Each file keeps the [`Rules`] it was first given, so nothing a rewrite does can trade
+//! them for the directory's defaults.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::config::{self, PluginConfig};
+use crate::controller::Options;
+use crate::engine::{Engine, LoadError, Plugin};
+
+/// Why a file under a signature policy never runs, whatever its bytes.
+pub const UNSIGNED: &str = "refused: a verify policy applies, and a plugin from a file carries no signature (use a signed oci:// reference)";
+
+/// Whether a file must carry a verified signature to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signature {
+    /// No policy applies.
+    Free,
+    /// A policy applies, and the file is the link a verified pull writes (and only a
+    /// verified pull ever rewrites).
+    Verified,
+    /// A policy applies to a plain file: it is refused, now and after any rewrite.
+    Missing,
+}
+
+impl Signature {
+    /// What a policy (`policy`, the entry's own or the global one) means for a plugin
+    /// pulled by reference (`pulled`) or read from a file.
+    pub fn of(policy: bool, pulled: bool) -> Signature {
+        match (policy, pulled) {
+            (false, _) => Signature::Free,
+            (true, true) => Signature::Verified,
+            (true, false) => Signature::Missing,
+        }
+    }
+}
+
+/// The rules one plugin file runs under: its config entry (or the directory's defaults
+/// for a file no entry names) and the options they make over the host's defaults.
+#[derive(Clone)]
+pub struct Rules {
+    entry: PluginConfig,
+    options: Options,
+    signature: Signature,
+}
+
+impl Rules {
+    /// The rules of config entry `entry`, over the host's `defaults`; an entry whose
+    /// options contradict the host's (a namespace outside `--namespace`) fails here.
+    pub fn new(entry: PluginConfig, defaults: &Options, signature: Signature) -> anyhow::Result<Rules> {
+        let options = options(&entry, defaults)?;
+        Ok(Rules {
+            entry,
+            options,
+            signature,
+        })
+    }
+
+    /// The rules of a file in the plugin directory that no entry names.
+    pub fn dir_file(path: PathBuf, defaults: &Options, policy: bool) -> anyhow::Result<Rules> {
+        Rules::new(PluginConfig::at(path), defaults, Signature::of(policy, false))
+    }
+
+    /// The file these rules are for.
+    pub fn path(&self) -> &Path {
+        &self.entry.path
+    }
+
+    /// The config entry.
+    pub fn entry(&self) -> &PluginConfig {
+        &self.entry
+    }
+
+    /// The same rules for another file (a new file of the plugin directory).
+    pub fn for_file(&self, path: PathBuf) -> Rules {
+        let mut rules = self.clone();
+        rules.entry.path = path;
+        rules
+    }
+}
+
+/// Whether `bytes`, the file of `rules`, runs: the plugin as the entry names it (a shadow
+/// under `<name>-shadow`), its settings accepted, its declared kinds granted, with the
+/// options it runs with; or why not, in one line.
+pub fn admit(engine: &Engine, bytes: &[u8], rules: &Rules) -> Result<(Plugin, Options), String> {
+    if rules.signature == Signature::Missing {
+        return Err(UNSIGNED.to_string());
+    }
+    let mut options = rules.options.clone();
+    let plugin = engine
+        .load(bytes, rules.entry.limits.clone())
+        .and_then(|p| p.with_settings(&options.settings))
+        .and_then(|p| as_entry_says(p, &rules.entry, &mut options))
+        .map_err(|e| e.to_string())?;
+    capstan_contract::declared::declared(plugin.metadata(), &options.allow)?;
+    Ok((plugin, options))
+}
+
+/// [`admit`] of the file at `rules.path()`.
+pub fn admit_file(engine: &Engine, rules: &Rules) -> Result<(Plugin, Options), String> {
+    if rules.signature == Signature::Missing {
+        return Err(UNSIGNED.to_string());
+    }
+    let path = rules.path();
+    let bytes = std::fs::read(path)
+        .map_err(|e| LoadError::Read(path.display().to_string(), e.to_string()).to_string())?;
+    admit(engine, &bytes, rules)
+}
+
+/// [`admit`] on a blocking thread: compiling a plugin takes a while, and Wasmtime's WASI
+/// output may block on a runtime of its own, which must not happen on an async worker.
+pub async fn admit_blocking(engine: &Engine, bytes: Vec<u8>, rules: &Rules) -> Result<(Plugin, Options), String> {
+    let (engine, rules) = (engine.clone(), Arc::new(rules.clone()));
+    match tokio::task::spawn_blocking(move || admit(&engine, &bytes, &rules)).await {
+        Ok(admitted) => admitted,
+        Err(e) => Err(format!("loading failed: {e}")),
+    }
+}
+
+/// The plugin under the entry's name; a shadow under `<name>-shadow`, previewing the
+/// live plugin of that name.
+fn as_entry_says(plugin: Plugin, e: &PluginConfig, options: &mut Options) -> Result<Plugin, LoadError> {
+    if e.mode != config::Mode::Shadow {
+        return plugin.named(options.name.as_deref());
+    }
+    let live = options
+        .name
+        .clone()
+        .unwrap_or_else(|| plugin.metadata().name.clone());
+    let shadow = format!("{live}-shadow");
+    options.preview = Some(Arc::new(crate::preview::Preview::shadow(&live)));
+    options.name = Some(shadow.clone());
+    plugin.named(Some(&shadow))
+}
+
+/// One entry's options: the host's defaults with the entry's own settings over them.
+pub fn options(e: &PluginConfig, defaults: &Options) -> anyhow::Result<Options> {
+    let mut options = defaults.clone();
+    options.name.clone_from(&e.name);
+    options.concurrency = e.concurrency.unwrap_or(options.concurrency);
+    options.resync = e.resync.unwrap_or(options.resync);
+    options.cpu_millicores = e.limits.cpu_millicores;
+    options.creations_per_second = e.limits.creations_per_second;
+    options.finalizer_timeout = e.limits.finalizer_timeout;
+    options
+        .allow
+        .cluster_kinds
+        .extend(e.allow_cluster_kinds.iter().cloned());
+    if let Some(ns) = &defaults.namespace
+        && let Some(outside) = e.allow_namespaces.iter().find(|n| *n != ns)
+    {
+        anyhow::bail!(
+            "{}: allowNamespaces names {outside}, outside --namespace {ns}",
+            e.path.display()
+        );
+    }
+    options
+        .allow
+        .namespaces
+        .extend(e.allow_namespaces.iter().cloned());
+    options.allow.namespaces.dedup();
+    options.allow.own_namespace = e.allow_own_namespace;
+    options.settings = e.settings.clone().unwrap_or_default();
+    options.allow.secrets = e.allow_secrets;
+    options.allow.own_kind = e.allow_own_kind;
+    Ok(options)
+}
