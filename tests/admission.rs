@@ -161,6 +161,8 @@ async fn an_entry_fixed_after_a_refusal_runs_under_its_entry() -> Result<()> {
 /// the host exits with the line).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_covers_the_plugin_directory() -> Result<()> {
+    let plane = Plane::shared().await?;
+    let kubeconfig = plane.kubeconfig().display().to_string();
     let dir = tempfile::tempdir()?;
     let plugins = dir.path().join("plugins");
     std::fs::create_dir_all(&plugins)?;
@@ -176,7 +178,7 @@ async fn a_policy_covers_the_plugin_directory() -> Result<()> {
             "--plugins",
             plugins.to_str().unwrap(),
         ],
-        &[],
+        &[("KUBECONFIG", &kubeconfig)],
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     ensure!(!out.status.success(), "an unsigned directory file ran: {stderr}");
