@@ -140,14 +140,40 @@ impl Fleet {
             if done == self.n {
                 return Ok(start.elapsed());
             }
-            anyhow::ensure!(
-                start.elapsed() < timeout,
-                "{} of {} Echos without exactly one Job echoing {message:?} after {timeout:?}",
-                self.n - done,
-                self.n
-            );
+            if start.elapsed() >= timeout {
+                // What the replicas said about the first few, so a failure explains itself.
+                for name in (0..self.n).map(|i| format!("e{i}")).filter(|n| {
+                    by_echo.get(n).is_none_or(|j| j.len() != 1 || j[0] != message)
+                }).take(4) {
+                    eprintln!("{name}: Jobs saying {:?}", by_echo.get(&name));
+                    for line in self.trail(&name, 12) {
+                        eprintln!("  {line}");
+                    }
+                }
+                anyhow::bail!(
+                    "{} of {} Echos without exactly one Job echoing {message:?} after {timeout:?}",
+                    self.n - done,
+                    self.n
+                );
+            }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
+    }
+
+    /// The last `n` log lines of every replica, live or gone, about Echo `name`.
+    fn trail(&self, name: &str, n: usize) -> Vec<String> {
+        let key = format!("{}/{name}\"", self.ns);
+        let live = self.hosts.iter().map(|(id, h)| (id, h));
+        let gone = self.gone.iter().map(|(id, h, _)| (id, h));
+        let mut lines: Vec<(Option<Timestamp>, String)> = live
+            .chain(gone)
+            .flat_map(|(id, h)| h.log().into_iter().map(move |l| (id, l)))
+            .map(|(id, l)| (timestamp(&l), format!("{id}: {l}")))
+            .filter(|(_, l)| l.contains(&key))
+            .collect();
+        lines.sort();
+        let from = lines.len().saturating_sub(n);
+        lines.drain(from..).map(|(_, l)| l).collect()
     }
 
     /// Stop replica `id` with `signal` and keep it for its log.

@@ -135,6 +135,34 @@ async fn memory_bombs_hold_their_plugins_total_and_give_it_back() -> Result<()> 
     Ok(())
 }
 
+/// Sixteen calls at once answering just under 4 MiB of `{"a":0}` each (~350 MiB of parsed
+/// maps per answer): the trees are counted before any is built and held from the
+/// plugin's memory total (128 MiB), so every answer is refused as the plugin's fault, the
+/// host stays within the budget the memory bombs are held to, and Echo is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiny_json_values_at_concurrency_16_stay_within_the_plugins_total() -> Result<()> {
+    let entry = hostile_entry("  concurrency: 16\n");
+    let case = Case::start("gov-fanout", &["hostile"], &entry, &[], ECHOES).await?;
+    case.hostile("maps", 16, "fanout", json!({"requeueMs": 0})).await?;
+    let refused = r#"capstan_wasm_faults_total{plugin="hostile",cause="out_of_memory"}"#;
+    eventually("every answer refused", CONVERGE, async || {
+        Ok((case.metric(refused).await? >= 16.0).then_some(()))
+    })
+    .await?;
+    let report = case.measure("hostile", WINDOW).await?;
+    println!("hostile gov-fanout: RSS {:.0} MiB at peak", report.peak_rss_mib);
+    let echo_ooms = case
+        .metric(r#"capstan_wasm_faults_total{plugin="echo",cause="out_of_memory"}"#)
+        .await?;
+    ensure!(echo_ooms == 0.0, "Echo ran out of memory {echo_ooms} times");
+    let budget = Budget {
+        rss_mib: 320.0,
+        ..Budget::default()
+    };
+    case.stop(report, &budget)?;
+    Ok(())
+}
+
 /// Item 4, at load: what a plugin is measured to need must fit the host's budget. Hostile,
 /// configured to take 64 MiB responses, holds that much lift allowance in every call: it
 /// is refused with the reason, and Echo (about 5 MiB an instance) runs.

@@ -404,3 +404,29 @@ fn the_deadline_counts_cpu_time_so_contention_does_not_fault_honest_calls() {
     }
     assert_still_serving(&p);
 }
+
+/// A response's parsed trees are host memory the text's cap does not bound (4 MiB of
+/// `{"a":0}` would be ~350 MiB of maps): they are counted before any is built and held
+/// from the plugin's memory total for as long as the response lives.
+#[test]
+fn parsed_responses_are_held_from_the_plugins_memory_total() {
+    let p = load(Limits::default());
+    assert_eq!(fault(&p, "fanout"), Fault::PluginMemory(128 << 20));
+    // 1.3 M empty arrays: ~70 MiB of values, within the total: answered, and held.
+    let response = p
+        .hostile
+        .reconcile(&hostile("fanout-arrays", ""))
+        .expect("within the total");
+    let held = response.held.bytes();
+    assert!((32 * 1_300_000..128 << 20).contains(&held), "{held}");
+    // Held while the response lives: a second such answer does not fit beside it.
+    match p.hostile.reconcile(&hostile("fanout-arrays", "")) {
+        Err(DispatchError::Fault(Fault::PluginMemory(_))) => {}
+        other => panic!("two responses of ~70 MiB in a 128 MiB total: {other:?}"),
+    }
+    drop(response);
+    let again = p.hostile.reconcile(&hostile("fanout-arrays", ""));
+    assert!(again.is_ok(), "given back with the response: {again:?}");
+    drop(again);
+    assert_still_serving(&p);
+}

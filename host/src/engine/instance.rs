@@ -78,7 +78,10 @@ impl Instance {
         let result = result.map_err(|e| fault_of(&self.store, &e, self.limits.deadline));
         self.store.data().flush_output();
         match result? {
-            Ok(response) => Ok(limits::validate(response, &self.limits)?),
+            Ok(response) => {
+                let memory = self.store.data().limiter.memory().clone();
+                Ok(limits::validate(response, &self.limits, &memory)?)
+            }
             // The plugin's words end up in the host's log lines: one line, bounded.
             Err(wit::ReconcileError::Retry(r)) => Err(DispatchError::Retry {
                 message: one_line(&r.message),

@@ -3,7 +3,11 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use super::bindings::capstan::reconciler::types as wit;
+use super::memory::PluginMemory;
+use super::parsed::{Held, tree_bytes};
 use super::{Event, Fault, Response};
 
 /// Per-plugin limits on one call.
@@ -79,8 +83,22 @@ pub(crate) fn lift_allowance(limits: &Limits) -> usize {
         .saturating_add(events)
 }
 
-/// Enforce the caps and parse the JSON texts of a raw response.
-pub(crate) fn validate(raw: wit::Response, limits: &Limits) -> Result<Response, Fault> {
+/// What the parsed trees of `raw`'s children and status will take, held from the
+/// plugin's `memory` before any is built ([`parsed`](super::parsed)).
+fn hold_trees(raw: &wit::Response, memory: &Arc<PluginMemory>) -> Result<Held, Fault> {
+    let texts = raw.children.iter().enumerate().map(|(i, c)| (c, format!("child {i}")));
+    let texts = texts.chain(raw.status.iter().map(|s| (s, "status".to_string())));
+    let mut bytes = 0usize;
+    for (text, what) in texts {
+        let tree = tree_bytes(text).map_err(|e| Fault::MalformedResponse(format!("{what} is not JSON: {e}")))?;
+        bytes = bytes.saturating_add(tree);
+    }
+    Held::take(memory, bytes)
+}
+
+/// Enforce the caps and parse the JSON texts of a raw response, its trees held from the
+/// plugin's `memory`.
+pub(crate) fn validate(raw: wit::Response, limits: &Limits, memory: &Arc<PluginMemory>) -> Result<Response, Fault> {
     if raw.children.len() > limits.max_children {
         return Err(Fault::TooManyChildren {
             count: raw.children.len(),
@@ -104,6 +122,7 @@ pub(crate) fn validate(raw: wit::Response, limits: &Limits) -> Result<Response, 
             cap: limits.response_bytes,
         });
     }
+    let held = hold_trees(&raw, memory)?;
     let object = |text: &str, what: &str| -> Result<serde_json::Value, Fault> {
         match serde_json::from_str(text) {
             Ok(v @ serde_json::Value::Object(_)) => Ok(v),
@@ -112,6 +131,7 @@ pub(crate) fn validate(raw: wit::Response, limits: &Limits) -> Result<Response, 
         }
     };
     Ok(Response {
+        held,
         children: raw
             .children
             .iter()
@@ -141,7 +161,8 @@ mod tests {
             finalized: false,
         };
         let limits = Limits::default();
-        let after = |ms| validate(raw(ms), &limits).unwrap().requeue_after;
+        let memory = PluginMemory::new(usize::MAX, None);
+        let after = |ms| validate(raw(ms), &limits, &memory).unwrap().requeue_after;
         assert_eq!(after(Some(0)), Some(Duration::from_secs(1)));
         assert_eq!(after(Some(5_000)), Some(Duration::from_secs(5)));
         assert_eq!(after(None), None);

@@ -31,6 +31,7 @@ mod load;
 mod logs;
 mod memory;
 mod pagemap;
+mod parsed;
 mod rename;
 mod sandbox;
 mod slots;
@@ -52,6 +53,7 @@ pub use instance::Instance;
 use instance::{fault_of, json};
 pub use limits::Limits;
 pub use load::LoadError;
+pub use parsed::Held;
 pub use types::{
     Event, EventType, Json, Kind, Metadata, RelatedParent, RelatedQuery, Request, Response, Selector,
 };

@@ -233,6 +233,11 @@ impl Limiter {
     pub(crate) fn held(&self) -> usize {
         self.held
     }
+
+    /// The plugin's memory, which its calls' parsed responses are held from too.
+    pub(crate) fn memory(&self) -> &Arc<super::memory::PluginMemory> {
+        &self.plugin
+    }
 }
 
 impl wasmtime::ResourceLimiter for Limiter {

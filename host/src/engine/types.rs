@@ -161,6 +161,10 @@ pub struct Response {
     /// Finalization complete.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub finalized: bool,
+    /// Host memory the parsed children and status hold, from the plugin's memory total,
+    /// until the last copy of the response is dropped.
+    #[serde(skip)]
+    pub held: super::Held,
 }
 
 /// Requeue-after as a human-readable duration string in YAML/JSON output (`"1500ms"`).

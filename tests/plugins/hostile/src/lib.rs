@@ -144,6 +144,19 @@ impl Guest for Hostile {
                 children.push(config_map(&parent, 0).to_string());
             }
             "children" => children.extend((0..10_000).map(|i| config_map(&parent, i).to_string())),
+            // Just under the 4 MiB response cap of tiny JSON values (`spec.arg` of them), each
+            // a tree node on the host once parsed: `{"a":0}` is 8 bytes of text and a B-tree
+            // node of ~650 bytes; `[]` is 3 bytes and a 32-byte value.
+            "fanout" | "fanout-arrays" => {
+                let (item, fits) = match mode.as_str() {
+                    "fanout" => (r#"{"a":0}"#, 500_000),
+                    _ => ("[]", 1_300_000),
+                };
+                let n = arg.parse().unwrap_or(fits);
+                let cm = config_map(&parent, 0).to_string();
+                let items = vec![item; n].join(",");
+                children.push(format!("{},\"fanout\":[{items}]}}", &cm[..cm.len() - 1]));
+            }
             "big-status" => status = Some(json!({ "blob": "y".repeat(6 << 20) })),
             "undeclared" => children.push(
                 json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "stolen"}, "stringData": {"k": "v"}})
