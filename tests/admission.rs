@@ -152,7 +152,10 @@ async fn an_entry_fixed_after_a_refusal_runs_under_its_entry() -> Result<()> {
         "the fixed shadow entry ran as {started:?}"
     );
     host.signal(libc::SIGTERM);
-    ensure!(host.wait(Duration::from_secs(30))?.code() == Some(0), "a clean exit");
+    ensure!(
+        host.wait(Duration::from_secs(30))?.code() == Some(0),
+        "a clean exit"
+    );
     Ok(())
 }
 
@@ -167,7 +170,10 @@ async fn a_policy_covers_the_plugin_directory() -> Result<()> {
     let plugins = dir.path().join("plugins");
     std::fs::create_dir_all(&plugins)?;
     std::fs::copy(plugin("echo"), plugins.join("echo.wasm"))?;
-    std::fs::write(dir.path().join("team.pub"), "a key the files are not signed with\n")?;
+    std::fs::write(
+        dir.path().join("team.pub"),
+        "a key the files are not signed with\n",
+    )?;
     let config = dir.path().join("config.yaml");
     std::fs::write(&config, "verify: {keys: [team.pub]}\nplugins: []\n")?;
     let out = capstan_tests::capstan_with(

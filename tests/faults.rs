@@ -142,9 +142,11 @@ impl Fleet {
             }
             if start.elapsed() >= timeout {
                 // What the replicas said about the first few, so a failure explains itself.
-                for name in (0..self.n).map(|i| format!("e{i}")).filter(|n| {
-                    by_echo.get(n).is_none_or(|j| j.len() != 1 || j[0] != message)
-                }).take(4) {
+                for name in (0..self.n)
+                    .map(|i| format!("e{i}"))
+                    .filter(|n| by_echo.get(n).is_none_or(|j| j.len() != 1 || j[0] != message))
+                    .take(4)
+                {
                     eprintln!("{name}: Jobs saying {:?}", by_echo.get(&name));
                     for line in self.trail(&name, 12) {
                         eprintln!("  {line}");
@@ -163,7 +165,7 @@ impl Fleet {
     /// The last `n` log lines of every replica, live or gone, about Echo `name`.
     fn trail(&self, name: &str, n: usize) -> Vec<String> {
         let key = format!("{}/{name}\"", self.ns);
-        let live = self.hosts.iter().map(|(id, h)| (id, h));
+        let live = self.hosts.iter();
         let gone = self.gone.iter().map(|(id, h, _)| (id, h));
         let mut lines: Vec<(Option<Timestamp>, String)> = live
             .chain(gone)

@@ -143,7 +143,8 @@ async fn memory_bombs_hold_their_plugins_total_and_give_it_back() -> Result<()> 
 async fn tiny_json_values_at_concurrency_16_stay_within_the_plugins_total() -> Result<()> {
     let entry = hostile_entry("  concurrency: 16\n");
     let case = Case::start("gov-fanout", &["hostile"], &entry, &[], ECHOES).await?;
-    case.hostile("maps", 16, "fanout", json!({"requeueMs": 0})).await?;
+    case.hostile("maps", 16, "fanout", json!({"requeueMs": 0}))
+        .await?;
     let refused = r#"capstan_wasm_faults_total{plugin="hostile",cause="out_of_memory"}"#;
     eventually("every answer refused", CONVERGE, async || {
         Ok((case.metric(refused).await? >= 16.0).then_some(()))

@@ -347,17 +347,23 @@ async fn a_host_under_a_verify_policy_runs_the_signed_plugin_and_refuses_the_oth
     std::fs::copy(plugin("echo-rogue"), &tmp)?;
     std::fs::rename(&tmp, &from_file)?;
     let rewritten = from_file.display().to_string();
-    eventually("the rewritten file refused", Duration::from_secs(60), async || {
-        Ok(host
-            .log()
-            .iter()
-            .any(|l| {
-                l["message"] == "new plugin file refused; the running version keeps serving"
-                    && l["path"] == rewritten.as_str()
-                    && l["error"].as_str().is_some_and(|e| e.contains("carries no signature"))
-            })
-            .then_some(()))
-    })
+    eventually(
+        "the rewritten file refused",
+        Duration::from_secs(60),
+        async || {
+            Ok(host
+                .log()
+                .iter()
+                .any(|l| {
+                    l["message"] == "new plugin file refused; the running version keeps serving"
+                        && l["path"] == rewritten.as_str()
+                        && l["error"]
+                            .as_str()
+                            .is_some_and(|e| e.contains("carries no signature"))
+                })
+                .then_some(()))
+        },
+    )
     .await?;
     ensure!(
         !host.logged("new plugin started"),

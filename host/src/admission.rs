@@ -113,7 +113,11 @@ pub fn admit_file(engine: &Engine, rules: &Rules) -> Result<(Plugin, Options), S
 
 /// [`admit`] on a blocking thread: compiling a plugin takes a while, and Wasmtime's WASI
 /// output may block on a runtime of its own, which must not happen on an async worker.
-pub async fn admit_blocking(engine: &Engine, bytes: Vec<u8>, rules: &Rules) -> Result<(Plugin, Options), String> {
+pub async fn admit_blocking(
+    engine: &Engine,
+    bytes: Vec<u8>,
+    rules: &Rules,
+) -> Result<(Plugin, Options), String> {
     let (engine, rules) = (engine.clone(), Arc::new(rules.clone()));
     match tokio::task::spawn_blocking(move || admit(&engine, &bytes, &rules)).await {
         Ok(admitted) => admitted,

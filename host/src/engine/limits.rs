@@ -86,11 +86,16 @@ pub(crate) fn lift_allowance(limits: &Limits) -> usize {
 /// What the parsed trees of `raw`'s children and status will take, held from the
 /// plugin's `memory` before any is built ([`parsed`](super::parsed)).
 fn hold_trees(raw: &wit::Response, memory: &Arc<PluginMemory>) -> Result<Held, Fault> {
-    let texts = raw.children.iter().enumerate().map(|(i, c)| (c, format!("child {i}")));
+    let texts = raw
+        .children
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c, format!("child {i}")));
     let texts = texts.chain(raw.status.iter().map(|s| (s, "status".to_string())));
     let mut bytes = 0usize;
     for (text, what) in texts {
-        let tree = tree_bytes(text).map_err(|e| Fault::MalformedResponse(format!("{what} is not JSON: {e}")))?;
+        let tree =
+            tree_bytes(text).map_err(|e| Fault::MalformedResponse(format!("{what} is not JSON: {e}")))?;
         bytes = bytes.saturating_add(tree);
     }
     Held::take(memory, bytes)
@@ -98,7 +103,11 @@ fn hold_trees(raw: &wit::Response, memory: &Arc<PluginMemory>) -> Result<Held, F
 
 /// Enforce the caps and parse the JSON texts of a raw response, its trees held from the
 /// plugin's `memory`.
-pub(crate) fn validate(raw: wit::Response, limits: &Limits, memory: &Arc<PluginMemory>) -> Result<Response, Fault> {
+pub(crate) fn validate(
+    raw: wit::Response,
+    limits: &Limits,
+    memory: &Arc<PluginMemory>,
+) -> Result<Response, Fault> {
     if raw.children.len() > limits.max_children {
         return Err(Fault::TooManyChildren {
             count: raw.children.len(),

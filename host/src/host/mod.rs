@@ -212,7 +212,8 @@ impl Host {
         // is also watched for new files.
         let reload = self.config.hot_reload.then_some(self.config.reload_interval);
         if let (true, Some(dir)) = (self.config.hot_reload, self.config.plugins) {
-            let rules = crate::admission::Rules::dir_file(dir.clone(), &self.config.defaults, self.loaded.policy)?;
+            let rules =
+                crate::admission::Rules::dir_file(dir.clone(), &self.config.defaults, self.loaded.policy)?;
             supervisor.watch_dir(dir, rules);
         }
         let supervisor = supervisor.into_task(shards);
