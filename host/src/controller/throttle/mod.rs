@@ -135,7 +135,11 @@ impl Inner {
         let rate = self.bucket.rate();
         // What the call may draw on: the whole window when it is cheap, its last second
         // otherwise.
-        let reserved = if self.cheap(call) { 0.0 } else { rate * (WINDOW - 1.0) };
+        let reserved = if self.cheap(call) {
+            0.0
+        } else {
+            rate * (WINDOW - 1.0)
+        };
         let credit = self.bucket.level(now) - reserved;
         if credit < 0.0 {
             return Err(Duration::from_secs_f64(-credit / rate));

@@ -86,7 +86,10 @@ async fn a_first_call_that_spins_is_no_reason_to_start_another() {
     let second = spinner.acquire(Call::Reconcile, &key("b")).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     spin.join().unwrap();
-    assert!(second.is_err(), "refused once the first call used more than a cheap one");
+    assert!(
+        second.is_err(),
+        "refused once the first call used more than a cheap one"
+    );
 }
 
 #[test]
@@ -226,7 +229,8 @@ fn cheap_calls_run_ahead_of_the_share_for_a_window_and_others_for_a_second() {
     let honest = CpuBudget::new(1000);
     for i in 0..1500 {
         let call = honest.start_at(Call::Reconcile, &key(&i.to_string()), t0);
-        call.expect("within the window").charge_at(Duration::from_millis(2), t0);
+        call.expect("within the window")
+            .charge_at(Duration::from_millis(2), t0);
     }
     // The same three seconds in 100 ms calls: held after the first second.
     let costly = CpuBudget::new(1000);
@@ -234,7 +238,11 @@ fn cheap_calls_run_ahead_of_the_share_for_a_window_and_others_for_a_second() {
         let call = costly.start_at(Call::Reconcile, &key(&i.to_string()), t0);
         call.map(|c| c.charge_at(Duration::from_millis(100), t0)).is_err()
     });
-    assert_eq!(held, Some(11), "eleven calls run, the last into debt; the twelfth waits");
+    assert_eq!(
+        held,
+        Some(11),
+        "eleven calls run, the last into debt; the twelfth waits"
+    );
     // The window is spent too, then: cheap calls wait out their debt like any other.
     honest.inner().bucket.spend(WINDOW, t0);
     let wait = honest.start_at(Call::Reconcile, &key("late"), t0).err();
