@@ -127,6 +127,8 @@ impl Reconcile for NativeEcho {
                     })
                     .collect(),
                 finalized: r.finalized,
+                // Native: nothing parsed out of a sandbox to hold.
+                held: Default::default(),
             }),
             Err(wit::ReconcileError::Retry(r)) => Err(DispatchError::Retry {
                 message: r.message,
