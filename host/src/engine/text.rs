@@ -35,8 +35,14 @@ pub(crate) fn one_line(message: &str) -> String {
     let mut line = String::new();
     let mut chars = 0;
     for word in words.by_ref() {
-        let word = escape_controls(word);
         let room = MESSAGE_CHARS.saturating_sub(chars + usize::from(chars > 0));
+        // Escaping never shortens a character, so one past the room is all that can be
+        // kept of this word, or tell it was cut: the rest is never escaped nor copied.
+        let kept = word
+            .char_indices()
+            .nth(room + 1)
+            .map_or(word, |(end, _)| &word[..end]);
+        let word = escape_controls(kept);
         if room == 0 {
             line.push('…');
             return line;
@@ -71,6 +77,16 @@ mod tests {
             escaped,
             "ok\\n2026-01-01T00:00:00Z  INFO capstan: forged\\u{1b}[2J\\r"
         );
+    }
+
+    #[test]
+    fn a_long_word_of_control_characters_is_escaped_only_as_far_as_it_is_kept() {
+        let bells = "\u{7}".repeat(4 << 20);
+        let line = one_line(&bells);
+        assert_eq!(line.chars().count(), MESSAGE_CHARS + 1, "{line}");
+        assert!(line.starts_with("\\u{7}\\u{7}") && line.ends_with('…'));
+        // Escaping all of it first would have been some 24 MB of text for 513 characters.
+        assert!(line.len() < 4 * MESSAGE_CHARS);
     }
 
     #[test]
