@@ -217,7 +217,7 @@ async fn preview_one(
     let uid = step.observed.as_ref().map(|(uid, _)| uid.as_str());
     let live = step.observed.as_ref().and_then(|_| {
         let key = ObjectKey::new(step.child.namespace.as_deref(), &step.child.name);
-        child.cache.get(&key).map(|o| o.value())
+        child.cache.get(&key).and_then(|o| o.value().ok())
     });
     let stored = if preview.is_local() {
         apply::dry::Dry::Forbidden

@@ -32,9 +32,12 @@ pub(super) async fn run(
         Error::Deferred(wait)
     })?;
     let request = Request {
-        parent: compact.json(),
-        children: observed.iter().map(|o| o.object.json()).collect(),
-        related: related.iter().map(|o| o.json()).collect(),
+        parent: compact.json()?,
+        children: observed
+            .iter()
+            .map(|o| o.object.json())
+            .collect::<Result<_, _>>()?,
+        related: related.iter().map(|o| o.json()).collect::<Result<_, _>>()?,
         // A recorded reconcile says what time the plugin was told, to be replayed with it.
         now: shared.options.record.as_ref().map(|_| recorded_now()),
         finalizing: compact.metadata.deletion_timestamp.is_some(),

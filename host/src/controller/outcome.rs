@@ -54,6 +54,9 @@ pub enum Error {
     /// The blocking dispatch task died.
     #[error("dispatch task failed: {0}")]
     Join(String),
+    /// A cached object could not be shown whole; nothing was dispatched.
+    #[error("cached object unreadable: {0}")]
+    Cache(#[from] serde_json::Error),
 }
 
 impl Error {
@@ -73,6 +76,7 @@ impl Error {
             Error::Unseen(_) => "last writes not yet seen",
             Error::Slowed(_) => "writes slowed",
             Error::Join(_) => "dispatch task failed",
+            Error::Cache(_) => "cached object unreadable",
         }
     }
 }

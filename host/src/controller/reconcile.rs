@@ -202,7 +202,7 @@ async fn reconcile_inner(
     }
     let metadata = plugin.plugin.metadata();
     let deleting = compact.metadata.deletion_timestamp.is_some();
-    let parent = &compact.object();
+    let parent = &compact.object()?;
     // A deletion is never answered from memory, and waits for no related query.
     if deleting
         && (!finalizer::held(parent, metadata)
@@ -277,6 +277,7 @@ async fn related(
             .await
             .map(|_| None),
         Err(Failure::Deferred(wait)) => Err(Error::Deferred(wait)),
+        Err(Failure::Cache(e)) => Err(Error::Cache(e)),
         Err(Failure::Refused(m)) => {
             let metadata = plugin.plugin.metadata();
             Err(children::refused_related(parent, metadata, shared, m).await)

@@ -297,7 +297,7 @@ mod tests {
               "status":{"jobName":"j","conditions":[{"type":"Ready","reason":"R"}]}}"#,
         )
         .expect("an Echo");
-        let parent = echo.object();
+        let parent = echo.object().expect("whole");
         let unchanged = |status| crate::apply::status_unchanged(&status, &parent, "echo");
         let conditions = serde_json::json!([{"type": "Ready", "reason": "R"}]);
         assert!(unchanged(

@@ -100,19 +100,20 @@ impl Compact {
         metadata
     }
 
-    /// The whole object again.
-    pub fn object(&self) -> DynamicObject {
-        DynamicObject {
+    /// The whole object again. An error if the kept text no longer parses: never an
+    /// object with its data left out, which a plugin could answer with "no children".
+    pub fn object(&self) -> Result<DynamicObject, serde_json::Error> {
+        Ok(DynamicObject {
             types: self.types.as_deref().cloned(),
             metadata: self.whole_metadata(),
-            data: serde_json::from_str(&self.rest).unwrap_or_default(),
-        }
+            data: serde_json::from_str(&self.rest)?,
+        })
     }
 
     /// The whole object as JSON, as a plugin is shown it: the kept text with the type
     /// and metadata put in front (what serializing [`Compact::object`] would give, but
     /// `managedFields`), without a tree of the object on the way.
-    pub fn json(&self) -> Json {
+    pub fn json(&self) -> Result<Json, serde_json::Error> {
         let mut text = self.head(self.rest.len());
         // The rest is one object, `{}` when the object has nothing else.
         match self.rest.strip_prefix('{').map(str::trim_start) {
@@ -122,11 +123,11 @@ impl Compact {
             }
             _ => text.push(b'}'),
         }
-        // Made of serialized parts, so it is UTF-8 and parses; `{}` if it ever did not.
-        String::from_utf8(text)
-            .ok()
-            .and_then(|text| Json::from_text(text).ok())
-            .unwrap_or_else(|| Json::from(serde_json::json!({})))
+        // Made of serialized parts, so it is UTF-8 and parses; if it ever did not, the
+        // reconcile fails rather than show the plugin less than the object (`{}` would
+        // read as "nothing here" and prune).
+        let text = String::from_utf8(text).map_err(|e| <serde_json::Error as serde::de::Error>::custom(e))?;
+        Json::from_text(text)
     }
 
     /// `{"apiVersion":…,"kind":…,"metadata":{…}` (not closed), with room for `more` bytes.
@@ -147,8 +148,8 @@ impl Compact {
     }
 
     /// The whole object as a tree, as [`Compact::json`] shows it.
-    pub fn value(&self) -> serde_json::Value {
-        self.json().value()
+    pub fn value(&self) -> Result<serde_json::Value, serde_json::Error> {
+        Ok(self.json()?.value())
     }
 }
 

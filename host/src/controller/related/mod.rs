@@ -179,6 +179,8 @@ pub(super) enum Failure {
     Refused(String),
     /// The plugin is over its CPU share: not asked, back after this long.
     Deferred(std::time::Duration),
+    /// The parent's cached text could not be shown whole; the plugin was not asked.
+    Cache(serde_json::Error),
 }
 
 /// The related objects the plugin asks for `parent`, from the caches: its queries are
@@ -207,7 +209,7 @@ pub(super) async fn read(
     let (shown, queries, kept) = match known {
         Some((true, shown, queries)) => (shown, queries, true),
         known => {
-            let asked = RelatedParent::of(&parent.json());
+            let asked = RelatedParent::of(&parent.json().map_err(Failure::Cache)?);
             let shown = asked.digest();
             match known {
                 Some((_, before, queries)) if before == shown => (shown, queries, true),
