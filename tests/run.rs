@@ -780,3 +780,58 @@ async fn recorded_reconciles_replay_identically_and_a_new_version_lists_its_chan
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
+
+/// A child another tool relabels for a different plugin is that plugin's from then on:
+/// the first plugin's cache lets it go (its parent is told), and a new version of the
+/// parent that no longer wants it prunes only what it still holds — never the relabelled
+/// object (review L11: the stale copy was pruned by UID alone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_relabelled_for_another_plugin_is_never_pruned_by_the_first() -> Result<()> {
+    let plane = Plane::shared().await?;
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(
+        workspace().join("plugins/echo/crd.yaml"),
+    )?)?;
+    plane.install_crds(&[crd]).await?;
+    let ns = plane.namespace("run-relabel").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
+    let _host = start_host(plane, &["echo"], &ns, &dir)?;
+    let client = plane.client().await?;
+    let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let echo: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "Echo",
+        "metadata": {"name": "taken"}, "spec": {"message": "one"},
+    }))?;
+    echoes.create(&PostParams::default(), &echo).await?;
+    let first = first_listed("the Echo's Job", &jobs, Duration::from_secs(60))
+        .await?
+        .name_any();
+
+    // Another tool takes the Job: its plugin label now names someone else.
+    let relabel = json!({"metadata": {"labels": {"capstan.dev/plugin": "another-tool"}}});
+    jobs.patch(&first, &PatchParams::default(), &Patch::Merge(&relabel))
+        .await?;
+    // A new message wants a new Job and no longer the first.
+    let patch = json!({"spec": {"message": "two"}});
+    echoes
+        .patch("taken", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    // The status of generation 2 is written by the reconcile that made the new Job and
+    // pruned what it no longer wants, so by then the first Job's fate is decided.
+    let second = eventually("status of generation 2", Duration::from_secs(90), async || {
+        let e = echoes.get("taken").await?;
+        let s = &e.data["status"];
+        Ok((s["observedGeneration"] == 2 && s["jobName"] != first.as_str())
+            .then(|| s["jobName"].as_str().map(String::from))
+            .flatten())
+    })
+    .await?;
+    assert!(jobs.get_opt(&second).await?.is_some(), "the new Job");
+    let kept = jobs
+        .get_opt(&first)
+        .await?
+        .context("the relabelled Job was pruned by the plugin it left")?;
+    assert_eq!(kept.labels()["capstan.dev/plugin"], "another-tool");
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}

@@ -253,12 +253,14 @@ pub async fn create(client: &Client, ar: &ApiResource, child: &Child, plugin: &s
     }
 }
 
-/// Delete an observed child that is no longer desired, only if it is still the same object.
+/// Delete an observed child that is no longer desired, only if it is still the object
+/// observed: the same UID and the same resourceVersion, so a stale cache (a child changed,
+/// relabelled or handed to another owner since) never deletes what it did not see.
 pub async fn prune(client: &Client, ar: &ApiResource, observed: &impl kube::Resource) -> kube::Result<()> {
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: observed.uid(),
-            resource_version: None,
+            resource_version: observed.resource_version(),
         }),
         propagation_policy: Some(PropagationPolicy::Background),
         ..DeleteParams::default()
@@ -268,7 +270,9 @@ pub async fn prune(client: &Client, ar: &ApiResource, observed: &impl kube::Reso
         .await
     {
         Ok(_) => Ok(()),
-        // Already gone, or replaced by a new object of the same name: nothing to prune.
+        // Gone, replaced by a new object of the same name, or changed since it was observed:
+        // nothing to prune now. A change comes back through the watch and wakes the parent,
+        // whose next reconcile judges the object as it is.
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
         Err(e) => Err(e),
     }

@@ -85,6 +85,25 @@ impl Owned {
         }
     }
 
+    /// An event of the watch every plugin shares, as this cache should take it: `ours`
+    /// decides whose objects it keeps. Another plugin's object is dropped, but one this
+    /// cache still holds (relabelled away from us by hand or by a third tool) is a removal
+    /// of the copy held, so no stale copy is left to compare against or to prune, and its
+    /// parent hears of it. A re-list needs no such care: it builds the set anew.
+    pub(super) fn view(
+        &self,
+        event: Event<Arc<Compact>>,
+        ours: impl Fn(&Compact) -> bool,
+    ) -> Option<Event<Arc<Compact>>> {
+        match event {
+            Event::Apply(o) | Event::Delete(o) if !ours(&o) => {
+                self.get(&ObjectKey::of(&*o)).map(Event::Delete)
+            }
+            Event::InitApply(o) if !ours(&o) => None,
+            event => Some(event),
+        }
+    }
+
     /// The children whose controller has this UID, by name.
     pub(super) fn owned_by(&self, uid: &str) -> Vec<Arc<Compact>> {
         let cache = self.inner.read().unwrap_or_else(|e| e.into_inner());
@@ -155,7 +174,7 @@ mod tests {
         assert!(cache.owned_by("u3").is_empty());
         let orphan = cache.get(&ObjectKey::new(Some("ns"), "orphan")).expect("cached");
         assert_eq!(
-            orphan.value()["metadata"]["name"],
+            orphan.value().expect("shown")["metadata"]["name"],
             "orphan",
             "the JSON is the object"
         );
@@ -185,5 +204,43 @@ mod tests {
         cache.apply(&Event::InitDone);
         assert_eq!(names(cache.owned_by("u1")), ["kept"]);
         assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn a_child_relabelled_away_leaves_the_cache_as_a_removal_of_the_copy_held() {
+        let cache = Owned::default();
+        // "Ours" stands in for the plugin label: here, the children named `a`.
+        let ours = |o: &Compact| o.name_any() == "a";
+        for name in ["a", "b"] {
+            if let Some(event) = cache.view(Event::Apply(child(name, Some("u1"))), ours) {
+                cache.apply(&event);
+            }
+        }
+        assert_eq!(
+            names(cache.owned_by("u1")),
+            ["a"],
+            "another plugin's child is not kept"
+        );
+        let held = cache.get(&ObjectKey::new(Some("ns"), "a")).expect("held");
+
+        // `a` now carries another plugin's label: what goes on is the removal of the copy
+        // held (it names the owner to wake), and the cache lets it go.
+        let relabelled = child("a", Some("u2"));
+        match cache.view(Event::Apply(relabelled), |_: &Compact| false) {
+            Some(event @ Event::Delete(_)) => {
+                let Event::Delete(removed) = &event else {
+                    unreachable!()
+                };
+                assert!(Arc::ptr_eq(removed, &held), "the copy held, not the new object");
+                cache.apply(&event);
+            }
+            other => panic!("expected the held copy's removal, got {other:?}"),
+        }
+        assert!(cache.owned_by("u1").is_empty());
+        assert_eq!(cache.len(), 0);
+        // Another plugin's object never held, and a re-list's item of another plugin: nothing.
+        assert!(cache.view(Event::Delete(child("c", None)), ours).is_none());
+        assert!(cache.view(Event::InitApply(child("c", None)), ours).is_none());
+        assert!(matches!(cache.view(Event::InitDone, ours), Some(Event::InitDone)));
     }
 }

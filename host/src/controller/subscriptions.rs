@@ -123,7 +123,7 @@ impl Wiring {
         let ns = self.options.namespace.as_deref().filter(|_| kind.namespaced);
         let (tracked, owner, listed) = (self.queue.clone(), self.parent.clone(), self.sync.mark());
         let namespaced = self.metadata.parent.namespaced;
-        let (fed, size) = (cache.clone(), self.gauge(&resource));
+        let (fed, size, held) = (cache.clone(), self.gauge(&resource), cache.clone());
         let role = sharded::Role::Child {
             parent_namespaced: namespaced,
         };
@@ -137,13 +137,8 @@ impl Wiring {
             .map_or_else(|| self.metadata.name.clone(), |p| p.writer().to_string());
         let stream = informer
             .subscribe()
-            .filter(move |event| {
-                futures::future::ready(match event {
-                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o) => {
-                        crate::apply::made_by(&**o, &mine)
-                    }
-                    watcher::Event::Init | watcher::Event::InitDone => true,
-                })
+            .filter_map(move |event| {
+                futures::future::ready(held.view(event, |o| crate::apply::made_by(o, &mine)))
             })
             .map(move |event| {
                 fed.apply(&event);
