@@ -3,10 +3,12 @@
 //! is sent. A reconcile that was paused mid-way (SIGSTOP, a stalled thread) and resumes
 //! after its term ended cannot write what it had computed; reads go through.
 //!
-//! Writes are also bounded in time ([`WRITE_TIMEOUT`]): a half-open connection (a load
-//! balancer that dropped it, a stalled API server) would otherwise hold the reconcile's
-//! worker until TCP gives up, a quarter of an hour later. Reads are not: watches are
-//! reads that last minutes by design.
+//! Every request but a watch is also bounded in time ([`WRITE_TIMEOUT`]): a half-open
+//! connection (a load balancer that dropped it, a stalled API server) would otherwise hold
+//! the reconcile's worker until TCP gives up, a quarter of an hour later — a write, or the
+//! read a write path makes (the GET after a create's conflict, a hand-over's GET), where
+//! with a single replica no term ever ends to cancel it. Watches are reads that last
+//! minutes by design, and go unbounded.
 
 use std::time::Duration;
 
@@ -20,8 +22,8 @@ pub fn guard(client: &kube::Client, tenure: &Tenure) -> kube::Client {
     crate::layered::layered(client, GuardLayer(tenure.clone()))
 }
 
-/// How long a controller's write may take: the API server answers one in milliseconds,
-/// seconds when loaded.
+/// How long a controller's request (a write, or a read that is not a watch) may take: the
+/// API server answers one in milliseconds, seconds when loaded.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why a write was not sent.
@@ -29,9 +31,9 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 #[error("write refused: this replica no longer holds the lease it reconciles under")]
 pub struct Fenced;
 
-/// Why a write failed: no answer in time.
+/// Why a request failed: no answer in time.
 #[derive(Debug, thiserror::Error)]
-#[error("write timed out: no answer from the API server within {WRITE_TIMEOUT:?}")]
+#[error("request timed out: no answer from the API server within {WRITE_TIMEOUT:?}")]
 pub struct TimedOut;
 
 #[derive(Clone)]
@@ -71,20 +73,28 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let reads = matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-        if reads {
+        if reads && is_watch(request.uri()) {
             return Box::pin(self.inner.call(request));
         }
-        if !self.tenure.is_held() {
+        if !reads && !self.tenure.is_held() {
             return Box::pin(std::future::ready(Err(kube::Error::Service(Box::new(Fenced)))));
         }
-        let write = self.inner.call(request);
+        let call = self.inner.call(request);
         Box::pin(async move {
-            match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+            match tokio::time::timeout(WRITE_TIMEOUT, call).await {
                 Ok(answer) => answer,
                 Err(_) => Err(kube::Error::Service(Box::new(TimedOut))),
             }
         })
     }
+}
+
+/// Whether a GET is a watch (`?watch=true`, or `1` as older clients send it).
+fn is_watch(uri: &http::Uri) -> bool {
+    uri.query()
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .any(|pair| matches!(pair, "watch=true" | "watch=1"))
 }
 
 #[cfg(test)]
@@ -146,5 +156,16 @@ mod tests {
             .unwrap_err();
         assert!(error.to_string().contains("timed out"), "{error}");
         assert_eq!(started.elapsed(), WRITE_TIMEOUT);
+
+        // So does the read a write path makes (review L2: the GET after a create's
+        // conflict held its worker for good); a watch is left to run as long as it lasts.
+        let started = tokio::time::Instant::now();
+        let error = maps.get("x").await.unwrap_err();
+        assert!(error.to_string().contains("timed out"), "{error}");
+        assert_eq!(started.elapsed(), WRITE_TIMEOUT);
+        let params = kube::api::WatchParams::default();
+        let watch = maps.watch(&params, "0");
+        let waited = tokio::time::timeout(WRITE_TIMEOUT * 4, watch).await;
+        assert!(waited.is_err(), "a watch is not cut at the write timeout");
     }
 }
