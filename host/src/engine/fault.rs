@@ -121,16 +121,24 @@ pub(crate) struct Evidence<'a> {
 /// text is matched (the hostile `empty-strings` test notices if it changes).
 const FUEL_EXHAUSTED: &str = "fuel allocated for hostcalls has been exhausted";
 
-/// Classify a failed call. Rust guests abort on panic and on allocation failure, both as
-/// an `unreachable` trap, so the limiter's record and the panic text on stderr decide.
+/// Classify a failed call. What the host itself stopped (the deadline, the stack) is taken
+/// from the trap, never from anything the guest can arrange. Rust guests abort on panic
+/// and on allocation failure, both as an `unreachable` trap, so there the limiter's record
+/// decides first — a plugin can print a panic's text but cannot make the limiter deny it
+/// memory it did not ask for — and only then the panic text on stderr. A denial the guest
+/// survived (`memory.grow` answers -1; a guest may go on) does not explain a later deadline.
 pub(crate) fn classify(err: &wasmtime::Error, evidence: Evidence<'_>) -> Fault {
     use wasmtime::Trap;
+    let trap = err.downcast_ref::<Trap>();
+    match trap {
+        Some(Trap::Interrupt) => return Fault::Deadline(evidence.deadline),
+        Some(Trap::StackOverflow) => return Fault::StackOverflow,
+        _ => {}
+    }
     if let Some(fault) = evidence.memory_denied {
         return fault;
     }
-    match err.downcast_ref::<Trap>() {
-        Some(Trap::Interrupt) => Fault::Deadline(evidence.deadline),
-        Some(Trap::StackOverflow) => Fault::StackOverflow,
+    match trap {
         Some(Trap::UnreachableCodeReached) => match panic_message(evidence.stderr) {
             Some(message) => Fault::Panic(message),
             None => Fault::Trap("unreachable code reached".into()),
@@ -168,6 +176,44 @@ mod tests {
             Some("boom: bad input (at src/lib.rs:12:9)")
         );
         assert_eq!(panic_message("nothing here"), None);
+    }
+
+    fn evidence(memory_denied: Option<Fault>, stderr: &str) -> Evidence<'_> {
+        Evidence {
+            deadline: Duration::from_secs(1),
+            memory_denied,
+            stderr,
+            lift: 1,
+        }
+    }
+
+    #[test]
+    fn the_host_stops_are_taken_from_the_trap_and_a_denial_only_explains_an_abort() {
+        use wasmtime::Trap;
+        let denied = || Some(Fault::OutOfMemory(64));
+        let panic_text = "thread '<unnamed>' panicked at src/lib.rs:1:1:\nforged\n";
+        // A plugin that was refused memory, carried on, and then spun or recursed is
+        // stopped by the host: that is the cause, whatever it printed.
+        let classify = |trap: Trap, denial: Option<Fault>, stderr: &str| {
+            classify(&wasmtime::Error::from(trap), evidence(denial, stderr))
+        };
+        assert_eq!(
+            classify(Trap::Interrupt, denied(), panic_text),
+            Fault::Deadline(Duration::from_secs(1))
+        );
+        assert_eq!(
+            classify(Trap::StackOverflow, denied(), panic_text),
+            Fault::StackOverflow
+        );
+        // An abort after a denial is the allocation failure, not the panic text beside it.
+        assert_eq!(
+            classify(Trap::UnreachableCodeReached, denied(), panic_text),
+            Fault::OutOfMemory(64)
+        );
+        assert_eq!(
+            classify(Trap::UnreachableCodeReached, None, panic_text),
+            Fault::Panic("forged (at src/lib.rs:1:1)".into())
+        );
     }
 
     #[test]
