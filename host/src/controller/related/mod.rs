@@ -307,11 +307,8 @@ async fn ask(
     super::dispatch::timed(&plugin.plugin.metadata().name, "related", start);
     let answer = answer.map_err(Failure::Dispatch)?;
     let metadata = plugin.plugin.metadata();
-    let own = parent
-        .metadata
-        .namespace
-        .as_deref()
-        .filter(|_| metadata.parent.namespaced);
+    // The parent's home as its children have it: one rule for both (`scope`).
+    let own = super::scope::home(metadata, &parent.metadata, &shared.options);
     let name = parent.metadata.name.as_deref().unwrap_or_default();
     let of = Parent { namespace: own, name };
     let resolved = resolve(metadata, of, &answer, &shared.options.allow).map_err(Failure::Refused)?;

@@ -94,15 +94,11 @@ impl<'a> Parent<'a> {
         }
     }
 
-    /// The namespace that is the parent's own: a namespaced parent's namespace, or the
-    /// Namespace a Namespace parent is.
-    fn own(&self, metadata: &Metadata) -> Option<&'a str> {
-        let is_namespace = metadata.parent.group.is_empty() && metadata.parent.kind == "Namespace";
-        match self.namespace {
-            Some(ns) => Some(ns),
-            None if is_namespace && !self.name.is_empty() => Some(self.name),
-            None => None,
-        }
+    /// The namespace that is the parent's own: the one rule its children follow too
+    /// ([`crate::home_namespace`]), so a Namespace parent reads the Namespace it names only
+    /// with the operator's `allowOwnNamespace`, as it writes there only with it.
+    fn own(&self, metadata: &Metadata, allow: &Allowances) -> Option<&'a str> {
+        crate::home_namespace(metadata, self.namespace, self.name, allow)
     }
 }
 
@@ -110,8 +106,8 @@ impl<'a> Parent<'a> {
 /// namespace the parent may read, has a selector that parses, and the answer is small.
 ///
 /// A parent reads cluster-scoped kinds, and namespaced kinds in its own namespace (a
-/// Namespace parent's own is the Namespace it names) and in the namespaces the operator
-/// grants it (`allow.namespaces`: `allowNamespaces`, or the host's `--namespace`). The
+/// Namespace parent's own is the Namespace it names, with `allow.own_namespace`) and in
+/// the namespaces the operator grants it (`allow.namespaces`: `allowNamespaces`, or the host's `--namespace`). The
 /// grant only widens; nothing else is readable. A query that names no namespace reads
 /// the parent's own; a cluster-scoped parent other than a Namespace has none, so its
 /// queries must name one.
@@ -139,7 +135,7 @@ pub fn resolve(
             "related queries name {names} objects; at most {MAX_NAMES}"
         ));
     }
-    let own = parent.own(metadata);
+    let own = parent.own(metadata, allow);
     queries.iter().map(|q| one(metadata, own, q, allow)).collect()
 }
 

@@ -99,15 +99,25 @@ fn the_operators_grant_widens_what_a_parent_reads_and_never_narrows_it() {
     assert!(resolve(&m, cluster, &ask("shared"), &granted).is_ok());
     let e = resolve(&m, cluster, &[query("ConfigMap", None, names(&["x"]))], &granted).unwrap_err();
     assert!(e.contains("must name its namespace"), "{e}");
-    // A Namespace parent: the Namespace it names, with or without a grant.
+    // A Namespace parent: the Namespace it names only with `allowOwnNamespace`, the grant
+    // its children need to go there (one rule; without it, every Namespace's Secrets
+    // were readable by a plugin that could write into none of them).
     m.parent = kind("", "Namespace", false);
     let team = Parent {
         namespace: None,
         name: "team-a",
     };
-    let own = resolve(&m, team, &[query("ConfigMap", None, names(&["x"]))], &none).unwrap();
+    let unnamed = [query("ConfigMap", None, names(&["x"]))];
+    let e = resolve(&m, team, &unnamed, &none).unwrap_err();
+    assert!(e.contains("must name its namespace"), "{e}");
+    assert!(resolve(&m, team, &ask("team-a"), &none).is_err());
+    let own_granted = Allowances {
+        own_namespace: true,
+        ..Allowances::default()
+    };
+    let own = resolve(&m, team, &unnamed, &own_granted).unwrap();
     assert_eq!(own[0].namespace.as_deref(), Some("team-a"));
-    assert!(resolve(&m, team, &ask("kube-system"), &none).is_err());
+    assert!(resolve(&m, team, &ask("kube-system"), &own_granted).is_err());
     assert!(resolve(&m, team, &ask("shared"), &granted).is_ok());
 }
 
