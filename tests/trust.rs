@@ -132,6 +132,13 @@ async fn an_object_of_another_owner_is_never_adopted() -> Result<()> {
             &hostile("cuckoo", "adopt", json!({"arg": "first-0"}))?,
         )
         .await?;
+    // A new child of its own, then the user's: refused as a whole (review L9).
+    hostiles
+        .create(
+            &PostParams::default(),
+            &hostile("half", "adopt-second", json!({"arg": "precious"}))?,
+        )
+        .await?;
 
     let event = eventually(
         "a ChildConflict Warning on thief",
@@ -151,6 +158,16 @@ async fn an_object_of_another_owner_is_never_adopted() -> Result<()> {
     )
     .await?;
     assert!(event.note.unwrap_or_default().contains("Hostile first"));
+    eventually(
+        "a ChildConflict Warning on half",
+        Duration::from_secs(60),
+        async || warned(&events, "half", "ChildConflict").await,
+    )
+    .await?;
+    assert!(
+        config_maps.get_opt("half-0").await?.is_none(),
+        "a refused response wrote its first child"
+    );
 
     // Nothing was written to either object.
     let after = config_maps.get("precious").await?;
@@ -168,7 +185,7 @@ async fn an_object_of_another_owner_is_never_adopted() -> Result<()> {
     assert_eq!(first_after.data, first.data);
     let body = host.metrics().await?;
     assert!(
-        sample(&body, r#"capstan_child_conflicts_total{plugin="hostile"}"#) >= 2.0,
+        sample(&body, r#"capstan_child_conflicts_total{plugin="hostile"}"#) >= 3.0,
         "{body}"
     );
     std::fs::remove_dir_all(dir).ok();

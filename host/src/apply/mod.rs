@@ -253,6 +253,35 @@ pub async fn create(client: &Client, ar: &ApiResource, child: &Child, plugin: &s
     }
 }
 
+/// The object that holds a child's name now, if any: read once, to decide before writing.
+pub async fn holder(client: &Client, ar: &ApiResource, child: &Child) -> kube::Result<Option<DynamicObject>> {
+    api(client, ar, child.namespace.as_deref())
+        .get_opt(&child.name)
+        .await
+}
+
+/// Delete a child just made, only at the version made: a response refused after it was
+/// created (a later child met another holder) leaves nothing behind. A changed or gone
+/// object is left to the next reconcile.
+pub async fn take_back(client: &Client, ar: &ApiResource, child: &Child, version: &str) -> kube::Result<()> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: None,
+            resource_version: Some(version.to_string()),
+        }),
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..DeleteParams::default()
+    };
+    match api(client, ar, child.namespace.as_deref())
+        .delete(&child.name, &params)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Delete an observed child that is no longer desired, only if it is still the object
 /// observed: the same UID and the same resourceVersion, so a stale cache (a child changed,
 /// relabelled or handed to another owner since) never deletes what it did not see.

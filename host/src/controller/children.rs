@@ -137,25 +137,148 @@ fn same(object: &Compact, child: &validate::Child) -> bool {
     object.name_any() == child.name && object.namespace() == child.namespace
 }
 
-/// Write every child that would change (unless that is ping-pong). Creations are
-/// rate-limited per plugin: one that multiplies its children (or, granted its own kind,
-/// itself) is slowed, not stopped — a creation over the rate is left for later, and the
-/// answer says when to come back for it. Nothing waits in line, so shutdown never waits
-/// for a plugin's budget.
+/// Write every child that would change (unless that is ping-pong). Creations go first:
+/// a creation is the one write that can meet an object someone else holds, and a
+/// response refused for that writes nothing — the children made before it are taken
+/// back and no update is sent. Creations are rate-limited per plugin: one that multiplies
+/// its children (or, granted its own kind, itself) is slowed, not stopped — a creation
+/// over the rate is left for later, and the answer says when to come back for it.
+/// Nothing waits in line, so shutdown never waits for a plugin's budget.
 pub(super) async fn apply(
     shared: &Shared,
     parent: &DynamicObject,
     plugin: &str,
     plan: &[Step],
 ) -> Result<Writes, Error> {
-    let mut writes = Writes::default();
-    for step in plan.iter().filter(|s| !s.unchanged) {
+    let (creations, updates): (Vec<&Step>, Vec<&Step>) = plan
+        .iter()
+        .filter(|s| !s.unchanged)
+        .partition(|s| s.observed.is_none() && shared.preview().is_none());
+    let mut writes = create_all(shared, parent, plugin, &creations).await?;
+    for step in updates {
         writes = writes.and(apply_one(shared, parent, plugin, step).await?);
     }
     Ok(writes)
 }
 
-/// Create or update one child.
+/// Create every child in `steps`, or — if one meets another holder — none of them.
+async fn create_all(
+    shared: &Shared,
+    parent: &DynamicObject,
+    plugin: &str,
+    steps: &[&Step],
+) -> Result<Writes, Error> {
+    if steps.len() > 1 {
+        held_elsewhere(shared, parent, plugin, steps).await?;
+    }
+    let mut writes = Writes::default();
+    let mut made = Vec::new();
+    for &step in steps {
+        match create_one(shared, parent, plugin, step).await {
+            Ok(Creation::Made(version)) => made.push((step, version)),
+            Ok(Creation::Not(w)) => writes = writes.and(w),
+            Err(error) => {
+                if matches!(error, Error::Conflict(_)) {
+                    take_back(shared, parent, &made).await;
+                } else {
+                    // Not a refusal: what was made stays, and the retry goes on from it.
+                    made.iter()
+                        .for_each(|(s, v)| expect(shared, parent, s, Seen::AtLeast(v.clone())));
+                }
+                return Err(error);
+            }
+        }
+    }
+    for (step, version) in made {
+        expect(shared, parent, step, Seen::AtLeast(version));
+        writes = writes.and(Writes::wrote(plugin));
+    }
+    Ok(writes)
+}
+
+/// Decide before writing: with more than one child to create, each name is read first,
+/// and one held by another owner refuses the response before anything is made. A single
+/// creation needs no read (its create fails on the holder and writes nothing), so the
+/// common case costs nothing; a holder that appears between the read and the create is
+/// met by the create, and [`take_back`] undoes the rest.
+async fn held_elsewhere(
+    shared: &Shared,
+    parent: &DynamicObject,
+    plugin: &str,
+    steps: &[&Step],
+) -> Result<(), Error> {
+    let uid = parent.uid().unwrap_or_default();
+    for step in steps {
+        let resource = &shared.children[step.kind].resource;
+        let Some(held) = apply::holder(&shared.client, resource, &step.child).await? else {
+            continue;
+        };
+        if !apply::controlled_by(&held, &uid, plugin) {
+            return Err(conflict(shared, parent, plugin, &step.child, &held).await);
+        }
+    }
+    Ok(())
+}
+
+/// Delete the children this reconcile just made (each only at the version it made), so a
+/// refused response leaves nothing behind; the parent's next reconcile waits for the
+/// caches to show them gone.
+async fn take_back(shared: &Shared, parent: &DynamicObject, made: &[(&Step, String)]) {
+    for (step, version) in made {
+        let resource = &shared.children[step.kind].resource;
+        if let Err(e) = apply::take_back(&shared.client, resource, &step.child, version).await {
+            tracing::warn!(error = %e, child = %describe(&step.child), "a child made by a refused response was not taken back; the next reconcile prunes it");
+        }
+        expect(shared, parent, step, Seen::Past(version.clone()));
+    }
+}
+
+/// What came of one creation.
+enum Creation {
+    /// Made, at this resourceVersion.
+    Made(String),
+    /// Not made, and nothing to take back: left for later, or made already.
+    Not(Writes),
+}
+
+/// Create one child, unless over the plugin's creation rate or a ping-pong.
+async fn create_one(
+    shared: &Shared,
+    parent: &DynamicObject,
+    plugin: &str,
+    step: &Step,
+) -> Result<Creation, Error> {
+    if let Err(wait) = shared.creation() {
+        tracing::debug!(wait = ?wait, child = %describe(&step.child), "plugin over its creation rate; later");
+        return Ok(Creation::Not(Writes::deferred(wait)));
+    }
+    churn(shared, parent, plugin, step).await?;
+    let resource = &shared.children[step.kind].resource;
+    match apply::create(&shared.client, resource, &step.child, plugin).await? {
+        apply::Created::Made(version) => Ok(Creation::Made(version)),
+        apply::Created::Held(object)
+            if apply::controlled_by(&*object, &parent.uid().unwrap_or_default(), plugin) =>
+        {
+            // This parent's own child, made by a reconcile whose write the cache has not
+            // shown in time: nothing to take, and nothing to write until it shows.
+            let version = object.resource_version().unwrap_or_default();
+            expect(shared, parent, step, Seen::AtLeast(version));
+            Ok(Creation::Not(Writes::deferred(written::PATIENCE)))
+        }
+        apply::Created::Held(object) => Err(conflict(shared, parent, plugin, &step.child, &*object).await),
+    }
+}
+
+/// The write-loop guard for one child's write.
+async fn churn(shared: &Shared, parent: &DynamicObject, plugin: &str, step: &Step) -> Result<(), Error> {
+    let digest = step.child.object["metadata"]["annotations"][apply::APPLIED_ANNOTATION]
+        .as_str()
+        .unwrap_or_default();
+    let (_, seen) = step.observed.clone().unwrap_or_default();
+    super::churn::guard(shared, parent, plugin, &describe(&step.child), (digest, &seen)).await
+}
+
+/// Update one observed child (or, in a preview, say what writing it would do).
 async fn apply_one(
     shared: &Shared,
     parent: &DynamicObject,
@@ -165,42 +288,19 @@ async fn apply_one(
     if let Some(preview) = shared.preview() {
         return preview_one(shared, parent, plugin, step, preview).await;
     }
-    if step.observed.is_none()
-        && let Err(wait) = shared.creation()
-    {
-        tracing::debug!(wait = ?wait, child = %describe(&step.child), "plugin over its creation rate; later");
-        return Ok(Writes::deferred(wait));
-    }
-    let digest = step.child.object["metadata"]["annotations"][apply::APPLIED_ANNOTATION]
-        .as_str()
-        .unwrap_or_default();
-    let (uid, seen) = step.observed.clone().unwrap_or_default();
-    super::churn::guard(shared, parent, plugin, &describe(&step.child), (digest, &seen)).await?;
+    churn(shared, parent, plugin, step).await?;
     let (client, resource) = (&shared.client, &shared.children[step.kind].resource);
-    if step.observed.is_some() {
-        if step.held_by_create {
-            apply::ownership::hand_over(client, resource, &step.child, &uid, plugin).await?;
-        }
-        let version = apply::update(client, resource, &step.child, &uid, plugin).await?;
-        expect(shared, parent, step, Seen::AtLeast(version));
-        return Ok(Writes::wrote(plugin));
+    let uid = step
+        .observed
+        .as_ref()
+        .map(|(uid, _)| uid.as_str())
+        .unwrap_or_default();
+    if step.held_by_create {
+        apply::ownership::hand_over(client, resource, &step.child, uid, plugin).await?;
     }
-    match apply::create(client, resource, &step.child, plugin).await? {
-        apply::Created::Made(version) => {
-            expect(shared, parent, step, Seen::AtLeast(version));
-            Ok(Writes::wrote(plugin))
-        }
-        apply::Created::Held(object)
-            if apply::controlled_by(&*object, &parent.uid().unwrap_or_default(), plugin) =>
-        {
-            // This parent's own child, made by a reconcile whose write the cache has not
-            // shown in time: nothing to take, and nothing to write until it shows.
-            let version = object.resource_version().unwrap_or_default();
-            expect(shared, parent, step, Seen::AtLeast(version));
-            Ok(Writes::deferred(written::PATIENCE))
-        }
-        apply::Created::Held(object) => Err(conflict(shared, parent, plugin, &step.child, &*object).await),
-    }
+    let version = apply::update(client, resource, &step.child, uid, plugin).await?;
+    expect(shared, parent, step, Seen::AtLeast(version));
+    Ok(Writes::wrote(plugin))
 }
 
 /// What creating or updating one child would store, asked of the API server with a dry

@@ -183,6 +183,14 @@ impl Guest for Hostile {
                 cm["data"] = json!({ "taken": "by hostile" });
                 children.push(cm.to_string());
             }
+            // Its own child first, then one named `spec.arg` that may be someone else's: a
+            // response refused for the second must not leave the first behind.
+            "adopt-second" => {
+                children.push(config_map(&parent, 0).to_string());
+                let mut cm = config_map(&parent, 1);
+                cm["metadata"]["name"] = arg.clone().into();
+                children.push(cm.to_string());
+            }
             // Claims an owner of its own choosing: only the host sets owner references.
             "owner-ref" => {
                 let mut cm = config_map(&parent, 0);
