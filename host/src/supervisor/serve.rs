@@ -85,6 +85,12 @@ impl Supervisor {
                 () = stopping.cancelled() => break,
                 Some(assignment) = assigned(shards.as_mut()) => {
                     let Some(s) = shards.as_ref() else { continue };
+                    // `held` must name a range before any controller starts on it
+                    // (`shard/members.rs`), also when the group moves on while the old
+                    // units stop: until they have, what runs is the old and the new.
+                    s.running.send_modify(|running| {
+                        *running = crate::shard::range::normalize(&[running.as_slice(), &assignment.ranges].concat());
+                    });
                     self.reshard(s.filter(assignment.ranges.clone()), assignment.tenure).await;
                     let _ = s.running.send(assignment.ranges);
                 }
