@@ -285,6 +285,12 @@ impl Serving {
         reload.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut beat = tokio::time::interval(Duration::from_secs(1));
         let mut trim = tokio::time::interval(ops::heap::TRIM_EVERY);
+        // The registry is followed in a task of its own: a slow pull never holds up the
+        // heartbeat, a signal or the look at the files.
+        if let (Some(references), Some(every)) = (self.references.take(), self.reload) {
+            let follow = references::follow(references, every, self.supervisor.reloader());
+            tokio::spawn(self.stop.clone().run_until_cancelled_owned(follow));
+        }
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
@@ -293,16 +299,7 @@ impl Serving {
                     ops::heap::trim();
                     ops::metrics::get().memory(self.engine.memory_budget());
                 }
-                _ = reload.tick(), if self.reload.is_some() => {
-                    // A changed reference is pulled first, so the look at the files sees its link flipped.
-                    if let Some(references) = self.references.as_mut() {
-                        tokio::select! {
-                            () = &mut shutdown => break,
-                            () = references.refresh() => {}
-                        }
-                    }
-                    self.supervisor.reload();
-                }
+                _ = reload.tick(), if self.reload.is_some() => self.supervisor.reload(),
             }
         }
         self.stop().await;

@@ -9,6 +9,24 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{self, Config, PluginConfig};
 use crate::registry::{PluginRef, Policy, Registry, Verifier};
+use std::time::Duration;
+
+/// How long one pull of a changed reference may take (manifest, signature and layer): a
+/// registry that stalls costs that reference this long, never the host's loops.
+const PULL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Follow the config file's references in a task of its own, every `every`: a changed
+/// one is pulled (each within [`PULL_TIMEOUT`]) and its link flipped, and then the
+/// supervisor is asked to look at the files, so it sees the new link.
+pub(crate) async fn follow(mut references: References, every: Duration, reload: impl Fn()) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        references.refresh().await;
+        reload();
+    }
+}
 
 /// The references of one config file, and what each link points at.
 pub(super) struct References {
@@ -163,9 +181,11 @@ impl References {
             if self.current.get(&source.name) == Some(&source.reference) {
                 continue;
             }
-            let flipped = match fetch(&self.registry, &source).await {
-                Ok(path) => self.registry.store().link(&source.name, &path),
-                Err(e) => Err(e),
+            let fetched = tokio::time::timeout(PULL_TIMEOUT, fetch(&self.registry, &source)).await;
+            let flipped = match fetched {
+                Ok(Ok(path)) => self.registry.store().link(&source.name, &path),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Err(anyhow::anyhow!("no answer within {PULL_TIMEOUT:?}")),
             };
             match flipped {
                 Ok(_) => {

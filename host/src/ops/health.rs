@@ -2,9 +2,10 @@
 //! answers, and whether the host's own loop is still turning.
 //!
 //! Ready means every plugin runs with synced caches and the API server answers; the
-//! `/readyz` body names each plugin that does not and why. Live means the supervisor loop
-//! has ticked recently: a host wedged in it (or past its shutdown deadline) fails
-//! `/healthz` so kubelet restarts it.
+//! `/readyz` body names each plugin that does not and why. Live means both of the host's
+//! own loops have turned recently — the main loop (signals, heartbeat, reloads) and the
+//! supervisor task (units, reshards, hot reload) — so a host wedged in either (or past its
+//! shutdown deadline) fails `/healthz` and kubelet restarts it.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::ops::metrics::{self, PluginLabel};
 
-/// How long the supervisor loop may go without a tick before the host counts as wedged.
+/// How long either loop may go without a tick before the host counts as wedged.
 pub const STALL: Duration = Duration::from_secs(60);
 
 /// Where one plugin stands.
@@ -38,6 +39,7 @@ struct Inner {
     stopping: AtomicBool,
     plugins: Mutex<BTreeMap<String, PluginState>>,
     heartbeat: Mutex<Instant>,
+    supervisor: Mutex<Instant>,
 }
 
 impl Default for Health {
@@ -47,6 +49,7 @@ impl Default for Health {
             stopping: AtomicBool::new(false),
             plugins: Mutex::new(BTreeMap::new()),
             heartbeat: Mutex::new(Instant::now()),
+            supervisor: Mutex::new(Instant::now()),
         }))
     }
 }
@@ -90,20 +93,28 @@ impl Health {
         self.0.api.swap(reachable, Ordering::SeqCst)
     }
 
-    /// The supervisor loop turned.
+    /// The main loop turned.
     pub fn beat(&self) {
         *self.0.heartbeat.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 
+    /// The supervisor task turned (or is compiling, which is work, not a wedge).
+    pub fn beat_supervisor(&self) {
+        *self.0.supervisor.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
     /// Why the host is not live, if it is not.
     pub fn not_live(&self) -> Option<String> {
-        let since = self
-            .0
-            .heartbeat
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed();
-        (since > STALL).then(|| format!("supervisor loop stalled for {}s", since.as_secs()))
+        let since = |beat: &Mutex<Instant>| beat.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
+        let stalled = [
+            ("main loop", since(&self.0.heartbeat)),
+            ("supervisor", since(&self.0.supervisor)),
+        ]
+        .into_iter()
+        .filter(|(_, since)| *since > STALL)
+        .map(|(what, since)| format!("{what} stalled for {}s", since.as_secs()))
+        .collect::<Vec<_>>();
+        (!stalled.is_empty()).then(|| stalled.join("; "))
     }
 
     /// Why the host is not ready, one line per reason; `None` when ready.
@@ -168,12 +179,19 @@ mod tests {
     }
 
     #[test]
-    fn live_while_the_loop_beats() {
+    fn live_while_both_loops_beat() {
         let h = Health::default();
         assert_eq!(h.not_live(), None);
-        *h.0.heartbeat.lock().unwrap() = Instant::now() - STALL - Duration::from_secs(1);
-        assert!(h.not_live().unwrap().contains("stalled"));
+        let stale = Instant::now() - STALL - Duration::from_secs(1);
+        *h.0.heartbeat.lock().unwrap() = stale;
+        assert!(h.not_live().unwrap().contains("main loop stalled"));
         h.beat();
+        assert_eq!(h.not_live(), None);
+        // A wedged supervisor is not hidden by a main loop that still turns (review M4).
+        *h.0.supervisor.lock().unwrap() = stale;
+        let why = h.not_live().unwrap();
+        assert!(why.starts_with("supervisor stalled"), "{why}");
+        h.beat_supervisor();
         assert_eq!(h.not_live(), None);
     }
 }

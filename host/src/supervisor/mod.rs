@@ -243,9 +243,17 @@ impl Supervisor {
 
     /// [`admission::admit`] on a blocking thread, given up when the host stops.
     async fn admit(&self, bytes: Vec<u8>, rules: &Rules) -> Result<(Plugin, Options), String> {
-        tokio::select! {
-            admitted = admission::admit_blocking(&self.engine, bytes, rules) => admitted,
-            () = self.stopping.cancelled() => Err("the host is stopping".into()),
+        let admitting = admission::admit_blocking(&self.engine, bytes, rules);
+        tokio::pin!(admitting);
+        let mut beat = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                admitted = &mut admitting => return admitted,
+                () = self.stopping.cancelled() => return Err("the host is stopping".into()),
+                // A compile (a Python plugin's takes a minute) runs on a thread of its own:
+                // work going on, not a wedged supervisor.
+                _ = beat.tick() => self.health.beat_supervisor(),
+            }
         }
     }
 

@@ -50,6 +50,14 @@ impl Handle {
         let _ = self.reload.try_send(());
     }
 
+    /// What [`Handle::reload`] does, for a task of its own to call.
+    pub fn reloader(&self) -> impl Fn() + Send + 'static {
+        let reload = self.reload.clone();
+        move || {
+            let _ = reload.try_send(());
+        }
+    }
+
     /// Stop every unit (in-flight reconciles may finish within the grace period) and wait
     /// at most `grace` plus a second for the supervisor to end.
     pub async fn stop(mut self, grace: Duration) {
@@ -79,10 +87,12 @@ impl Supervisor {
 
     async fn serve(mut self, mut reloads: mpsc::Receiver<()>, mut shards: Option<Shards>) {
         let stopping = self.stopping.clone();
+        let mut beat = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
                 biased;
                 () = stopping.cancelled() => break,
+                _ = beat.tick() => self.health.beat_supervisor(),
                 Some(assignment) = assigned(shards.as_mut()) => {
                     let Some(s) = shards.as_ref() else { continue };
                     // `held` must name a range before any controller starts on it
