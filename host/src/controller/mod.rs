@@ -252,7 +252,7 @@ pub async fn run(
     let name = wiring.metadata.name.clone();
     let busy = events::Busy::default();
     let (recorder, writing) = events::start(
-        wiring.client.clone(),
+        (wiring.client.clone(), tenure.clone()),
         &name,
         (wiring.per_object.clone(), |m| &m.events),
         &busy,

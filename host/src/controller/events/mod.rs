@@ -31,13 +31,13 @@ use recorder::Write;
 /// The plugin's event queue, and the task that writes it (sweeping the series kept in
 /// `memory`, where `correlator` finds them) as the plugin's reconciles (`busy`) leave room.
 pub(super) fn start<M: Send + Sync + 'static>(
-    client: kube::Client,
+    (client, tenure): (kube::Client, crate::lease::Tenure),
     plugin: &str,
     (memory, correlator): (std::sync::Arc<M>, fn(&M) -> &Correlator),
     busy: &Busy,
 ) -> (Recorder, Writing) {
     let sweep = std::sync::Arc::new(move || correlator(&memory).sweep());
-    Recorder::new(client, plugin, sweep, busy)
+    Recorder::new((client, tenure), plugin, sweep, busy)
 }
 
 /// Record one of the host's own Warnings about the parent.

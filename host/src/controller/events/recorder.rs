@@ -22,8 +22,11 @@ use kube::core::Request;
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
+use tokio_util::task::AbortOnDropHandle;
+
 use super::correlator::Due;
 use crate::key::ObjectKey;
+use crate::lease::Tenure;
 use crate::ops::metrics::{EventsDroppedLabels, PluginLabel};
 
 /// Events waiting to be written, per plugin.
@@ -65,30 +68,46 @@ impl Body {
     }
 }
 
+/// A write and the term it was decided in: it is sent only while that term lasts, so an
+/// event queued by a reconcile of one term is never written in a later one (nor after a
+/// shard's range moved to another replica).
+type Queued = (Tenure, Write);
+
 /// The queue of one plugin's event writes.
 #[derive(Clone)]
 pub(crate) struct Recorder {
-    queue: mpsc::Sender<Write>,
+    queue: mpsc::Sender<Queued>,
     plugin: String,
+    tenure: Tenure,
 }
 
 impl Recorder {
     /// A recorder and the task, spawned, that writes what it queues with `client`
-    /// (and the counts of the series `sweep` ends).
-    pub(super) fn new(client: kube::Client, plugin: &str, sweep: Sweep, busy: &Busy) -> (Recorder, Writing) {
+    /// (and the counts of the series `sweep` ends), each in the term of `tenure` it was
+    /// queued in.
+    pub(super) fn new(
+        (client, tenure): (kube::Client, Tenure),
+        plugin: &str,
+        sweep: Sweep,
+        busy: &Busy,
+    ) -> (Recorder, Writing) {
         let (queue, rx) = mpsc::channel(256);
         let (stop, stopped) = oneshot::channel();
         let recorder = Recorder {
             queue,
             plugin: plugin.to_string(),
+            tenure: tenure.clone(),
         };
         let writer = Writer {
             client,
             plugin: plugin.to_string(),
             sweep,
             busy: busy.0.subscribe(),
+            tenure,
         };
-        let task = tokio::spawn(writer.write_all(rx, stopped));
+        // Aborted with its unit: a unit cut off after the grace period leaves no writer
+        // draining thousands of events behind it.
+        let task = AbortOnDropHandle::new(tokio::spawn(writer.write_all(rx, stopped)));
         let writing = Writing {
             task,
             stop,
@@ -97,9 +116,9 @@ impl Recorder {
         (recorder, writing)
     }
 
-    /// Queue one write; a full queue drops it, counted.
+    /// Queue one write, in the term now; a full queue drops it, counted.
     pub(super) fn send(&self, write: Write) {
-        if self.queue.try_send(write).is_err() {
+        if self.queue.try_send((self.tenure.pin(), write)).is_err() {
             dropped(&self.plugin, Dropped::Queue);
         }
     }
@@ -110,18 +129,17 @@ pub(super) type Sweep = Arc<dyn Fn() -> Vec<Due> + Send + Sync>;
 
 /// The task writing one plugin's events.
 pub(crate) struct Writing {
-    task: tokio::task::JoinHandle<()>,
+    task: AbortOnDropHandle<()>,
     stop: oneshot::Sender<()>,
     plugin: String,
 }
 
 impl Writing {
     /// Take no more events, write those queued within [`DRAIN`], and count the rest.
-    pub(crate) async fn finish(self) {
+    pub(crate) async fn finish(mut self) {
         let _ = self.stop.send(());
-        let abort = self.task.abort_handle();
-        if tokio::time::timeout(DRAIN, self.task).await.is_err() {
-            abort.abort();
+        if tokio::time::timeout(DRAIN, &mut self.task).await.is_err() {
+            self.task.abort();
             dropped(&self.plugin, Dropped::Shutdown);
             tracing::warn!(plugin = %self.plugin, "events still queued at shutdown were not recorded");
         }
@@ -139,11 +157,13 @@ pub(crate) enum Dropped {
     Failed,
     /// Still queued when the host stopped.
     Shutdown,
+    /// Its term (or the shard range it was about) ended before it was written.
+    Fenced,
 }
 
 impl Dropped {
     /// Every cause, so a plugin's series can start at zero.
-    pub(crate) const CAUSES: &[&str] = &["budget", "queue", "failed", "shutdown"];
+    pub(crate) const CAUSES: &[&str] = &["budget", "queue", "failed", "shutdown", "fenced"];
 
     fn label(self) -> &'static str {
         Self::CAUSES[self as usize]
@@ -192,16 +212,17 @@ struct Writer {
     plugin: String,
     sweep: Sweep,
     busy: tokio::sync::watch::Receiver<usize>,
+    tenure: Tenure,
 }
 
 impl Writer {
     /// Write what the queue brings, as children and status leave room, and the ended
     /// series' counts.
-    async fn write_all(mut self, mut rx: mpsc::Receiver<Write>, mut stopped: oneshot::Receiver<()>) {
+    async fn write_all(mut self, mut rx: mpsc::Receiver<Queued>, mut stopped: oneshot::Receiver<()>) {
         let mut in_flight = FuturesUnordered::new();
         let mut swept = tokio::time::interval(SWEEP);
         swept.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut waiting: VecDeque<(Instant, Write)> = VecDeque::new();
+        let mut waiting: VecDeque<(Instant, Queued)> = VecDeque::new();
         let (mut open, mut counted, mut stopping) = (true, true, false);
         while open || !in_flight.is_empty() || !waiting.is_empty() {
             let room = self.room(
@@ -212,7 +233,7 @@ impl Writer {
             while in_flight.len() < room
                 && let Some((_, write)) = waiting.pop_front()
             {
-                in_flight.push(write_one(self.client.clone(), self.plugin.clone(), write));
+                in_flight.push(write_one(&self.client, self.plugin.clone(), write));
             }
             // Wake when the oldest event's patience runs out, or check again soon.
             let due = waiting
@@ -229,8 +250,8 @@ impl Writer {
                 changed = self.busy.changed(), if counted => counted = changed.is_ok(),
                 _ = tokio::time::sleep(due), if !waiting.is_empty() => {}
                 _ = swept.tick(), if open => {
-                    let now = Instant::now();
-                    waiting.extend((self.sweep)().into_iter().map(|due| (now, Write::Count(due))));
+                    let (now, term) = (Instant::now(), self.tenure.pin());
+                    waiting.extend((self.sweep)().into_iter().map(|due| (now, (term.clone(), Write::Count(due)))));
                 }
                 // What is queued is still written; nothing more is taken. (`open` stays
                 // true until the queue is drained: a finished receiver is never polled again.)
@@ -256,8 +277,17 @@ impl Writer {
     }
 }
 
-/// Write one event; a failure is logged and counted, never retried into a loop.
-async fn write_one(client: kube::Client, plugin: String, write: Write) {
+/// Write one event in its term; a failure is logged and counted, never retried into a loop.
+fn write_one(
+    client: &kube::Client,
+    plugin: String,
+    (term, write): Queued,
+) -> impl Future<Output = ()> + use<> {
+    let client = crate::lease::guard(client, &term);
+    write_fenced(client, plugin, write)
+}
+
+async fn write_fenced(client: kube::Client, plugin: String, write: Write) {
     let result = match &write {
         Write::Create(event) => create(&client, event).await,
         Write::Count(due) => count(&client, due).await,
@@ -272,6 +302,10 @@ async fn write_one(client: kube::Client, plugin: String, write: Write) {
         }
         // The Event expired (its TTL) or was deleted: the series has nothing to count on.
         Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(kube::Error::Service(e)) if e.is::<crate::lease::guard::Fenced>() => {
+            dropped(&plugin, Dropped::Fenced);
+            tracing::debug!(plugin = %plugin, "event of an ended term not recorded");
+        }
         Err(e) => {
             dropped(&plugin, Dropped::Failed);
             tracing::warn!(plugin = %plugin, error = %e, "could not record event");
@@ -312,6 +346,7 @@ mod tests {
             Dropped::Queue,
             Dropped::Failed,
             Dropped::Shutdown,
+            Dropped::Fenced,
         ];
         let labels: Vec<&str> = all.iter().map(|d| d.label()).collect();
         assert_eq!(labels, Dropped::CAUSES);
@@ -328,7 +363,8 @@ mod tests {
         let busy = Busy::default();
         // A reconcile runs for good: before the stop, events only wait.
         let _running = busy.write();
-        let (recorder, writing) = Recorder::new(unreachable(), "p", Arc::new(Vec::new), &busy);
+        let writer = (unreachable(), Tenure::always());
+        let (recorder, writing) = Recorder::new(writer, "p", Arc::new(Vec::new), &busy);
         for i in 0..100 {
             let mut event = KubeEvent::default();
             event.metadata.name = Some(format!("e{i}"));
@@ -340,6 +376,67 @@ mod tests {
         assert!(
             matches!(ended, Ok(Ok(()))),
             "the writer drains its queue and ends without a panic: {ended:?}"
+        );
+    }
+
+    /// An API server that counts the requests it gets.
+    fn counting() -> (kube::Client, Arc<std::sync::atomic::AtomicUsize>) {
+        let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = seen.clone();
+        let router = axum::Router::new().fallback(async move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            (
+                [(http::header::CONTENT_TYPE, "application/json")],
+                r#"{"metadata":{"resourceVersion":"1"}}"#,
+            )
+        });
+        (kube::Client::new(router, "ns"), seen)
+    }
+
+    #[tokio::test]
+    async fn an_event_queued_in_a_term_is_never_written_in_a_later_one() {
+        // Review L1: the writer's client was guarded by the unpinned tenure, so an event a
+        // reconcile queued in one term went out in the next term this process held.
+        let (fence, tenure) = crate::lease::Fence::new(Duration::from_secs(3600));
+        fence.renewed(tokio::time::Instant::now());
+        let (client, seen) = counting();
+        let busy = Busy::default();
+        let running = busy.write();
+        let (recorder, writing) = Recorder::new((client, tenure), "p", Arc::new(Vec::new), &busy);
+        let event = || Write::Create(Body::of(&KubeEvent::default()).expect("serializes"));
+        recorder.send(event());
+        // The term ends while the event waits for the reconciles; a new one begins.
+        fence.end();
+        fence.renewed(tokio::time::Instant::now());
+        recorder.send(event());
+        drop(running);
+        writing.finish().await;
+        assert_eq!(
+            seen.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "only the new term's event"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_writing_dropped_with_its_unit_stops_writing() {
+        let (client, seen) = counting();
+        let busy = Busy::default();
+        let running = busy.write();
+        let (recorder, writing) = Recorder::new((client, Tenure::always()), "p", Arc::new(Vec::new), &busy);
+        for _ in 0..10 {
+            recorder.send(Write::Create(
+                Body::of(&KubeEvent::default()).expect("serializes"),
+            ));
+        }
+        // The unit is aborted after the grace period: its `Writing` goes without `finish`.
+        drop(writing);
+        drop(running);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            seen.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "nothing written after the abort"
         );
     }
 }

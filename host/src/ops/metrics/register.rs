@@ -231,7 +231,7 @@ pub(super) fn capstan(r: &mut Registrar, m: &Metrics) {
     );
     r.register(
         "capstan_events_dropped",
-        "Events not recorded, by cause: budget (over the budget of their object and reason: 3, then 1 a minute), queue (the plugin's event queue full), failed (the write failed), shutdown (still queued when the controller stopped)",
+        "Events not recorded, by cause: budget (over the budget of their object and reason: 3, then 1 a minute), queue (the plugin's event queue full), failed (the write failed), shutdown (still queued when the controller stopped), fenced (the term or range it was queued in ended first)",
         m.events_dropped.clone(),
     );
     r.register(
