@@ -434,7 +434,7 @@ impl Fixture {
                 .into_iter()
                 .map(|o| in_namespace(&declared, o))
                 .collect();
-            capstan_contract::related::select(&declared, &resolved, &existing)
+            capstan_contract::related::select(&declared, &resolved, &existing).map_err(Failure::Related)?
         };
         let request = wit::Request {
             parent,

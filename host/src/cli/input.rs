@@ -83,6 +83,7 @@ pub fn request(
         capstan_contract::related::resolve(metadata, of, &queries, allow).map_err(Unrequestable::Refused)?;
     Ok(Request {
         related: capstan_contract::related::select(metadata, &resolved, candidates)
+            .map_err(Unrequestable::Refused)?
             .iter()
             .map(Json::from)
             .collect(),

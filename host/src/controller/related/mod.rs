@@ -227,7 +227,7 @@ pub(super) async fn read(
     }
     // Counted before the caches are read: a change landing in between is read again next time.
     let changes = changes(shared);
-    let answer = Arc::new(answer(&queries, shared));
+    let answer = Arc::new(answer(&queries, shared).map_err(Failure::Refused)?);
     let entry = Entry {
         plugin: plugin.number,
         resource_version: version,
@@ -250,9 +250,11 @@ fn changes(shared: &Shared) -> Vec<u64> {
 }
 
 /// The objects the queries select, query by query, each query's in namespace and name
-/// order, each object once.
-fn answer(queries: &[Resolved], shared: &Shared) -> Vec<Arc<Compact>> {
+/// order, each object once; refused past the contract's bound on an answer.
+fn answer(queries: &[Resolved], shared: &Shared) -> Result<Vec<Arc<Compact>>, String> {
     let mut out: Vec<Arc<Compact>> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut tally = capstan_contract::related::Tally::default();
     for q in queries {
         let cache = &shared.related[q.kind];
         let mut found: Vec<Arc<Compact>> = match &q.names {
@@ -277,12 +279,15 @@ fn answer(queries: &[Resolved], shared: &Shared) -> Vec<Arc<Compact>> {
             (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
         });
         for o in found {
-            if !out.iter().any(|seen| Arc::ptr_eq(seen, &o)) {
+            if seen.insert(Arc::as_ptr(&o)) {
+                // The text the request will carry (an object that cannot be shown fails
+                // the reconcile later, where it is built).
+                tally.add(o.json().map_or(0, |j| j.text().len()))?;
                 out.push(o);
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// Ask the plugin what it reads for `parent` (within its CPU share), and check the

@@ -14,6 +14,39 @@ pub use shown::shown;
 pub const MAX_QUERIES: usize = 32;
 /// Most names all queries of one answer may list together.
 pub const MAX_NAMES: usize = 256;
+/// Most objects a request's `related` may hold. Names are capped by [`MAX_NAMES`], but a
+/// label query selects what the cluster has, so the answer itself is bounded.
+pub const MAX_RELATED: usize = 1024;
+/// Most JSON text, in bytes, a request's `related` may hold: as much as a response.
+pub const MAX_RELATED_BYTES: usize = 4 << 20;
+
+/// The running size of an answer; refused past [`MAX_RELATED`] or [`MAX_RELATED_BYTES`],
+/// the same offline and in the host.
+#[derive(Debug, Default)]
+pub struct Tally {
+    objects: usize,
+    bytes: usize,
+}
+
+impl Tally {
+    /// Count one more selected object of `bytes` of JSON text.
+    pub fn add(&mut self, bytes: usize) -> Result<(), String> {
+        self.objects += 1;
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.objects > MAX_RELATED {
+            return Err(format!(
+                "related queries select more than {MAX_RELATED} objects; narrow the selector"
+            ));
+        }
+        if self.bytes > MAX_RELATED_BYTES {
+            return Err(format!(
+                "related queries select more than {} MiB of objects; narrow the selector",
+                MAX_RELATED_BYTES >> 20
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// Which objects of one related kind a parent needs (`related-query` in the WIT).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -215,13 +248,15 @@ fn describe(group: &str, kind: &str) -> String {
 }
 
 /// The objects of `candidates` that answer `queries`, in query order, each once: what a
-/// request's `related` holds. Candidates are JSON objects with `apiVersion` and `kind`.
+/// request's `related` holds, or why it would be too large ([`Tally`]). Candidates are
+/// JSON objects with `apiVersion` and `kind`.
 pub fn select(
     metadata: &Metadata,
     resolved: &[Resolved],
     candidates: &[serde_json::Value],
-) -> Vec<serde_json::Value> {
+) -> Result<Vec<serde_json::Value>, String> {
     let mut out: Vec<serde_json::Value> = Vec::new();
+    let mut tally = Tally::default();
     for q in resolved {
         let kind = &metadata.related[q.kind];
         for c in candidates.iter().filter(|c| kind.matches(c)) {
@@ -230,11 +265,12 @@ pub fn select(
             let ns = meta["namespace"].as_str().filter(|_| kind.namespaced);
             let name = meta["name"].as_str().unwrap_or_default();
             if q.matches(ns, name, &labels) && !out.contains(c) {
+                tally.add(c.to_string().len())?;
                 out.push(c.clone());
             }
         }
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -144,7 +144,7 @@ fn selection_is_by_kind_namespace_name_and_labels_each_object_once() {
         query("Namespace", None, Selector::Names(vec!["a".into()])),
     ];
     let resolved = resolve(&m, in_ns("a"), &queries, &Allowances::default()).unwrap();
-    let picked = select(&m, &resolved, &candidates);
+    let picked = select(&m, &resolved, &candidates).unwrap();
     let names: Vec<_> = picked
         .iter()
         .map(|o| {
@@ -156,4 +156,28 @@ fn selection_is_by_kind_namespace_name_and_labels_each_object_once() {
         })
         .collect();
     assert_eq!(names, ["ConfigMap/x", "ConfigMap/y", "Namespace/a"]);
+}
+
+#[test]
+fn a_label_query_selects_at_most_the_answer_bound() {
+    // Names are capped per answer; a label query selects what the cluster holds, so the
+    // answer itself is bounded, in objects and in bytes (review M5).
+    let m = metadata();
+    let all = [query("ConfigMap", None, Selector::Labels("app=web".into()))];
+    let resolved = resolve(&m, in_ns("a"), &all, &Allowances::default()).unwrap();
+    let cm = |i: usize, data: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"namespace": "a", "name": format!("c{i}"), "labels": {"app": "web"}},
+            "data": {"d": data}})
+    };
+    let many: Vec<_> = (0..=MAX_RELATED).map(|i| cm(i, "")).collect();
+    assert_eq!(
+        select(&m, &resolved, &many[..MAX_RELATED]).unwrap().len(),
+        MAX_RELATED
+    );
+    let e = select(&m, &resolved, &many).unwrap_err();
+    assert!(e.contains("more than 1024 objects"), "{e}");
+    let big: Vec<_> = (0..5).map(|i| cm(i, &"x".repeat(1 << 20))).collect();
+    let e = select(&m, &resolved, &big).unwrap_err();
+    assert!(e.contains("more than 4 MiB"), "{e}");
 }
