@@ -307,17 +307,21 @@ pub async fn prune(client: &Client, ar: &ApiResource, observed: &impl kube::Reso
     }
 }
 
-/// Set the parent's finalizers to `finalizers`, guarded by its resourceVersion; returns
-/// the resourceVersion written.
+/// Set the parent's finalizers to `finalizers` (and, when given, one annotation beside
+/// them), guarded by its resourceVersion; returns the resourceVersion written.
 pub async fn finalizers(
     client: &Client,
     ar: &ApiResource,
     parent: &DynamicObject,
     finalizers: Vec<String>,
+    annotation: Option<(&str, &str)>,
 ) -> kube::Result<String> {
-    let patch = json!({
+    let mut patch = json!({
         "metadata": { "finalizers": finalizers, "resourceVersion": parent.resource_version() },
     });
+    if let Some((key, value)) = annotation {
+        patch["metadata"]["annotations"] = json!({ key: value });
+    }
     let api = api(client, ar, parent.namespace().as_deref());
     let request = Request::new(api.resource_url()).patch(
         &parent.name_any(),

@@ -3,6 +3,11 @@
 //! deletion that has waited longer than `limits.finalizerTimeout` (10 minutes) raises a `FinalizerStuck` Warning
 //! saying how to let go, and the annotation [`RELEASE_ANNOTATION`]`=true` on the parent
 //! removes the finalizer without the plugin's cleanup.
+//!
+//! A plugin's finalizer is the one its running version declares *or* the one the host
+//! recorded on the parent when it added it ([`names`]): a new version that renames or
+//! drops its finalizer still finalizes (or lets go of) every parent an earlier version
+//! marked, instead of leaving them in Terminating for good.
 
 use std::time::Duration;
 
@@ -13,78 +18,92 @@ use super::Shared;
 use super::events::warn;
 use super::outcome::{Error, count_write};
 use crate::apply;
+use crate::engine::Metadata;
+
+mod names;
+pub use names::RECORD_ANNOTATION;
 
 /// Annotation an admin sets on a stuck parent to remove the plugin's finalizer.
 pub const RELEASE_ANNOTATION: &str = "capstan.dev/release-finalizer";
 
-/// Whether the parent carries the plugin's finalizer: a deleted parent without it needs
-/// nothing from the plugin.
-pub(super) fn held(parent: &DynamicObject, metadata: &crate::engine::Metadata) -> bool {
-    let finalizer = metadata.finalizer.as_deref();
-    finalizer.is_some_and(|f| parent.finalizers().iter().any(|x| x == f))
+/// Whether the parent carries one of the plugin's finalizers: a deleted parent without
+/// any needs nothing from the plugin.
+pub(super) fn held(parent: &DynamicObject, metadata: &Metadata) -> bool {
+    !names::on(parent, metadata).is_empty()
 }
 
-/// Let a deleted parent go without the plugin's cleanup when an admin annotated it so;
+/// Let a deleted parent go without the plugin's cleanup when an admin annotated it so, or
+/// when the running version declares no finalizer (an earlier one marked the parent);
 /// `true` when it was let go.
-pub(super) async fn release_if_annotated(
+pub(super) async fn let_go(
     parent: &DynamicObject,
-    metadata: &crate::engine::Metadata,
+    metadata: &Metadata,
     shared: &Shared,
 ) -> Result<bool, Error> {
     let annotated = parent
         .annotations()
         .get(RELEASE_ANNOTATION)
         .is_some_and(|v| v == "true");
-    if !annotated {
+    let message = if annotated {
+        format!(
+            "finalizer released by the {RELEASE_ANNOTATION} annotation, without plugin {}'s cleanup",
+            metadata.name
+        )
+    } else if metadata.finalizer.is_none() {
+        format!(
+            "finalizer {} released: plugin {} version {} declares none, so nothing waits for its cleanup",
+            names::on(parent, metadata).join(", "),
+            metadata.name,
+            metadata.version
+        )
+    } else {
         return Ok(false);
-    }
+    };
     release(parent, metadata, shared).await?;
-    let message = format!(
-        "finalizer released by the {RELEASE_ANNOTATION} annotation, without plugin {}'s cleanup",
-        metadata.name
-    );
     warn(shared, parent, "FinalizerReleased", &message);
     Ok(true)
 }
 
-/// Add the plugin's finalizer to a live parent that lacks it; `true` when it was added
-/// (the update wakes the parent again, which then reconciles as usual).
+/// Put the running version's finalizer on a live parent — in place of an earlier
+/// version's, and recorded as the plugin's — or take an earlier version's off when this
+/// one declares none; `true` when the parent was written (the update wakes it again).
 pub(super) async fn add_if_missing(
     parent: &DynamicObject,
-    metadata: &crate::engine::Metadata,
+    metadata: &Metadata,
     shared: &Shared,
 ) -> Result<bool, Error> {
-    let Some(finalizer) = metadata.finalizer.as_deref() else {
-        return Ok(false);
-    };
     // A preview adds nothing: it reconciles the parent as though the finalizer were on.
-    if held(parent, metadata) || shared.preview().is_some() {
+    if shared.preview().is_some() {
         return Ok(false);
     }
-    let mut finalizers = parent.finalizers().to_vec();
-    finalizers.push(finalizer.to_string());
-    let version = apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
+    let Some(change) = names::wanted(parent, metadata) else {
+        return Ok(false);
+    };
+    let record = change.record.as_deref().map(|r| (RECORD_ANNOTATION, r));
+    let version =
+        apply::finalizers(&shared.client, &shared.parent, parent, change.finalizers, record).await?;
     super::written::parent(shared, parent, version);
     count_write(&metadata.name);
     Ok(true)
 }
 
-/// Remove the plugin's finalizer once it answered `finalized`.
+/// Remove every one of the plugin's finalizers once it answered `finalized` (or was let go).
 pub(super) async fn release(
     parent: &DynamicObject,
-    metadata: &crate::engine::Metadata,
+    metadata: &Metadata,
     shared: &Shared,
 ) -> Result<(), Error> {
     if shared.preview().is_some() {
         return Ok(());
     }
+    let ours = names::on(parent, metadata);
     let finalizers = parent
         .finalizers()
         .iter()
-        .filter(|f| Some(f.as_str()) != metadata.finalizer.as_deref())
+        .filter(|f| !ours.contains(f))
         .cloned()
         .collect();
-    let version = apply::finalizers(&shared.client, &shared.parent, parent, finalizers).await?;
+    let version = apply::finalizers(&shared.client, &shared.parent, parent, finalizers, None).await?;
     super::written::parent(shared, parent, version);
     count_write(&metadata.name);
     Ok(())

@@ -204,9 +204,7 @@ async fn reconcile_inner(
     let deleting = compact.metadata.deletion_timestamp.is_some();
     let parent = &compact.object()?;
     // A deletion is never answered from memory, and waits for no related query.
-    if deleting
-        && (!finalizer::held(parent, metadata)
-            || finalizer::release_if_annotated(parent, metadata, shared).await?)
+    if deleting && (!finalizer::held(parent, metadata) || finalizer::let_go(parent, metadata, shared).await?)
     {
         return Ok(None);
     }

@@ -126,7 +126,7 @@ impl Compact {
         // Made of serialized parts, so it is UTF-8 and parses; if it ever did not, the
         // reconcile fails rather than show the plugin less than the object (`{}` would
         // read as "nothing here" and prune).
-        let text = String::from_utf8(text).map_err(|e| <serde_json::Error as serde::de::Error>::custom(e))?;
+        let text = String::from_utf8(text).map_err(<serde_json::Error as serde::de::Error>::custom)?;
         Json::from_text(text)
     }
 
