@@ -835,3 +835,100 @@ async fn a_child_relabelled_for_another_plugin_is_never_pruned_by_the_first() ->
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
+
+/// Another controller owns one condition of the Echo's `status.conditions` (a list-map by
+/// `type`, the Kubernetes convention), so Echo's status never *looks* applied: the list is
+/// longer than Echo's. The server holds Echo's part all the same, so its writes change
+/// nothing: a full resync writes nothing, and the co-writer's changes never make a
+/// `WriteLoop` of Echo's writes (review M2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_list_shared_with_another_writer_is_quiet_and_never_a_write_loop() -> Result<()> {
+    let plane = Plane::shared().await?;
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(
+        workspace().join("plugins/echo/crd.yaml"),
+    )?)?;
+    plane.install_crds(&[crd]).await?;
+    let ns = plane.namespace("run-shared").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
+    std::fs::create_dir_all(&dir)?;
+    let config = dir.join("capstan.yaml");
+    std::fs::write(&config, "plugins:\n- path: echo.wasm\n  resync: 2s\n")?;
+    let host = start_host_with(
+        plane,
+        &["echo"],
+        &ns,
+        &dir,
+        &["--config", config.to_str().unwrap()],
+    )?;
+    let client = plane.client().await?;
+    let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
+    let echo: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "Echo",
+        "metadata": {"name": "shared"}, "spec": {"message": "hi"},
+    }))?;
+    echoes.create(&PostParams::default(), &echo).await?;
+    eventually("the Echo Succeeded", Duration::from_secs(90), async || {
+        Ok((echoes.get("shared").await?.data["status"]["phase"] == "Succeeded").then_some(()))
+    })
+    .await?;
+
+    // The co-writer applies its own condition, and changes it again and again.
+    let audit = |n: usize| {
+        json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "Echo", "metadata": {"name": "shared"},
+            "status": {"conditions": [{
+                "type": "Audited", "status": if n % 2 == 0 { "True" } else { "False" },
+                "reason": "Checked", "message": format!("audit {n}"),
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }]},
+        })
+    };
+    let auditor = PatchParams::apply("auditor").force();
+    for n in 0..8 {
+        echoes
+            .patch_status("shared", &auditor, &Patch::Apply(&audit(n)))
+            .await?;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    let metrics = host.address("metrics").context("metrics address logged")?;
+    let reconciles = r#"controller_runtime_reconcile_total{controller="echo",result="success"}"#;
+    let writes = r#"capstan_api_writes_total{plugin="echo"}"#;
+    let loops = r#"capstan_write_loops_total{plugin="echo"}"#;
+    let settled = sample(&http_get(&metrics, "/metrics")?.1, reconciles);
+    let before = eventually(
+        "a resync after the last change",
+        Duration::from_secs(30),
+        async || {
+            let body = http_get(&metrics, "/metrics")?.1;
+            Ok((sample(&body, reconciles) >= settled + 2.0).then_some(body))
+        },
+    )
+    .await?;
+    let after = eventually("three more resyncs", Duration::from_secs(30), async || {
+        let body = http_get(&metrics, "/metrics")?.1;
+        Ok((sample(&body, reconciles) >= sample(&before, reconciles) + 3.0).then_some(body))
+    })
+    .await?;
+    assert_eq!(
+        sample(&after, writes),
+        sample(&before, writes),
+        "resyncs of a status shared with another writer wrote"
+    );
+    assert_eq!(
+        sample(&after, loops),
+        0.0,
+        "a co-writer's changes were taken for a fight"
+    );
+    // Both writers' conditions are there, each as its writer left it.
+    let status = echoes.get("shared").await?.data["status"].clone();
+    let types: Vec<&str> = status["conditions"]
+        .as_array()
+        .context("conditions")?
+        .iter()
+        .filter_map(|c| c["type"].as_str())
+        .collect();
+    assert!(types.contains(&"Ready") && types.contains(&"Audited"), "{status}");
+    assert_eq!(status["phase"], "Succeeded");
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}

@@ -75,6 +75,12 @@ impl Bucket {
         self.tokens -= n;
     }
 
+    /// Give back `n` tokens taken for what turned out to cost nothing (never past full).
+    pub fn refund(&mut self, n: f64, now: Instant) {
+        self.refill(now);
+        self.tokens = (self.tokens + n).min(self.burst);
+    }
+
     /// How long until the bucket is out of debt.
     pub fn debt(&mut self, now: Instant) -> Duration {
         self.refill(now);

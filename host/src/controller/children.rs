@@ -252,6 +252,7 @@ async fn create_one(
         tracing::debug!(wait = ?wait, child = %describe(&step.child), "plugin over its creation rate; later");
         return Ok(Creation::Not(Writes::deferred(wait)));
     }
+    // A creation is over no observed version: never found unchanged.
     churn(shared, parent, plugin, step).await?;
     let resource = &shared.children[step.kind].resource;
     match apply::create(&shared.client, resource, &step.child, plugin).await? {
@@ -269,13 +270,25 @@ async fn create_one(
     }
 }
 
-/// The write-loop guard for one child's write.
-async fn churn(shared: &Shared, parent: &DynamicObject, plugin: &str, step: &Step) -> Result<(), Error> {
-    let digest = step.child.object["metadata"]["annotations"][apply::APPLIED_ANNOTATION]
-        .as_str()
-        .unwrap_or_default();
+/// The write-loop guard for one child's write: `false` when the server was found to hold
+/// this content at the observed version already.
+async fn churn(shared: &Shared, parent: &DynamicObject, plugin: &str, step: &Step) -> Result<bool, Error> {
     let (_, seen) = step.observed.clone().unwrap_or_default();
-    super::churn::guard(shared, parent, plugin, &describe(&step.child), (digest, &seen)).await
+    super::churn::guard(
+        shared,
+        parent,
+        plugin,
+        &describe(&step.child),
+        (digest(step), &seen),
+    )
+    .await
+}
+
+/// The digest of a child's desired content, as its applied annotation carries it.
+fn digest(step: &Step) -> &str {
+    step.child.object["metadata"]["annotations"][apply::APPLIED_ANNOTATION]
+        .as_str()
+        .unwrap_or_default()
 }
 
 /// Update one observed child (or, in a preview, say what writing it would do).
@@ -288,17 +301,23 @@ async fn apply_one(
     if let Some(preview) = shared.preview() {
         return preview_one(shared, parent, plugin, step, preview).await;
     }
-    churn(shared, parent, plugin, step).await?;
-    let (client, resource) = (&shared.client, &shared.children[step.kind].resource);
-    let uid = step
-        .observed
-        .as_ref()
-        .map(|(uid, _)| uid.as_str())
-        .unwrap_or_default();
-    if step.held_by_create {
-        apply::ownership::hand_over(client, resource, &step.child, uid, plugin).await?;
+    if !churn(shared, parent, plugin, step).await? {
+        return Ok(Writes::default());
     }
-    let version = apply::update(client, resource, &step.child, uid, plugin).await?;
+    let (client, resource) = (&shared.client, &shared.children[step.kind].resource);
+    let (uid, seen) = step.observed.clone().unwrap_or_default();
+    if step.held_by_create {
+        apply::ownership::hand_over(client, resource, &step.child, &uid, plugin).await?;
+    }
+    let version = apply::update(client, resource, &step.child, &uid, plugin).await?;
+    if version == seen {
+        // Answered at the version it was made over: the child held this already (a list
+        // a webhook extends looks unapplied here). Nothing was written.
+        let target = describe(&step.child);
+        let churn = &shared.per_object.churn;
+        churn.unchanged(&ObjectKey::of(parent), &target, digest(step), &version);
+        return Ok(Writes::default());
+    }
     expect(shared, parent, step, Seen::AtLeast(version));
     Ok(Writes::wrote(plugin))
 }

@@ -8,6 +8,13 @@
 //! over the very same observed version of the object (a cache that has not yet seen the
 //! first write), which is no fight.
 //!
+//! A write the server answers at the very version it was made over changed nothing: the
+//! object holds that content already, by this plugin's field manager, though it does not
+//! *look* so here — a list another controller or a webhook extends (a shared
+//! `status.conditions`) is longer than the plugin's. Such a write is [`Churn::unchanged`]:
+//! it is no rewrite, a co-writer's later change makes no fight of it, and the same content
+//! over the same version is not sent again.
+//!
 //! A plugin can also feed itself with ever new content (a counter in the status: each
 //! write wakes a reconcile that writes the next number). So every object also has a
 //! budget of writes of any content — five at once, then one every ten seconds — and a
@@ -46,6 +53,8 @@ struct Entry {
     recent: Vec<(u64, Option<u64>, Instant)>,
     rewrites: Bucket,
     writes: Bucket,
+    /// Content the server was found to hold already, and at which version.
+    held: Option<(u64, u64)>,
 }
 
 /// A text as a fingerprint for equality (a collision would take one rewrite from a budget).
@@ -64,6 +73,9 @@ pub enum Verdict {
     Loop,
     /// Not yet: the object was written often; it may be again after this long.
     Later(Duration),
+    /// No need: the server answered this content over this very version without a
+    /// change.
+    Unchanged,
 }
 
 /// Recent writes per (parent key, object), of one plugin.
@@ -119,6 +131,7 @@ impl Churn {
                         recent: Vec::new(),
                         rewrites: Bucket::new(1.0 / WINDOW.as_secs_f64(), BURST, now),
                         writes: Bucket::new(1.0 / WRITE_EVERY.as_secs_f64(), WRITE_BURST, now),
+                        held: None,
                     },
                 ));
                 objects.len() - 1
@@ -126,6 +139,9 @@ impl Churn {
         };
         let entry = &mut objects[at].1;
         let (digest, seen) = (fingerprint(digest), (!seen.is_empty()).then(|| fingerprint(seen)));
+        if seen.is_some_and(|seen| entry.held == Some((digest, seen))) {
+            return Verdict::Unchanged;
+        }
         entry
             .recent
             .retain(|(_, _, at)| now.saturating_duration_since(*at) < WINDOW);
@@ -152,6 +168,30 @@ impl Churn {
         Verdict::Write
     }
 
+    /// The write of `digest` to `target` just checked was answered at `version`, the
+    /// version it was made over: the server held that content already. It is no rewrite
+    /// (a co-writer's next change does not make it one), and is not made again over
+    /// `version`.
+    pub fn unchanged(&self, parent: &ObjectKey, target: &str, digest: &str, version: &str) {
+        self.unchanged_at(parent, target, digest, version, Instant::now());
+    }
+
+    fn unchanged_at(&self, parent: &ObjectKey, target: &str, digest: &str, version: &str, now: Instant) {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(objects) = entries.map.get_mut(parent) else {
+            return;
+        };
+        let target = fingerprint(target);
+        let Some((_, entry)) = objects.iter_mut().find(|(t, _)| *t == target) else {
+            return;
+        };
+        // Nobody undid it: no write of this content is a rewrite to count against the next.
+        let digest = fingerprint(digest);
+        entry.recent.retain(|(d, _, _)| *d != digest);
+        entry.writes.refund(1.0, now);
+        entry.held = Some((digest, fingerprint(version)));
+    }
+
     /// Forget the objects of a parent that is gone.
     pub fn forget(&self, parent: &ObjectKey) {
         self.entries
@@ -172,19 +212,21 @@ impl Churn {
 }
 
 /// Let a write of `target` (content `digest`, observed at `seen`, on behalf of `parent`)
-/// through; refuse it as ping-pong (a `WriteLoop` Warning, `capstan_write_loops_total`,
-/// and an error that backs the parent off), or defer the parent while the object's write
-/// budget refills.
+/// through (`true`), or say it would change nothing (`false`: [`Churn::unchanged`]);
+/// refuse it as ping-pong (a `WriteLoop` Warning, `capstan_write_loops_total`, and an
+/// error that backs the parent off), or defer the parent while the object's write budget
+/// refills.
 pub(super) async fn guard(
     shared: &Shared,
     parent: &DynamicObject,
     plugin: &str,
     target: &str,
     (digest, seen): (&str, &str),
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let key = ObjectKey::of(parent);
     let wait = match shared.per_object.churn.check(&key, target, digest, seen) {
-        Verdict::Write => return Ok(()),
+        Verdict::Write => return Ok(true),
+        Verdict::Unchanged => return Ok(false),
         Verdict::Later(wait) => wait,
         Verdict::Loop => {
             let label = PluginLabel {
@@ -282,6 +324,31 @@ mod tests {
             .filter(|_| wrote(churn.check_at(&"ns/c".into(), "cm", "mine", "", t0)))
             .count();
         assert_eq!(deleted, 1 + 3, "made again and again: someone keeps deleting it");
+    }
+
+    #[test]
+    fn a_write_the_server_held_already_is_no_rewrite_and_is_not_sent_again() {
+        // Review M2: another controller owns one condition of the same list, so the
+        // plugin's status never looks applied; each of the co-writer's changes brought
+        // the same write over a new version, and the fourth in a minute was a "loop".
+        let churn = Churn::default();
+        let t0 = Instant::now();
+        let parent: ObjectKey = "ns/a".into();
+        for version in 1..=10 {
+            let seen = version.to_string();
+            assert!(
+                wrote(churn.check_at(&parent, "status", "mine", &seen, t0)),
+                "at {seen}"
+            );
+            churn.unchanged_at(&parent, "status", "mine", &seen, t0);
+            assert_eq!(
+                churn.check_at(&parent, "status", "mine", &seen, t0),
+                Verdict::Unchanged,
+                "not sent again over the version it was held at"
+            );
+        }
+        // New content is a write as ever.
+        assert!(wrote(churn.check_at(&parent, "status", "new", "10", t0)));
     }
 
     #[test]

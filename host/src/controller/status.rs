@@ -28,15 +28,27 @@ pub(super) async fn write(
         return preview_status(parent, plugin, shared, status, preview).await;
     }
     let seen = parent.resource_version().unwrap_or_default();
-    churn::guard(shared, parent, plugin, "status", (&apply::digest(status), &seen)).await?;
+    let digest = apply::digest(status);
+    if !churn::guard(shared, parent, plugin, "status", (&digest, &seen)).await? {
+        return Ok(Writes::default());
+    }
     let written = apply::status(&shared.client, &shared.parent, parent, status, plugin).await?;
-    let writes = Writes::wrote(plugin);
     let message = match written {
+        // Answered at the version it was made over: the status held this already (a
+        // condition list another controller shares looks unapplied here).
+        apply::StatusWrite::Written(version) if version == seen => {
+            let churn = &shared.per_object.churn;
+            churn.unchanged(&ObjectKey::of(parent), "status", &digest, &version);
+            return Ok(Writes::default());
+        }
         apply::StatusWrite::Written(version) => {
             super::written::parent(shared, parent, version);
-            return Ok(writes);
+            return Ok(Writes::wrote(plugin));
         }
-        apply::StatusWrite::HeldBy(message) => message,
+        apply::StatusWrite::HeldBy(message) => {
+            super::outcome::count_write(plugin);
+            message
+        }
     };
     let label = PluginLabel {
         plugin: plugin.into(),
