@@ -98,8 +98,8 @@ async fn one_of_two_hosts_leads_and_a_standby_takes_over_on_kill_and_on_sigterm(
 
     // kill -9 the leader: the standby converges a new Echo within the lease duration + 3 s.
     // A time asserted on purpose: it is the failover the HA guide promises (the standby
-    // retries every 2 s, so it acquires within the lease plus one retry, and one warm
-    // reconcile makes the Job); the wait itself is a condition with 10 s of room.
+    // retries every second here, so it acquires within the lease plus one retry, and one
+    // warm reconcile makes the Job); the wait itself is a condition with 10 s of room.
     hosts[first.as_str()].signal(libc::SIGKILL);
     let killed = Instant::now();
     let killed_at = Timestamp::now();
@@ -113,8 +113,8 @@ async fn one_of_two_hosts_leads_and_a_standby_takes_over_on_kill_and_on_sigterm(
     assert_eq!(holder(&client, &ns).await?.as_deref(), Some(standby));
 
     // SIGTERM the new leader with a warm standby beside it: hand-over within 2 s. Also a
-    // promise, not a guess at this machine's speed: the leader deletes its hold on the
-    // Lease as it stops, and the standby's next retry (every 2 s) takes it.
+    // promise, not a guess at this machine's speed: the leader releases the Lease as it
+    // stops, and the standby, watching it, takes it within one API round trip.
     hosts.insert("host-c", elected_host(plane, &ns, &dir, "host-c")?);
     eventually("host-c's caches", Duration::from_secs(30), async || {
         Ok(hosts["host-c"].logged("caches synced; ready").then_some(()))
