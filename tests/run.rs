@@ -877,7 +877,7 @@ async fn a_condition_list_shared_with_another_writer_is_quiet_and_never_a_write_
         json!({
             "apiVersion": "capstan.dev/v1alpha1", "kind": "Echo", "metadata": {"name": "shared"},
             "status": {"conditions": [{
-                "type": "Audited", "status": if n % 2 == 0 { "True" } else { "False" },
+                "type": "Audited", "status": if n.is_multiple_of(2) { "True" } else { "False" },
                 "reason": "Checked", "message": format!("audit {n}"),
                 "lastTransitionTime": "2026-01-01T00:00:00Z",
             }]},
