@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use capstan::dev::Plane;
 use capstan_tests::host::{
-    echo_resource, eventually, first_listed, hostile_crd, hostile_resource, http_get, sample,
-    scheduled_echo_resource, start_host, start_host_with,
+    echo_resource, eventually, first_listed, hostile_crd, hostile_resource, http_get, install_plugin_crd,
+    sample, scheduled_echo_resource, start_host, start_host_with,
 };
 use capstan_tests::{capstan_bin, compile_cache, workspace};
 use k8s_openapi::api::batch::v1::Job;
@@ -788,10 +788,7 @@ async fn recorded_reconciles_replay_identically_and_a_new_version_lists_its_chan
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_relabelled_for_another_plugin_is_never_pruned_by_the_first() -> Result<()> {
     let plane = Plane::shared().await?;
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(
-        workspace().join("plugins/echo/crd.yaml"),
-    )?)?;
-    plane.install_crds(&[crd]).await?;
+    install_plugin_crd(plane, "echo").await?;
     let ns = plane.namespace("run-relabel").await?;
     let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
     let _host = start_host(plane, &["echo"], &ns, &dir)?;
@@ -844,10 +841,7 @@ async fn a_child_relabelled_for_another_plugin_is_never_pruned_by_the_first() ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_condition_list_shared_with_another_writer_is_quiet_and_never_a_write_loop() -> Result<()> {
     let plane = Plane::shared().await?;
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(
-        workspace().join("plugins/echo/crd.yaml"),
-    )?)?;
-    plane.install_crds(&[crd]).await?;
+    install_plugin_crd(plane, "echo").await?;
     let ns = plane.namespace("run-shared").await?;
     let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
     std::fs::create_dir_all(&dir)?;
