@@ -181,9 +181,12 @@ async fn create_all(
                 if matches!(error, Error::Conflict(_)) {
                     take_back(shared, parent, &made).await;
                 } else {
-                    // Not a refusal: what was made stays, and the retry goes on from it.
-                    made.iter()
-                        .for_each(|(s, v)| expect(shared, parent, s, Seen::AtLeast(v.clone())));
+                    // Not a refusal: what was made stays (written, and counted so), and
+                    // the retry goes on from it.
+                    for (s, v) in &made {
+                        expect(shared, parent, s, Seen::AtLeast(v.clone()));
+                        super::outcome::count_write(plugin);
+                    }
                 }
                 return Err(error);
             }
@@ -227,7 +230,7 @@ async fn take_back(shared: &Shared, parent: &DynamicObject, made: &[(&Step, Stri
     for (step, version) in made {
         let resource = &shared.children[step.kind].resource;
         if let Err(e) = apply::take_back(&shared.client, resource, &step.child, version).await {
-            tracing::warn!(error = %e, child = %describe(&step.child), "a child made by a refused response was not taken back; the next reconcile prunes it");
+            tracing::warn!(error = %e, child = %describe(&step.child), "a child made by a refused response was not taken back");
         }
         expect(shared, parent, step, Seen::Past(version.clone()));
     }
