@@ -264,44 +264,42 @@ pub async fn holder(client: &Client, ar: &ApiResource, child: &Child) -> kube::R
 /// created (a later child met another holder) leaves nothing behind. A changed or gone
 /// object is left to the next reconcile.
 pub async fn take_back(client: &Client, ar: &ApiResource, child: &Child, version: &str) -> kube::Result<()> {
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: None,
-            resource_version: Some(version.to_string()),
-        }),
-        propagation_policy: Some(PropagationPolicy::Background),
-        ..DeleteParams::default()
+    let exactly = Preconditions {
+        uid: None,
+        resource_version: Some(version.to_string()),
     };
-    match api(client, ar, child.namespace.as_deref())
-        .delete(&child.name, &params)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
-        Err(e) => Err(e),
-    }
+    delete_if(client, ar, (child.namespace.as_deref(), &child.name), exactly).await
 }
 
 /// Delete an observed child that is no longer desired, only if it is still the object
 /// observed: the same UID and the same resourceVersion, so a stale cache (a child changed,
 /// relabelled or handed to another owner since) never deletes what it did not see.
 pub async fn prune(client: &Client, ar: &ApiResource, observed: &impl kube::Resource) -> kube::Result<()> {
+    let exactly = Preconditions {
+        uid: observed.uid(),
+        resource_version: observed.resource_version(),
+    };
+    let name = observed.name_any();
+    delete_if(client, ar, (observed.namespace().as_deref(), &name), exactly).await
+}
+
+/// Delete `(namespace, name)` in the background if it still meets `preconditions`.
+/// Gone, replaced, or changed since (404, 409) is no error: nothing to delete now, and a
+/// change comes back through the watch and wakes the parent, whose next reconcile judges
+/// the object as it is.
+async fn delete_if(
+    client: &Client,
+    ar: &ApiResource,
+    (namespace, name): (Option<&str>, &str),
+    preconditions: Preconditions,
+) -> kube::Result<()> {
     let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: observed.uid(),
-            resource_version: observed.resource_version(),
-        }),
+        preconditions: Some(preconditions),
         propagation_policy: Some(PropagationPolicy::Background),
         ..DeleteParams::default()
     };
-    match api(client, ar, observed.namespace().as_deref())
-        .delete(&observed.name_any(), &params)
-        .await
-    {
+    match api(client, ar, namespace).delete(name, &params).await {
         Ok(_) => Ok(()),
-        // Gone, replaced by a new object of the same name, or changed since it was observed:
-        // nothing to prune now. A change comes back through the watch and wakes the parent,
-        // whose next reconcile judges the object as it is.
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
         Err(e) => Err(e),
     }
