@@ -228,14 +228,10 @@ async fn reconcile_inner(
     let Some(mut response) = dispatch::run(compact, parent, plugin, shared, inputs_seen).await? else {
         return Ok(None);
     };
-    let writes = write(parent, metadata, shared, &mut response, &observed).await?;
-    for event in &response.events {
-        events::record(shared, parent, event);
-    }
-    if deleting && response.finalized {
-        finalizer::release(parent, metadata, shared).await?;
+    let written = write(parent, metadata, shared, &mut response, &observed).await;
+    let Some(writes) = follow(parent, metadata, shared, &response, written).await? else {
         return Ok(None);
-    }
+    };
     let next = next_after(&response, writes, shared);
     if deleting && let Some(due) = finalizer::stuck(parent, shared, &metadata.name).await {
         return Ok(Some(next.min(due)));
@@ -306,6 +302,40 @@ async fn write(
         Some(s) => Ok(writes.and(status::write(parent, writer, shared, s).await?)),
         None => Ok(writes),
     }
+}
+
+/// What follows the writes, whatever their outcome: the answer's events and, on a
+/// deletion the plugin finalized, the finalizer's release — unless the response was
+/// refused or conflicted as a whole, when nothing of it stands. `None` when the parent was
+/// let go; then its failed writes matter no more (its children go with it).
+async fn follow(
+    parent: &DynamicObject,
+    metadata: &Metadata,
+    shared: &Shared,
+    response: &Response,
+    written: Result<Writes, Error>,
+) -> Result<Option<Writes>, Error> {
+    if !answer_stands(&written) {
+        return written.map(Some);
+    }
+    for event in &response.events {
+        events::record(shared, parent, event);
+    }
+    if parent.metadata.deletion_timestamp.is_some() && response.finalized {
+        if let Err(e) = &written {
+            tracing::info!(error = %e, "the finalized deletion's last writes failed; the finalizer is released all the same");
+        }
+        finalizer::release(parent, metadata, shared).await?;
+        return Ok(None);
+    }
+    written.map(Some)
+}
+
+/// Whether an answer's events and `finalized` stand after its writes: for every outcome
+/// (written, deferred, slowed, a loop, a status or API error) but a response that wrote
+/// nothing because it was refused or named another owner's child.
+fn answer_stands(written: &Result<Writes, Error>) -> bool {
+    !matches!(written, Err(Error::Refused(_) | Error::Conflict(_)))
 }
 
 /// When to come back: when the plugin asked, or at the resync — sooner for a write left
@@ -383,5 +413,26 @@ mod tests {
             ..Response::default()
         };
         assert!(!quiet_answer(&requeue, Writes::default()));
+    }
+
+    #[test]
+    fn events_and_the_release_follow_every_outcome_but_a_response_that_wrote_nothing() {
+        let stands = [
+            Ok(Writes::default()),
+            Ok(Writes::deferred(Duration::from_secs(1))),
+            Err(Error::Loop("the same content again".into())),
+            Err(Error::Slowed(Duration::from_secs(3))),
+            Err(Error::StatusHeld("status.phase".into())),
+            Err(Error::Deferred(Duration::from_secs(1))),
+        ];
+        for written in &stands {
+            assert!(answer_stands(written), "{written:?}");
+        }
+        let refused = capstan_contract::Refusal {
+            subject: "child 0".into(),
+            reason: "no kind".into(),
+        };
+        assert!(!answer_stands(&Err(Error::Refused(refused))));
+        assert!(!answer_stands(&Err(Error::Conflict("Job default/x".into()))));
     }
 }

@@ -41,7 +41,7 @@ pub struct Allowances {
     pub namespaces: Vec<String>,
     /// A Namespace parent's children may live in the Namespace it reconciles: what a
     /// namespace-defaults plugin needs, granted because it lets the plugin write into
-    /// every Namespace it is shown (kube-system too). Reading there needs no grant.
+    /// every Namespace it is shown (kube-system too). Reading related objects there needs it too.
     pub own_namespace: bool,
     /// The plugin may declare Secret as its parent, a child or a related kind (`allowSecrets`).
     pub secrets: bool,
