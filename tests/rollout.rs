@@ -475,6 +475,18 @@ async fn a_shadow_reports_divergence_without_writing_and_a_canary_takes_only_its
         async || Ok((labelled(&jobs).await? == (ECHOES, 0)).then_some(())),
     )
     .await?;
+    // A new canary build is a versioned channel of its own: rewritten, it is reloaded and
+    // takes its parents again (here the old stable build, which sets no label).
+    let candidate = dir.join("echo-canary.wasm");
+    std::fs::copy(plugin("echo"), &swap)?;
+    std::fs::rename(&swap, &candidate)?;
+    eventually(
+        "the canary's parents follow its new build",
+        CONVERGE,
+        async || Ok((labelled(&jobs).await? == (ECHOES - CANARIES, CANARIES)).then_some(())),
+    )
+    .await?;
+    ensure!(host.logged("canary reloaded"), "the new canary build is said");
     host.signal(libc::SIGTERM);
     host.wait(Duration::from_secs(30))?;
     std::fs::remove_dir_all(&dir).ok();

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::{self, PluginConfig};
-use crate::controller::Options;
-use crate::engine::{Engine, LoadError, Plugin};
+use crate::controller::{Canary, Options};
+use crate::engine::{Engine, LoadError, Metadata, Plugin};
 
 /// Why a file under a signature policy never runs, whatever its bytes.
 pub const UNSIGNED: &str = "refused: a verify policy applies, and a plugin from a file carries no signature (use a signed oci:// reference)";
@@ -98,6 +98,66 @@ pub fn admit(engine: &Engine, bytes: &[u8], rules: &Rules) -> Result<(Plugin, Op
         .map_err(|e| e.to_string())?;
     capstan_contract::declared::declared(plugin.metadata(), &options.allow)?;
     Ok((plugin, options))
+}
+
+/// Whether `bytes`, the canary file of `rules`, runs beside `stable` (admitted with
+/// `options`): loaded as its stable version is (the entry's name, settings and limits) and
+/// declaring the same kinds and finalizer, which the host's watches and RBAC were made
+/// from; or why not, in one line.
+pub fn admit_canary(
+    engine: &Engine,
+    bytes: &[u8],
+    rules: &Rules,
+    stable: &Metadata,
+    options: &Options,
+) -> Result<Canary, String> {
+    let Some(c) = &rules.entry.canary else {
+        return Err("the entry names no canary".into());
+    };
+    if rules.signature == Signature::Missing {
+        return Err(UNSIGNED.to_string());
+    }
+    let plugin = engine
+        .load(bytes, rules.entry.limits.clone())
+        .and_then(|p| p.with_settings(&options.settings))
+        .and_then(|p| p.named(Some(&stable.name)))
+        .map_err(|e| e.to_string())?;
+    same_kinds(stable, plugin.metadata())?;
+    let selector =
+        kube::core::Selector::try_from(c.selector.clone()).map_err(|e| format!("canary selector: {e}"))?;
+    Ok(Canary {
+        plugin: Arc::new(plugin),
+        selector,
+    })
+}
+
+/// [`admit_canary`] of the entry's canary file; `None` when the entry names no canary.
+pub fn admit_canary_file(
+    engine: &Engine,
+    rules: &Rules,
+    stable: &Metadata,
+    options: &Options,
+) -> Option<Result<Canary, String>> {
+    let path = &rules.entry.canary.as_ref()?.path;
+    let admitted = std::fs::read(path)
+        .map_err(|e| LoadError::Read(path.display().to_string(), e.to_string()).to_string())
+        .and_then(|bytes| admit_canary(engine, &bytes, rules, stable, options));
+    Some(admitted)
+}
+
+/// A candidate must declare what its stable version declares: the host's watches and RBAC
+/// were made from that.
+fn same_kinds(stable: &Metadata, candidate: &Metadata) -> Result<(), String> {
+    let (a, b) = (stable, candidate);
+    if a.parent == b.parent
+        && a.children == b.children
+        && a.related == b.related
+        && a.finalizer == b.finalizer
+    {
+        Ok(())
+    } else {
+        Err("it declares other kinds or another finalizer than the stable version".into())
+    }
 }
 
 /// [`admit`] of the file at `rules.path()`.

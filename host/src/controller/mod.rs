@@ -83,8 +83,9 @@ pub struct Options {
     pub preview: Option<Arc<crate::preview::Preview>>,
     /// Reconcile only the parents with these labels (a label selector).
     pub parent_labels: Option<String>,
-    /// A candidate version for the parents its selector picks.
-    pub canary: Option<Canary>,
+    /// A candidate version for the parents its selector picks, as the supervisor sends
+    /// it: replaced or dropped while the controller runs.
+    pub canary: watch::Receiver<Option<Canary>>,
 }
 
 impl Default for Options {
@@ -105,7 +106,7 @@ impl Default for Options {
             record: None,
             preview: None,
             parent_labels: None,
-            canary: None,
+            canary: watch::channel(None).1,
         }
     }
 }

@@ -37,24 +37,31 @@ impl std::fmt::Debug for Canary {
     }
 }
 
-/// The number a canary's candidate runs as: above any count of stable versions.
+/// The first number a canary's candidate runs as: above any count of stable versions.
 const CANARY: u64 = 1 << 63;
 
 /// Numbers the versions a controller's channel delivers, in the order they are seen.
 pub(super) struct Versions {
     channel: watch::Receiver<Arc<dyn Reconcile>>,
     last: Mutex<Current>,
-    canary: Option<Canary>,
+    /// The canary the supervisor sends (reloaded, or dropped when kinds change).
+    canary: watch::Receiver<Option<Canary>>,
+    /// The last canary seen and its number, counted up from [`CANARY`].
+    last_canary: Mutex<Option<Current>>,
 }
 
 impl Versions {
     /// Start numbering at the channel's current version.
-    pub fn new(channel: watch::Receiver<Arc<dyn Reconcile>>, canary: Option<Canary>) -> Versions {
+    pub fn new(
+        channel: watch::Receiver<Arc<dyn Reconcile>>,
+        canary: watch::Receiver<Option<Canary>>,
+    ) -> Versions {
         let plugin = channel.borrow().clone();
         Versions {
             channel,
             last: Mutex::new(Current { plugin, number: 0 }),
             canary,
+            last_canary: Mutex::new(None),
         }
     }
 
@@ -62,14 +69,22 @@ impl Versions {
     /// where its selector matches, else the current stable one.
     pub fn for_parent(&self, labels: &super::compact::Pairs) -> Current {
         use kube::core::SelectorExt;
-        match &self.canary {
+        let candidate = match &*self.canary.borrow() {
             // kube's selector reads a map: built only while a canary runs.
-            Some(c) if c.selector.matches(&labels.to_map()) => Current {
-                plugin: c.plugin.clone(),
-                number: CANARY,
-            },
-            _ => self.current(),
-        }
+            Some(c) if c.selector.matches(&labels.to_map()) => c.plugin.clone(),
+            _ => return self.current(),
+        };
+        let mut last = self.last_canary.lock().unwrap_or_else(|e| e.into_inner());
+        let number = match &*last {
+            Some(seen) if Arc::ptr_eq(&seen.plugin, &candidate) => return seen.clone(),
+            Some(seen) => seen.number + 1,
+            None => CANARY,
+        };
+        last.insert(Current {
+            plugin: candidate,
+            number,
+        })
+        .clone()
     }
 
     /// The version new reconciles use.
@@ -124,7 +139,7 @@ mod tests {
     #[test]
     fn a_version_at_a_reused_address_still_gets_a_new_number() {
         let (tx, rx) = watch::channel(version());
-        let versions = Versions::new(rx, None);
+        let versions = Versions::new(rx, watch::channel(None).1);
         assert_eq!(versions.current().number, 0);
         assert_eq!(versions.current().number, 0, "the same version, the same number");
         let mut numbers = vec![];
@@ -146,7 +161,8 @@ mod tests {
             plugin: candidate.clone(),
             selector,
         };
-        let versions = Versions::new(rx, Some(canary));
+        let (_canary, canaries) = watch::channel(Some(canary));
+        let versions = Versions::new(rx, canaries);
         let labels = |v: &str| super::super::compact::Pairs::from_entries(vec![("canary", v)]);
         let picked = versions.for_parent(&labels("true"));
         assert!(Arc::ptr_eq(&picked.plugin, &candidate));
@@ -155,5 +171,31 @@ mod tests {
         assert!(!Arc::ptr_eq(&stable.plugin, &candidate));
         assert_eq!(stable.number, 0);
         assert_eq!(versions.for_parent(&Default::default()).number, 0);
+    }
+
+    #[test]
+    fn a_canary_sent_anew_gets_a_new_number_and_one_dropped_leaves_every_parent_to_the_stable() {
+        let (_tx, rx) = watch::channel(version());
+        let selector = kube::core::Selector::from_iter([("canary", "true")]);
+        let canary = |plugin: Arc<dyn Reconcile>| Canary {
+            plugin,
+            selector: selector.clone(),
+        };
+        let first = version();
+        let (canaries, seen) = watch::channel(Some(canary(first.clone())));
+        let versions = Versions::new(rx, seen);
+        let picked = super::super::compact::Pairs::from_entries(vec![("canary", "true")]);
+        assert_eq!(versions.for_parent(&picked).number, CANARY);
+        // A rebuilt canary: what was remembered of the first must not pass for it.
+        let second = version();
+        canaries.send_replace(Some(canary(second.clone())));
+        let now = versions.for_parent(&picked);
+        assert!(Arc::ptr_eq(&now.plugin, &second));
+        assert_eq!(now.number, CANARY + 1);
+        // Dropped (the stable version's kinds changed): the stable one takes the parent.
+        canaries.send_replace(None);
+        let stable = versions.for_parent(&picked);
+        assert_eq!(stable.number, 0);
+        assert!(!Arc::ptr_eq(&stable.plugin, &second));
     }
 }

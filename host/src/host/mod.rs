@@ -197,10 +197,10 @@ impl Host {
             supervisor.record(Arc::new(crate::record::Recorder::new(record)?));
             tracing::info!(dir = %dir, "recording reconciles");
         }
-        for (rules, plugin, options) in self.loaded.plugins {
-            let m = plugin.metadata();
-            tracing::info!(plugin = %m.name, version = %m.version, path = %rules.path().display(), parent = %m.parent, "plugin loaded");
-            supervisor.start(rules, plugin, options);
+        for a in self.loaded.plugins {
+            let m = a.plugin.metadata();
+            tracing::info!(plugin = %m.name, version = %m.version, path = %a.rules.path().display(), parent = %m.parent, "plugin loaded");
+            supervisor.start(a.rules, a.plugin, a.options, a.canary);
         }
         for (rules, error) in self.loaded.broken {
             supervisor.broken(rules, &error);

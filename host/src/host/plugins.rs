@@ -18,12 +18,20 @@ use crate::{reload, supervisor};
 /// with the rules they were refused under and why.
 #[derive(Default)]
 pub(super) struct Loaded {
-    pub plugins: Vec<(Rules, Plugin, Options)>,
+    pub plugins: Vec<Admitted>,
     pub broken: Vec<(Rules, String)>,
     /// The config's registry references, for hot reload to follow.
     pub references: Option<References>,
     /// Whether the config's global signature policy applies to the directory's files.
     pub policy: bool,
+}
+
+/// A plugin file admitted to run, and its canary if it has one that runs.
+pub(super) struct Admitted {
+    pub rules: Rules,
+    pub plugin: Plugin,
+    pub options: Options,
+    pub canary: Option<crate::controller::Canary>,
 }
 
 /// Load every configured plugin; fails only when nothing is left to run. A second file
@@ -42,19 +50,21 @@ pub(super) fn load(
             loaded.broken.push((rules, failed.remove(at).1));
             continue;
         }
-        let (plugin, mut options) = match admission::admit_file(engine, &rules) {
+        let (plugin, options) = match admission::admit_file(engine, &rules) {
             Ok(admitted) => admitted,
             Err(why) => {
                 loaded.broken.push((rules, why));
                 continue;
             }
         };
-        options.canary = rules
-            .entry()
-            .canary
-            .as_ref()
-            .and_then(|c| canary(engine, rules.entry(), c, &plugin, &options));
-        loaded.plugins.push((rules, plugin, options));
+        let canary = admission::admit_canary_file(engine, &rules, plugin.metadata(), &options);
+        let canary = canary.and_then(|c| supervisor::canary_admitted(&rules, plugin.metadata(), c));
+        loaded.plugins.push(Admitted {
+            rules,
+            plugin,
+            options,
+            canary,
+        });
     }
     // What is left failed without an entry of its own (a canary file under a policy): it
     // never runs, whatever it is rewritten to.
@@ -70,54 +80,6 @@ pub(super) fn load(
     }
     one_file_per_name(&mut loaded);
     Ok(loaded)
-}
-
-/// The entry's canary, loaded as its stable version is (name, settings, limits) and of
-/// the same kinds; one that cannot be is said in one line, and the stable version serves
-/// every parent.
-fn canary(
-    engine: &Engine,
-    e: &PluginConfig,
-    c: &config::CanaryConfig,
-    stable: &Plugin,
-    options: &Options,
-) -> Option<crate::controller::Canary> {
-    let loaded = engine
-        .load_file(&c.path, e.limits.clone())
-        .and_then(|p| p.with_settings(&options.settings))
-        .and_then(|p| p.named(Some(&stable.metadata().name)))
-        .map_err(|err| err.to_string())
-        .and_then(|p| same_kinds(stable, &p).map(|()| p));
-    let selector = kube::core::Selector::try_from(c.selector.clone()).map_err(|err| err.to_string());
-    match (loaded, selector) {
-        (Ok(plugin), Ok(selector)) => {
-            let m = plugin.metadata();
-            tracing::info!(plugin = %m.name, version = %m.version, canary = %c.path.display(), selector = %selector, "canary loaded");
-            Some(crate::controller::Canary {
-                plugin: std::sync::Arc::new(plugin),
-                selector,
-            })
-        }
-        (Err(why), _) | (_, Err(why)) => {
-            tracing::warn!(plugin = %stable.metadata().name, canary = %c.path.display(), error = %why, "canary refused; the stable version reconciles every parent");
-            None
-        }
-    }
-}
-
-/// A candidate must declare what its stable version declares: the host's watches and RBAC
-/// were made from that.
-fn same_kinds(stable: &Plugin, candidate: &Plugin) -> Result<(), String> {
-    let (a, b) = (stable.metadata(), candidate.metadata());
-    if a.parent == b.parent
-        && a.children == b.children
-        && a.related == b.related
-        && a.finalizer == b.finalizer
-    {
-        Ok(())
-    } else {
-        Err("it declares other kinds or another finalizer than the stable version".into())
-    }
 }
 
 /// The rules of the config file's entries (their registry references pulled; a failed
@@ -167,16 +129,16 @@ fn entries(
 /// One plugin per name: a later file of a name already loaded is refused alone, naming
 /// both files. Concurrency is not summed against the pool: plugins share it fairly.
 fn one_file_per_name(loaded: &mut Loaded) {
-    let mut kept: Vec<(Rules, Plugin, Options)> = Vec::new();
-    for (rules, plugin, options) in std::mem::take(&mut loaded.plugins) {
-        let name = plugin.metadata().name.as_str();
-        match kept.iter().find(|(_, p, _)| p.metadata().name == name) {
-            Some((holder, ..)) => {
-                let holder = holder.path().display().to_string();
-                let why = supervisor::name_taken(name, &holder, rules.path());
-                loaded.broken.push((rules, why));
+    let mut kept: Vec<Admitted> = Vec::new();
+    for admitted in std::mem::take(&mut loaded.plugins) {
+        let name = admitted.plugin.metadata().name.as_str();
+        match kept.iter().find(|a| a.plugin.metadata().name == name) {
+            Some(holder) => {
+                let holder = holder.rules.path().display().to_string();
+                let why = supervisor::name_taken(name, &holder, admitted.rules.path());
+                loaded.broken.push((admitted.rules, why));
             }
-            None => kept.push((rules, plugin, options)),
+            None => kept.push(admitted),
         }
     }
     loaded.plugins = kept;

@@ -14,13 +14,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::{self, Rules};
-use crate::controller::{self, Options};
+use crate::controller::{self, Canary, Options};
 use crate::engine::{Engine, Metadata, Plugin, Reconcile};
 use crate::lease::Tenure;
 use crate::ops::health::{Health, PluginState};
 use crate::ops::metrics::{self, ReloadLabels};
 use crate::reload::{self, FileWatch};
-pub(crate) use admit::name_taken;
+pub(crate) use admit::{canary_admitted, name_taken};
 pub use serve::{Handle, Shards};
 use unit::{stop_within, unit};
 
@@ -33,6 +33,11 @@ struct Unit {
     /// The plugin's file and the rules its new versions are admitted under; `None` for a
     /// reconciler that is not a file.
     watch: Option<(FileWatch, Rules)>,
+    /// The canary's file, watched for new builds like the stable one.
+    canary_file: Option<FileWatch>,
+    /// The canary its controller runs: replaced on a new build, re-checked (and dropped
+    /// if it no longer fits) when the stable version's kinds change.
+    canary: watch::Sender<Option<Canary>>,
     options: Options,
     version: watch::Sender<Arc<dyn Reconcile>>,
     stop: CancellationToken,
@@ -140,25 +145,37 @@ impl Supervisor {
         self.dir = Some((dir, rules));
     }
 
-    /// Run `plugin`, admitted under `rules`, in a unit of its own.
-    pub fn start(&mut self, rules: Rules, plugin: Plugin, options: Options) {
+    /// Run `plugin`, admitted under `rules`, in a unit of its own, with its admitted
+    /// `canary` if it has one.
+    pub fn start(&mut self, rules: Rules, plugin: Plugin, options: Options, canary: Option<Canary>) {
         given(&plugin, &options, self.engine.max_instances());
         let watch = FileWatch::new(rules.path().to_path_buf());
-        self.run(Some((watch, rules)), Arc::new(plugin), options);
+        self.run(Some((watch, rules)), Arc::new(plugin), options, canary);
     }
 
     /// Run `reconciler`, which is not a file (never reloaded), in a unit of its own.
     pub fn start_native(&mut self, reconciler: Arc<dyn Reconcile>, options: Options) {
-        self.run(None, reconciler, options);
+        self.run(None, reconciler, options, None);
     }
 
-    fn run(&mut self, watch: Option<(FileWatch, Rules)>, plugin: Arc<dyn Reconcile>, mut options: Options) {
+    fn run(
+        &mut self,
+        watch: Option<(FileWatch, Rules)>,
+        plugin: Arc<dyn Reconcile>,
+        mut options: Options,
+        canary: Option<Canary>,
+    ) {
         if self.shard.is_some() {
             options.shard.clone_from(&self.shard);
         }
         // Whatever options a unit came with, it watches through the host's informers.
         options.informers = self.informers.clone();
         options.record.clone_from(&self.record);
+        let canary_file = (watch.as_ref())
+            .and_then(|(_, rules)| rules.entry().canary.as_ref())
+            .map(|c| FileWatch::new(c.path.clone()));
+        let (canary, canaries) = watch::channel(canary);
+        options.canary = canaries;
         let (version, rx) = watch::channel(plugin);
         let stop = self.stopping.child_token();
         let memory = controller::Memory::default();
@@ -166,6 +183,8 @@ impl Supervisor {
         self.units.push(Unit {
             memory,
             watch,
+            canary_file,
+            canary,
             options,
             version,
             stop,
@@ -199,6 +218,9 @@ impl Supervisor {
         for i in 0..self.units.len() {
             if let Some(bytes) = self.units[i].watch.as_mut().and_then(|(w, _)| w.changed()) {
                 self.replace(i, bytes).await;
+            }
+            if let Some(bytes) = self.units[i].canary_file.as_mut().and_then(FileWatch::changed) {
+                self.recanary(i, bytes).await;
             }
         }
         let mut paths: Vec<PathBuf> = Vec::new();
@@ -244,17 +266,41 @@ impl Supervisor {
     /// [`admission::admit`] on a blocking thread, given up when the host stops.
     async fn admit(&self, bytes: Vec<u8>, rules: &Rules) -> Result<(Plugin, Options), String> {
         let admitting = admission::admit_blocking(&self.engine, bytes, rules);
-        tokio::pin!(admitting);
+        self.beating(admitting)
+            .await
+            .unwrap_or_else(|| Err("the host is stopping".into()))
+    }
+
+    /// Await `work` (a compile: a Python plugin's takes a minute) while beating the
+    /// supervisor's heartbeat — work going on, not a wedged supervisor; `None` when the
+    /// host stops first.
+    async fn beating<T>(&self, work: impl Future<Output = T>) -> Option<T> {
+        tokio::pin!(work);
         let mut beat = tokio::time::interval(std::time::Duration::from_secs(1));
         loop {
             tokio::select! {
-                admitted = &mut admitting => return admitted,
-                () = self.stopping.cancelled() => return Err("the host is stopping".into()),
-                // A compile (a Python plugin's takes a minute) runs on a thread of its own:
-                // work going on, not a wedged supervisor.
+                done = &mut work => return Some(done),
+                () = self.stopping.cancelled() => return None,
                 _ = beat.tick() => self.health.beat_supervisor(),
             }
         }
+    }
+
+    /// A new build of unit `i`'s canary: admitted against the running stable version and
+    /// sent to its controller, or refused while the canary it replaces keeps running.
+    async fn recanary(&mut self, i: usize, bytes: Vec<u8>) {
+        let Some((_, rules)) = &self.units[i].watch else {
+            return;
+        };
+        let rules = rules.clone();
+        let stable = self.units[i].version.borrow().metadata().clone();
+        let options = self.units[i].options.clone();
+        let Some(canary) = self.canary(Some(bytes), &rules, &stable, &options).await else {
+            return;
+        };
+        tracing::info!(plugin = %stable.name, version = %canary.plugin.metadata().version, "canary reloaded");
+        count(&stable.name, "canary_reloaded");
+        self.units[i].canary.send_replace(Some(canary));
     }
 
     async fn replace(&mut self, i: usize, bytes: Vec<u8>) {
@@ -291,6 +337,13 @@ impl Supervisor {
         if let Err(e) = served {
             return refused(&name, &path, &format!("{e:#}"));
         }
+        // The canary was checked against the old kinds: it runs on only if it fits the new.
+        let canary = self
+            .canary(None, &rules, new.metadata(), &self.units[i].options)
+            .await;
+        if canary.is_none() && self.units[i].canary.borrow().is_some() {
+            tracing::warn!(plugin = %new_name, "canary dropped: it does not fit the new version's kinds");
+        }
         // Kinds changed: stop the old unit (in-flight reconciles finish), start anew.
         let unit = &mut self.units[i];
         let (version, rx) = watch::channel(Arc::new(new) as Arc<dyn Reconcile>);
@@ -304,6 +357,7 @@ impl Supervisor {
         }
         tracing::info!(plugin = %new_name, path = %path.display(), "plugin kinds changed; restarted with new watches");
         count(&new_name, "restarted");
+        self.units[i].canary.send_replace(canary);
         // Other kinds, other parents: nothing the old controller remembered applies.
         let memory = controller::Memory::default();
         let task = self.spawn(rx, self.units[i].options.clone(), stop, memory.clone());
