@@ -538,3 +538,97 @@ async fn diff_shows_a_field_no_longer_set_on_a_created_child_as_removed() -> Res
     std::fs::remove_dir_all(dir).ok();
     Ok(())
 }
+
+/// Every Job's `ttlSecondsAfterFinished`, which Echo's settings set.
+async fn ttls(jobs: &Api<Job>) -> Result<Vec<Option<i32>>> {
+    let all = jobs.list(&ListParams::default()).await?.items;
+    Ok(all
+        .iter()
+        .map(|j| j.spec.as_ref().and_then(|s| s.ttl_seconds_after_finished))
+        .collect())
+}
+
+/// `Some` once all three Jobs have `ttl`.
+async fn all_at(jobs: &Api<Job>, ttl: i32) -> Result<Option<()>> {
+    let now = ttls(jobs).await?;
+    Ok((now.len() == 3 && now.iter().all(|t| *t == Some(ttl))).then_some(()))
+}
+
+/// Hot reload follows the config file's entries, not only its files: a changed entry runs
+/// under its new settings, a removed one stops, a new one starts, and a signature policy
+/// added to the config refuses the plugin files it now covers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_reload_applies_changed_new_and_removed_config_entries_and_a_new_policy() -> Result<()> {
+    let plane = Plane::shared().await?;
+    install_plugin_crd(plane, "echo").await?;
+    let ns = plane.namespace("rollout-config").await?;
+    let client = plane.client().await?;
+    let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    create_echoes(&echoes, 3, |_| None).await?;
+    let dir = std::env::temp_dir().join(format!("capstan-rollout-{ns}"));
+    let entry = |file: &str, ttl: u32| {
+        format!("  - path: {file}\n    name: echo\n    settings: {{ttlSecondsAfterFinished: {ttl}}}\n")
+    };
+    let config = format!("plugins:\n{}", entry("echo.wasm", 600));
+    let reload = ["--hot-reload", "--reload-interval", "300ms"];
+    let mut host = host_with_config(plane, &dir, &ns, &["echo"], &config, &reload)?;
+    converged(&echoes, &jobs, 3).await?;
+    eventually("every Job made under the first settings", CONVERGE, async || {
+        all_at(&jobs, 600).await
+    })
+    .await?;
+    let rewrite = |text: String| -> Result<()> {
+        let tmp = dir.join(".config.yaml.tmp");
+        std::fs::write(&tmp, text)?;
+        Ok(std::fs::rename(&tmp, dir.join("config.yaml"))?)
+    };
+
+    // Changed: the entry's settings.
+    rewrite(format!("plugins:\n{}", entry("echo.wasm", 900)))?;
+    eventually("every Job under the changed settings", CONVERGE, async || {
+        all_at(&jobs, 900).await
+    })
+    .await?;
+
+    // Removed and new: the same plugin from another file, with its own settings.
+    std::fs::copy(plugin("echo"), dir.join("echo-copy.wasm"))?;
+    rewrite(format!("plugins:\n{}", entry("echo-copy.wasm", 1200)))?;
+    eventually("every Job under the new entry", CONVERGE, async || {
+        all_at(&jobs, 1200).await
+    })
+    .await?;
+    ensure!(
+        host.logged("plugin no longer configured; stopped"),
+        "the removed entry is said"
+    );
+    ensure!(host.logged("new plugin started"), "the new entry is said");
+
+    // A policy now covers the file: it stops, and `/readyz` says why.
+    let policy = format!(
+        "verify: {{keys: [release.pub]}}\nplugins:\n{}",
+        entry("echo-copy.wasm", 1200)
+    );
+    rewrite(policy)?;
+    let health = host.address("health probes").context("health address")?;
+    eventually("the unsigned file refused", CONVERGE, async || {
+        let (status, body) = capstan_tests::host::http_get(&health, "/readyz")?;
+        Ok((status.contains("503") && body.contains("carries no signature")).then_some(()))
+    })
+    .await?;
+    echoes
+        .create(&PostParams::default(), &echo("late", "after the policy")?)
+        .await?;
+    // The API server has seen the Echo; a host that still ran the file would make its Job
+    // within a reload interval and a reconcile. Give it far longer than that, then look.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let made = jobs.list(&ListParams::default()).await?.items.len();
+    ensure!(made == 3, "a refused file still reconciles: {made} Jobs");
+    host.signal(libc::SIGTERM);
+    ensure!(
+        host.wait(Duration::from_secs(30))?.code() == Some(0),
+        "the host ended cleanly"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    Ok(())
+}

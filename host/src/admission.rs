@@ -75,11 +75,26 @@ impl Rules {
         &self.entry
     }
 
+    /// The plugin directory's rules, under the config's signature policy or none.
+    pub fn under_policy(&self, policy: bool) -> Rules {
+        let mut rules = self.clone();
+        rules.signature = Signature::of(policy, false);
+        rules
+    }
+
     /// The same rules for another file (a new file of the plugin directory).
     pub fn for_file(&self, path: PathBuf) -> Rules {
         let mut rules = self.clone();
         rules.entry.path = path;
         rules
+    }
+}
+
+/// Rules are the same when their entry and signature are: the options are made from them
+/// over the host's defaults, which do not change while it runs.
+impl PartialEq for Rules {
+    fn eq(&self, other: &Rules) -> bool {
+        self.entry == other.entry && self.signature == other.signature
     }
 }
 

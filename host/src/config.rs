@@ -56,7 +56,7 @@ pub struct Config {
 }
 
 /// One plugin's settings; anything unset takes the command-line default.
-#[derive(Clone, Debug, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PluginConfig {
     /// The `.wasm` file, relative to the config file, or a registry reference
@@ -105,7 +105,7 @@ pub struct PluginConfig {
 }
 
 /// A canary: another file of the same plugin, for the parents a label selector picks.
-#[derive(Clone, Debug, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CanaryConfig {
     /// The candidate `.wasm`, relative to the config file, or a registry reference. Same kinds as the stable file;

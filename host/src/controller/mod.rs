@@ -248,7 +248,13 @@ pub async fn run(
         controller = controller.watches_stream_with(stream, wake, cache.resource.clone());
         related.push(cache);
     }
-    controller = controller.reconcile_all_on(reloads(plugin.clone(), cache.clone(), wiring.queue.clone()));
+    let canary = wiring.options.canary.clone();
+    controller = controller.reconcile_all_on(reloads(
+        plugin.clone(),
+        canary,
+        cache.clone(),
+        wiring.queue.clone(),
+    ));
     synced::tell(synced_rx.clone(), synced);
     let name = wiring.metadata.name.clone();
     let busy = events::Busy::default();
@@ -331,18 +337,27 @@ impl Wiring {
     }
 }
 
-/// A new plugin version reconciles every parent once.
+/// A new plugin version (or canary, or its removal) reconciles every parent once: a
+/// parent whose version did not change finds its quiet answer and calls nothing.
 fn reloads(
     plugin: watch::Receiver<Arc<dyn Reconcile>>,
+    canary: watch::Receiver<Option<Canary>>,
     cache: Store<compact::Compact>,
     queue: Arc<queue::Queue>,
 ) -> impl futures::Stream<Item = ()> + Send + 'static {
-    futures::stream::unfold(plugin, |mut rx| async move {
-        rx.changed().await.ok().map(|()| ((), rx))
-    })
-    .map(move |()| {
+    futures::stream::select(changes(plugin), changes(canary)).map(move |()| {
         for o in cache.state() {
             queue.add(ObjectKey::of(&*o));
         }
     })
+}
+
+/// Each change sent on `rx`, until its sender is gone.
+fn changes<T: Send + Sync + 'static>(
+    rx: watch::Receiver<T>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(
+        rx,
+        |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) },
+    )
 }

@@ -26,6 +26,7 @@
 //! }
 //! ```
 
+mod follow;
 mod plugins;
 mod references;
 pub use crate::admission::options as entry_options;
@@ -208,8 +209,8 @@ impl Host {
         for (reconciler, options) in self.native {
             supervisor.start_native(reconciler, options);
         }
-        // Hot reload re-reads every plugin file, the config file's too; a plugin directory
-        // is also watched for new files.
+        // Hot reload re-reads every plugin file; a plugin directory is also watched for
+        // new files.
         let reload = self.config.hot_reload.then_some(self.config.reload_interval);
         if let (true, Some(dir)) = (self.config.hot_reload, self.config.plugins) {
             let rules =
@@ -217,6 +218,17 @@ impl Host {
             supervisor.watch_dir(dir, rules);
         }
         let supervisor = supervisor.into_task(shards);
+        // Hot reload follows the config file's entries (and its references) as well.
+        let followed = (self.config.config)
+            .filter(|_| self.config.hot_reload)
+            .map(|path| {
+                follow::Followed::new(
+                    path,
+                    self.config.defaults,
+                    self.config.pull_dir,
+                    self.loaded.references,
+                )
+            });
         Ok(Serving {
             supervisor,
             membership,
@@ -224,7 +236,7 @@ impl Host {
             health,
             stop,
             reload,
-            references: self.loaded.references,
+            followed,
             metrics_addr,
             health_addr,
             grace,
@@ -257,8 +269,8 @@ pub struct Serving {
     stop: CancellationToken,
     /// How often to look at plugin files, with hot reload.
     reload: Option<Duration>,
-    /// The config's registry references, followed with hot reload.
-    references: Option<references::References>,
+    /// The config file, followed with hot reload.
+    followed: Option<follow::Followed>,
     metrics_addr: SocketAddr,
     health_addr: SocketAddr,
     grace: Duration,
@@ -285,10 +297,10 @@ impl Serving {
         reload.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut beat = tokio::time::interval(Duration::from_secs(1));
         let mut trim = tokio::time::interval(ops::heap::TRIM_EVERY);
-        // The registry is followed in a task of its own: a slow pull never holds up the
-        // heartbeat, a signal or the look at the files.
-        if let (Some(references), Some(every)) = (self.references.take(), self.reload) {
-            let follow = references::follow(references, every, self.supervisor.reloader());
+        // The config and its registry are followed in a task of their own: a slow pull
+        // never holds up the heartbeat, a signal or the look at the files.
+        if let (Some(followed), Some(every)) = (self.followed.take(), self.reload) {
+            let follow = follow::follow(followed, every, self.supervisor.commands());
             tokio::spawn(self.stop.clone().run_until_cancelled_owned(follow));
         }
         loop {

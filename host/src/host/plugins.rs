@@ -9,7 +9,7 @@ use anyhow::Context;
 use super::references::References;
 
 use crate::admission::{self, Rules, Signature};
-use crate::config::{self, PluginConfig};
+use crate::config::{self, Config, PluginConfig};
 use crate::controller::Options;
 use crate::engine::{Engine, Plugin};
 use crate::{reload, supervisor};
@@ -96,17 +96,12 @@ fn entries(
     let mut entries: Vec<Rules> = Vec::new();
     if let Some(path) = config {
         let mut config = config::load(path)?;
-        let pulled: Vec<bool> = (config.plugins.iter())
-            .map(|e| config::reference(&e.path).is_some())
-            .collect();
-        let (references, broken) = References::resolve(path, &mut config, pull_dir);
+        let pulled = pulled(&config);
+        let (references, broken) = References::resolve(&mut config, pull_dir);
         loaded.references = references;
         failed.extend(broken);
         loaded.policy = config.verify.is_some();
-        for (e, pulled) in config.plugins.into_iter().zip(pulled) {
-            let signature = Signature::of(e.verify.is_some() || loaded.policy, pulled);
-            entries.push(Rules::new(e, defaults, signature)?);
-        }
+        entries = rules(config, &pulled, defaults)?;
     }
     if let Some(dir) = dir {
         let paths = reload::wasm_files(dir)
@@ -124,6 +119,26 @@ fn entries(
     }
     anyhow::ensure!(!entries.is_empty(), "no plugins configured");
     Ok(entries)
+}
+
+/// Which entries of `config` name a registry reference, before their paths are pointed
+/// at their links.
+pub(super) fn pulled(config: &Config) -> Vec<bool> {
+    (config.plugins.iter())
+        .map(|e| config::reference(&e.path).is_some())
+        .collect()
+}
+
+/// The rules of `config`'s entries (`pulled` says which came from a registry), over the
+/// host's `defaults` and under the config's signature policy.
+pub(super) fn rules(config: Config, pulled: &[bool], defaults: &Options) -> anyhow::Result<Vec<Rules>> {
+    let policy = config.verify.is_some();
+    (config.plugins.into_iter().zip(pulled))
+        .map(|(e, pulled)| {
+            let signature = Signature::of(e.verify.is_some() || policy, *pulled);
+            Rules::new(e, defaults, signature)
+        })
+        .collect()
 }
 
 /// One plugin per name: a later file of a name already loaded is refused alone, naming

@@ -15,23 +15,8 @@ use std::time::Duration;
 /// registry that stalls costs that reference this long, never the host's loops.
 const PULL_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Follow the config file's references in a task of its own, every `every`: a changed
-/// one is pulled (each within [`PULL_TIMEOUT`]) and its link flipped, and then the
-/// supervisor is asked to look at the files, so it sees the new link.
-pub(crate) async fn follow(mut references: References, every: Duration, reload: impl Fn()) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        references.refresh().await;
-        reload();
-    }
-}
-
 /// The references of one config file, and what each link points at.
 pub(super) struct References {
-    config: PathBuf,
-    text: String,
     registry: Registry,
     /// Each link's name and the reference it was last pulled from.
     current: BTreeMap<String, PluginRef>,
@@ -103,81 +88,60 @@ async fn fetch(registry: &Registry, source: &Source<'_>) -> anyhow::Result<PathB
 }
 
 impl References {
-    /// Pull every reference in `config` (read from `file`) into `pull_dir` and point its entry
-    /// at the pulled plugin; the entries whose pull failed, with why. `None` when the
-    /// config names no reference.
+    /// Pull every reference in `config` into `pull_dir` and point its entry at the pulled
+    /// plugin; the entries whose pull failed, with why. `None` when the config names no
+    /// reference. For the start, before any runtime runs.
     pub fn resolve(
-        file: &Path,
         config: &mut Config,
         pull_dir: Option<&Path>,
     ) -> (Option<References>, Vec<(PathBuf, String)>) {
         let mut broken = Vec::new();
-        let mut sources = sources(&mut config.plugins, config.verify.as_ref(), &mut broken);
-        if sources.is_empty() {
+        if sources(&mut config.plugins, config.verify.as_ref(), &mut broken).is_empty() {
             return (None, broken);
         }
-        let registry = pull_dir
-            .ok_or_else(|| {
-                anyhow::anyhow!("no place to keep pulled plugins: set --pull-dir or CAPSTAN_PULL_DIR")
-            })
-            .and_then(|dir| Registry::new(config.registry.clone(), dir));
-        let registry = match registry {
-            Ok(registry) => registry,
-            Err(e) => {
-                broken.extend(
-                    sources
-                        .iter()
-                        .map(|s| (PathBuf::from(s.reference.to_string()), format!("{e:#}"))),
-                );
-                return (None, broken);
+        let pulled = References::new(config, pull_dir).and_then(|mut references| {
+            let failed = crate::registry::block_on(async { anyhow::Ok(references.pull(config).await) })?;
+            Ok((references, failed))
+        });
+        match pulled {
+            Ok((references, failed)) => {
+                broken.extend(failed);
+                (Some(references), broken)
             }
-        };
-        let mut current = BTreeMap::new();
-        for source in &mut sources {
-            let pulled = crate::registry::block_on(fetch(&registry, source))
-                .and_then(|path| registry.store().link(&source.name, &path));
-            match pulled {
-                Ok(link) => {
-                    *source.path = link;
-                    current.insert(source.name.clone(), source.reference.clone());
-                }
-                Err(e) => {
-                    // A link left by an earlier run would start a version the config no longer names.
-                    let link = registry.store().link_path(&source.name);
-                    let _ = std::fs::remove_file(&link);
-                    broken.push((link.clone(), format!("{e:#}")));
-                    *source.path = link;
-                }
+            Err(e) => {
+                let global = config.verify.clone();
+                let failed = sources(&mut config.plugins, global.as_ref(), &mut Vec::new())
+                    .into_iter()
+                    .map(|s| (PathBuf::from(s.reference.to_string()), format!("{e:#}")));
+                broken.extend(failed);
+                (None, broken)
             }
         }
-        let text = std::fs::read_to_string(file).unwrap_or_default();
-        let references = References {
-            config: file.to_path_buf(),
-            text,
-            registry,
-            current,
-        };
-        (Some(references), broken)
     }
 
-    /// Pull the references the config file changed (with hot reload) and flip their links;
-    /// a pull that fails leaves the running version and says why.
-    pub async fn refresh(&mut self) {
-        let Ok(text) = std::fs::read_to_string(&self.config) else {
-            return;
-        };
-        if text == self.text {
-            return;
-        }
-        self.text = text;
-        let mut config = match config::load(&self.config) {
-            Ok(config) => config,
-            Err(e) => {
-                return tracing::warn!(config = %self.config.display(), error = %format!("{e:#}"), "config not read; plugins keep running as they are");
-            }
-        };
+    /// The registry `config` names, its pulls kept in `pull_dir`; nothing pulled yet.
+    pub fn new(config: &Config, pull_dir: Option<&Path>) -> anyhow::Result<References> {
+        let dir = pull_dir.ok_or_else(|| {
+            anyhow::anyhow!("no place to keep pulled plugins: set --pull-dir or CAPSTAN_PULL_DIR")
+        })?;
+        Ok(References {
+            registry: Registry::new(config.registry.clone(), dir)?,
+            current: BTreeMap::new(),
+        })
+    }
+
+    /// Point every reference of `config` at its link, pulling (each within
+    /// [`PULL_TIMEOUT`]) those that are new or changed since the last pull and flipping
+    /// their links. A failed pull leaves a link an earlier pull made (its version serves
+    /// on); one without any is listed with why, its stale link removed (a link left by an
+    /// earlier run would start a version the config no longer names). Under a policy a
+    /// canary file is listed too: a file carries no signature.
+    pub async fn pull(&mut self, config: &mut Config) -> Vec<(PathBuf, String)> {
+        let mut failed = Vec::new();
         let global = config.verify.clone();
-        for source in sources(&mut config.plugins, global.as_ref(), &mut Vec::new()) {
+        for source in sources(&mut config.plugins, global.as_ref(), &mut failed) {
+            let link = self.registry.store().link_path(&source.name);
+            *source.path = link.clone();
             if self.current.get(&source.name) == Some(&source.reference) {
                 continue;
             }
@@ -191,10 +155,39 @@ impl References {
                 Ok(_) => {
                     self.current.insert(source.name, source.reference);
                 }
+                Err(e) if self.current.contains_key(&source.name) => {
+                    tracing::warn!(plugin = %source.name, reference = %source.reference, error = %format!("{e:#}"), "pull failed; the running version stays");
+                }
                 Err(e) => {
-                    tracing::warn!(plugin = %source.name, reference = %source.reference, error = %format!("{e:#}"), "pull failed; the running version stays")
+                    let _ = std::fs::remove_file(&link);
+                    failed.push((link, format!("{e:#}")));
                 }
             }
+        }
+        failed
+    }
+}
+
+/// Point `config`'s references at their links, pulling what changed (the registry made
+/// when the config names its first reference); the entries that failed, with why.
+pub(super) async fn repull(
+    references: &mut Option<References>,
+    config: &mut Config,
+    pull_dir: Option<&Path>,
+) -> anyhow::Result<Vec<(PathBuf, String)>> {
+    let named = |p: &Path| config::reference(p).is_some();
+    let names_one =
+        (config.plugins.iter()).any(|e| named(&e.path) || e.canary.as_ref().is_some_and(|c| named(&c.path)));
+    match references {
+        Some(r) => Ok(r.pull(config).await),
+        None if names_one => {
+            let r = references.insert(References::new(config, pull_dir)?);
+            Ok(r.pull(config).await)
+        }
+        None => {
+            let (global, mut failed) = (config.verify.clone(), Vec::new());
+            sources(&mut config.plugins, global.as_ref(), &mut failed);
+            Ok(failed)
         }
     }
 }

@@ -21,10 +21,12 @@ use crate::ops::health::{Health, PluginState};
 use crate::ops::metrics::{self, ReloadLabels};
 use crate::reload::{self, FileWatch};
 pub(crate) use admit::{canary_admitted, name_taken};
-pub use serve::{Handle, Shards};
+pub use configure::Configured;
+pub use serve::{Commands, Handle, Shards};
 use unit::{stop_within, unit};
 
 mod admit;
+mod configure;
 mod serve;
 mod unit;
 

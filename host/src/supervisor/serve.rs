@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::Supervisor;
+use super::{Configured, Supervisor};
 use crate::shard::members::Assignment;
 use crate::shard::{Filter, Range, ShardKey};
 
@@ -37,25 +37,46 @@ impl Shards {
     }
 }
 
+/// What the supervisor is told while it runs.
+enum Command {
+    /// Look at the plugin files.
+    Reload,
+    /// Run what the config file now names.
+    Configure(Configured),
+}
+
+/// Tells a running supervisor what to do; cloned into the tasks that follow files.
+#[derive(Clone)]
+pub struct Commands(mpsc::Sender<Command>);
+
+impl Commands {
+    /// Look at the plugin files soon (a command already pending covers this one).
+    pub fn reload(&self) {
+        let _ = self.0.try_send(Command::Reload);
+    }
+
+    /// Run what the config file now names: waits for room, never dropped.
+    pub async fn configure(&self, configured: Configured) {
+        let _ = self.0.send(Command::Configure(configured)).await;
+    }
+}
+
 /// A running supervisor.
 pub struct Handle {
-    reload: mpsc::Sender<()>,
+    commands: Commands,
     stopping: CancellationToken,
     task: JoinHandle<()>,
 }
 
 impl Handle {
-    /// Look at the plugin files soon (a reload already pending covers this one).
+    /// Look at the plugin files soon (a command already pending covers this one).
     pub fn reload(&self) {
-        let _ = self.reload.try_send(());
+        self.commands.reload();
     }
 
-    /// What [`Handle::reload`] does, for a task of its own to call.
-    pub fn reloader(&self) -> impl Fn() + Send + 'static {
-        let reload = self.reload.clone();
-        move || {
-            let _ = reload.try_send(());
-        }
+    /// What tells this supervisor what to do, for a task of its own.
+    pub fn commands(&self) -> Commands {
+        self.commands.clone()
     }
 
     /// Stop every unit (in-flight reconciles may finish within the grace period) and wait
@@ -75,17 +96,17 @@ impl Handle {
 impl Supervisor {
     /// Run in a task of its own, on `shards`' assignments if sharded.
     pub fn into_task(self, shards: Option<Shards>) -> Handle {
-        let (reload, reloads) = mpsc::channel(1);
+        let (commands, received) = mpsc::channel(1);
         let stopping = self.stopping.clone();
-        let task = tokio::spawn(self.serve(reloads, shards));
+        let task = tokio::spawn(self.serve(received, shards));
         Handle {
-            reload,
+            commands: Commands(commands),
             stopping,
             task,
         }
     }
 
-    async fn serve(mut self, mut reloads: mpsc::Receiver<()>, mut shards: Option<Shards>) {
+    async fn serve(mut self, mut commands: mpsc::Receiver<Command>, mut shards: Option<Shards>) {
         let stopping = self.stopping.clone();
         let mut beat = tokio::time::interval(Duration::from_secs(1));
         loop {
@@ -104,7 +125,10 @@ impl Supervisor {
                     self.reshard(s.filter(assignment.ranges.clone()), assignment.tenure).await;
                     let _ = s.running.send(assignment.ranges);
                 }
-                Some(()) = reloads.recv() => self.reload().await,
+                Some(command) = commands.recv() => match command {
+                    Command::Reload => self.reload().await,
+                    Command::Configure(configured) => self.configure(configured).await,
+                },
             }
         }
         self.stop().await;
