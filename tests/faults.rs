@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use capstan::dev::{Plane, PlaneConfig};
 use capstan_tests::host::{
-    DEBUG, Host, LEASE, Run, echo, echo_resource, eventually, install_plugin_crd, mount, overlapping,
+    DEBUG, Host, LEASE, Run, echo, echo_resource, eventually, install_plugin_crd, mount, overlapping, pod_of,
     reconciles, sample, timestamp,
 };
 use futures::{StreamExt, TryStreamExt};
@@ -673,7 +673,7 @@ async fn an_elected_leader_paused_or_stalled_never_reconciles_beside_its_success
                 .get_opt("capstan-faults")
                 .await?
                 .and_then(|l| l.spec?.holder_identity);
-            Ok(holder.and_then(|h| ["l-a", "l-b"].into_iter().find(|id| *id == h)))
+            Ok(holder.and_then(|h| ["l-a", "l-b"].into_iter().find(|id| *id == pod_of(&h))))
         })
         .await
     };

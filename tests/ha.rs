@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use capstan::dev::{Plane, PlaneConfig};
 use capstan_tests::host::{
     DEBUG, Host, LEASE, LEASE_DURATION, echo, echo_resource, eventually, first_listed, hostile_crd,
-    hostile_resource, http_get, install_plugin_crd, mount, reconciles, sample, scheduled_echo_resource,
-    timestamp,
+    hostile_resource, http_get, install_plugin_crd, mount, pod_of, reconciles, sample,
+    scheduled_echo_resource, timestamp,
 };
 use capstan_tests::{echo_canary, plugin};
 use k8s_openapi::api::batch::v1::Job;
@@ -43,7 +43,8 @@ async fn holder(client: &Client, ns: &str) -> Result<Option<String>> {
     Ok(leases
         .get_opt("capstan-ha")
         .await?
-        .and_then(|l| l.spec?.holder_identity))
+        .and_then(|l| l.spec?.holder_identity)
+        .map(|identity| pod_of(&identity).to_string()))
 }
 
 /// Wait for the Job of Echo `name`, returning how long that took.
@@ -164,6 +165,50 @@ async fn one_of_two_hosts_leads_and_a_standby_takes_over_on_kill_and_on_sigterm(
     let term_log = reconciles(&hosts[standby], Timestamp::MAX);
     assert!(term_log.iter().all(|(_, _, end)| *end != Timestamp::MAX));
     std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
+/// Two processes under one pod name (a force-deleted StatefulSet pod whose process still
+/// runs beside its replacement) are two holders: with the bare pod name as identity, each
+/// would read the Lease as its own and both would lead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_under_one_pod_name_never_lead_together() -> Result<()> {
+    let plane = Plane::shared().await?;
+    install_plugin_crd(plane, "echo").await?;
+    let ns = plane.namespace("ha-twins").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-ha-{ns}"));
+    // A directory each: the log is named for the identity, which the twins share.
+    mount(&["echo"], &dir.join("a"))?;
+    mount(&["echo"], &dir.join("b"))?;
+    let client = plane.client().await?;
+    let mut twins = [
+        elected_host(plane, &ns, &dir.join("a"), "twin")?,
+        elected_host(plane, &ns, &dir.join("b"), "twin")?,
+    ];
+    let status = r#"leader_election_master_status{name="capstan-ha"}"#;
+    let leading = async |twins: &[Host; 2]| -> Result<Option<f64>> {
+        let (a, b) = (twins[0].metrics().await?, twins[1].metrics().await?);
+        Ok((a.contains(status) && b.contains(status)).then(|| sample(&a, status) + sample(&b, status)))
+    };
+    eventually("one twin leads", Duration::from_secs(60), async || {
+        Ok(leading(&twins).await?.filter(|n| *n == 1.0))
+    })
+    .await?;
+    ensure!(
+        holder(&client, &ns).await?.as_deref() == Some("twin"),
+        "the holder names the pod"
+    );
+    // The other twin retries every second: over several of its tries it never leads too.
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let n = leading(&twins).await?.unwrap_or_default();
+        ensure!(n == 1.0, "{n} twins lead at once");
+    }
+    for twin in &mut twins {
+        twin.signal(libc::SIGTERM);
+        twin.wait(Duration::from_secs(30))?;
+    }
+    std::fs::remove_dir_all(&dir).ok();
     Ok(())
 }
 

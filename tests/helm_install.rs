@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use capstan::dev::Plane;
-use capstan_tests::host::{echo_resource, eventually, first_listed, http_get, scheduled_echo_resource};
+use capstan_tests::host::{
+    echo_resource, eventually, first_listed, http_get, pod_of, scheduled_echo_resource,
+};
 use capstan_tests::plugin;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -133,7 +135,7 @@ async fn installed_chart_runs_the_host_as_its_service_account_with_leader_electi
             }
             let lease = leases.get_opt("capstan-leader").await?;
             let holder = lease.and_then(|l| l.spec).and_then(|s| s.holder_identity);
-            Ok((holder.as_deref() == Some(host.pod_name.as_str())).then_some(()))
+            Ok((holder.as_deref().map(pod_of) == Some(host.pod_name.as_str())).then_some(()))
         },
     )
     .await?;

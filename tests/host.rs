@@ -182,6 +182,12 @@ impl Host {
     }
 }
 
+/// The pod a Lease holder's identity names: the host adds a suffix of its own per
+/// process (`POD_NAME-1a2b3c4d`).
+pub fn pod_of(identity: &str) -> &str {
+    identity.rsplit_once('-').map_or(identity, |(pod, _)| pod)
+}
+
 /// A plain HTTP/1.0 GET: status line and body.
 pub fn http_get(addr: &str, path: &str) -> Result<(String, String)> {
     use std::io::{Read, Write};

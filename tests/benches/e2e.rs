@@ -42,7 +42,7 @@ use capstan::shard::ShardKey;
 use capstan::{Host as CapstanHost, HostConfig};
 use capstan_sdk::bindings::capstan::reconciler::types as wit;
 use capstan_tests::host::{
-    Host, echo, echo_resource, eventually, first_listed, install_plugin_crd, mount, sample,
+    Host, echo, echo_resource, eventually, first_listed, install_plugin_crd, mount, pod_of, sample,
 };
 use capstan_tests::requests::{
     FloorWrite, Traffic, floor_parents, requests, settled, write_floor, write_floor_of,
@@ -826,7 +826,8 @@ async fn failover(plane: &Plane) -> Result<()> {
         Ok(leases
             .get_opt("capstan")
             .await?
-            .and_then(|l| l.spec?.holder_identity))
+            .and_then(|l| l.spec?.holder_identity)
+            .map(|identity| pod_of(&identity).to_string()))
     };
     let start = |id: &str| {
         let args = [

@@ -67,17 +67,33 @@ impl Settings {
     }
 }
 
-/// This process's identity: the pod name, or hostname and pid outside a pod.
+/// This process's identity: the pod name (or the hostname and pid outside a pod), then a
+/// suffix drawn for this process, as client-go's `hostname_uuid`. Two processes with one
+/// pod name (a force-deleted StatefulSet pod whose process still runs) are two holders:
+/// neither takes the other's term for its own, nor writes the other's member Lease.
 pub fn identity() -> String {
-    if let Ok(pod) = std::env::var("POD_NAME")
-        && !pod.is_empty()
-    {
-        return pod;
-    }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "capstan".into());
-    format!("{host}_{}", std::process::id())
+    let base = match std::env::var("POD_NAME") {
+        Ok(pod) if !pod.is_empty() => pod,
+        _ => {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_ascii_lowercase())
+                .unwrap_or_else(|_| "capstan".into());
+            format!("{host}-{}", std::process::id())
+        }
+    };
+    format!("{base}-{:08x}", process_suffix())
+}
+
+/// 32 bits drawn once per process, which no other process draws alike but by chance: the
+/// standard library seeds each `RandomState` from the OS's randomness.
+fn process_suffix() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    static SUFFIX: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *SUFFIX.get_or_init(|| {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(std::process::id());
+        hasher.finish() as u32
+    })
 }
 
 #[cfg(test)]
@@ -118,6 +134,16 @@ mod tests {
         // Under a second is recorded as 0 s.
         let error = timings(900, 600, 100).validate().unwrap_err().to_string();
         assert!(error.contains("recorded in the Lease as 0s"), "{error}");
+    }
+
+    #[test]
+    fn the_identity_is_the_same_all_through_a_process_and_ends_in_its_own_suffix() {
+        let (a, b) = (identity(), identity());
+        assert_eq!(a, b);
+        let (base, suffix) = a.rsplit_once('-').unwrap();
+        assert!(!base.is_empty());
+        assert_eq!(suffix.len(), 8);
+        assert!(suffix.chars().all(|c| c.is_ascii_hexdigit()), "{a}");
     }
 
     #[test]

@@ -149,9 +149,17 @@ impl Membership {
     }
 }
 
-/// The member Lease's name: the group, then the identity.
+/// The member Lease's name: the group, then the identity, made a valid object name
+/// (an identity may carry a hostname's capitals or a `_`).
 fn lease_name(s: &Settings) -> String {
-    format!("{}-{}", s.name, s.identity)
+    let name: String = format!("{}-{}", s.name, s.identity)
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '-' | '.') => c,
+            _ => '-',
+        })
+        .collect();
+    name.trim_end_matches(['-', '.']).to_string()
 }
 
 /// The membership's side of the renew loop.
@@ -475,6 +483,12 @@ fn report(members: usize, ranges: &[Range]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_member_lease_is_named_validly_whatever_the_identity() {
+        let s = Settings::new("capstan", "ns", "Host_01-1a2b3c4d");
+        assert_eq!(lease_name(&s), "capstan-host-01-1a2b3c4d");
+    }
 
     #[test]
     fn ranges_survive_the_annotation() {
