@@ -55,6 +55,48 @@ fn fault(p: &Plugin, mode: &str) -> Fault {
     }
 }
 
+/// What the instance pool keeps resident between calls (each warm slot's first pages,
+/// kept for speed) is counted in the host's memory budget: after eight calls at once the
+/// budget holds more than the floor reserved at load, and no more than eight slots keep.
+#[test]
+fn the_pools_warm_slots_after_a_burst_count_in_the_memory_budget() {
+    let engine = Engine::new(Default::default()).expect("an engine");
+    let p = engine
+        .load_file(&plugin("hostile"), Limits::default())
+        .expect("hostile loads");
+    let (_, before) = engine.memory_budget();
+    const AT_ONCE: usize = 8;
+    let start = std::sync::Barrier::new(AT_ONCE);
+    std::thread::scope(|s| {
+        for _ in 0..AT_ONCE {
+            s.spawn(|| {
+                start.wait();
+                // About 50 ms of spinning each: the eight overlap on any machine.
+                let spun = p.reconcile(&Request {
+                    parent: json!({
+                        "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
+                        "metadata": {"name": "spin", "namespace": "budgets"},
+                        "spec": {"mode": "spin", "arg": "50"},
+                    })
+                    .into(),
+                    ..Request::default()
+                });
+                assert!(spun.is_ok(), "{:?}", spun.err());
+            });
+        }
+    });
+    let (_, after) = engine.memory_budget();
+    assert!(
+        after > before,
+        "the warm slots are counted: {before} → {after} bytes"
+    );
+    // Each slot keeps at most 2 MiB of linear memory and 64 KiB per table resident.
+    assert!(
+        after - before <= AT_ONCE * (3 << 20),
+        "no more than the burst's slots keep: {before} → {after} bytes"
+    );
+}
+
 #[test]
 fn kept_pollables_fill_the_resource_table_and_trap() {
     let p = hostile();

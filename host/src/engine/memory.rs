@@ -12,8 +12,9 @@
 //! what a plugin was seen to need is reserved for it, and later loads are admitted
 //! against it.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+pub(crate) use super::budget::{Budget, Reservation, mib};
 
 /// Linear memory held by one plugin's live instances, against its total.
 pub(crate) struct PluginMemory {
@@ -159,145 +160,6 @@ fn over(used: usize, floor: usize) -> usize {
     used.saturating_sub(floor)
 }
 
-/// The host-wide budget: plugins' floors, and what instances hold above them.
-pub(crate) struct Budget {
-    total: usize,
-    held: Mutex<Held>,
-}
-
-#[derive(Default)]
-struct Held {
-    /// Per plugin name: live holders, and the largest floor any of them reserved. Versions
-    /// of one plugin (hot reload keeps the old one until the new one runs) share a floor.
-    floors: HashMap<String, (usize, usize)>,
-    /// Bytes instances hold above their plugins' floors.
-    spare_in_use: usize,
-}
-
-impl Held {
-    fn floors_but(&self, name: &str) -> usize {
-        self.floors
-            .iter()
-            .filter(|(n, _)| n.as_str() != name)
-            .map(|(_, (_, b))| b)
-            .sum()
-    }
-
-    fn reserved(&self) -> usize {
-        self.floors.values().map(|(_, b)| b).sum::<usize>() + self.spare_in_use
-    }
-}
-
-/// One loaded plugin version's floor in the budget; released when dropped.
-pub(crate) struct Reservation {
-    budget: Arc<Budget>,
-    name: String,
-    floor: usize,
-}
-
-impl Budget {
-    /// A budget of `total` bytes.
-    pub fn new(total: usize) -> Arc<Self> {
-        Arc::new(Budget {
-            total,
-            held: Mutex::default(),
-        })
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The budget and what is reserved or held above floors now, in bytes.
-    pub fn usage(&self) -> (usize, usize) {
-        (self.total, self.lock().reserved())
-    }
-
-    /// Reserve a floor of `bytes` for plugin `name`, or say why it does not fit.
-    pub fn reserve(self: &Arc<Self>, name: &str, bytes: usize) -> Result<Reservation, String> {
-        let mut held = self.lock();
-        let others = held.floors_but(name) + held.spare_in_use;
-        let mine = held.floors.get(name).map_or(0, |(_, b)| *b).max(bytes);
-        if others + mine > self.total {
-            let mut holders: Vec<String> = held
-                .floors
-                .iter()
-                .filter(|(n, _)| n.as_str() != name)
-                .map(|(n, (_, b))| format!("{n} {}", mib(*b)))
-                .collect();
-            holders.sort();
-            let plugins = match holders.len() {
-                0 => "no plugin".to_string(),
-                n if n > 5 => format!("{n} plugins, the first {}", holders[..5].join(", ")),
-                _ => holders.join(", "),
-            };
-            return Err(format!(
-                "plugin {name} needs {} (what one instance was measured to hold) and the host's memory budget of {} has {} left ({} reserved by {plugins}, {} in use above floors); raise --memory-budget",
-                mib(bytes),
-                mib(self.total),
-                mib(self.total.saturating_sub(others)),
-                mib(held.floors_but(name)),
-                mib(held.spare_in_use),
-            ));
-        }
-        let entry = held.floors.entry(name.to_string()).or_insert((0, 0));
-        *entry = (entry.0 + 1, mine);
-        Ok(Reservation {
-            budget: self.clone(),
-            name: name.to_string(),
-            floor: bytes,
-        })
-    }
-
-    /// Raise plugin `name`'s floor to `bytes`, turning `covered` bytes it holds above its
-    /// floor from spare into reserved, if the budget has room; `true` when raised.
-    fn raise(&self, name: &str, bytes: usize, covered: usize) -> bool {
-        let mut held = self.lock();
-        let spare = held.spare_in_use.saturating_sub(covered);
-        let mine = held.floors.get(name).map_or(0, |(_, b)| *b).max(bytes);
-        if held.floors_but(name) + mine + spare > self.total {
-            return false;
-        }
-        if let Some(entry) = held.floors.get_mut(name) {
-            entry.1 = mine;
-        }
-        held.spare_in_use = spare;
-        true
-    }
-
-    /// Take up to `bytes` of what no floor reserves.
-    fn take_spare_up_to(&self, bytes: usize) -> usize {
-        let mut held = self.lock();
-        let taken = bytes.min(self.total.saturating_sub(held.reserved()));
-        held.spare_in_use += taken;
-        taken
-    }
-
-    fn give_back(&self, bytes: usize) {
-        if bytes > 0 {
-            let mut held = self.lock();
-            held.spare_in_use = held.spare_in_use.saturating_sub(bytes);
-        }
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        let mut held = self.budget.lock();
-        if let Some(entry) = held.floors.get_mut(&self.name) {
-            entry.0 -= 1;
-            if entry.0 == 0 {
-                held.floors.remove(&self.name);
-            }
-        }
-    }
-}
-
-/// Bytes as MiB for messages.
-pub(crate) fn mib(bytes: usize) -> String {
-    format!("{} MiB", bytes >> 20)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,7 +197,7 @@ mod tests {
         drop(echo_v2);
         let third = budget.reserve("third", 128 << 20).unwrap();
         drop((other, third));
-        assert!(budget.lock().floors.is_empty());
+        assert!(budget.no_floors());
     }
 
     /// Above its floor a plugin borrows what no one reserved, while it holds it; when that
@@ -358,13 +220,13 @@ mod tests {
             "spare memory in use counts at load"
         );
         bomb.release(90, true);
-        assert_eq!(budget.lock().spare_in_use, 0, "given back when the instance ends");
+        assert_eq!(budget.spare_in_use(), 0, "given back when the instance ends");
         assert_eq!(small.try_grow(40), Ok(()));
         assert_eq!(small.try_grow(1), Err(Denied::Total));
         assert_eq!(bomb.take_up_to(60), 50, "what is left: its floor and 40 spare");
         small.release(50, false);
         bomb.release(50, false);
-        assert_eq!(budget.lock().spare_in_use, 0);
+        assert_eq!(budget.spare_in_use(), 0);
     }
 
     /// An instance that held more than the floor raises it; a later load is admitted
@@ -376,8 +238,8 @@ mod tests {
         assert_eq!(grower.try_grow(30), Ok(()));
         grower.release(30, false);
         assert_eq!(grower.floor(), 30, "what one instance was seen to hold");
-        assert_eq!(budget.lock().spare_in_use, 0);
-        assert_eq!(budget.lock().floors["grower"].1, 30);
+        assert_eq!(budget.spare_in_use(), 0);
+        assert_eq!(budget.floor_of("grower"), 30);
         assert!(
             budget.reserve("late", 71).is_err(),
             "admitted against the raised floor"
@@ -391,7 +253,7 @@ mod tests {
             30,
             "an instance that hit a limit measures nothing"
         );
-        assert_eq!(budget.lock().spare_in_use, 0);
+        assert_eq!(budget.spare_in_use(), 0);
         assert_eq!(grower.try_grow(40), Ok(()));
         grower.release(40, false);
         assert_eq!(grower.floor(), 40);

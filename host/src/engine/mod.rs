@@ -20,6 +20,7 @@
 //! ```
 
 mod bindings;
+mod budget;
 mod cache;
 mod clocks;
 mod compiled;
@@ -99,6 +100,16 @@ impl Default for EngineConfig {
     }
 }
 
+/// What the instance pool keeps resident in slots no instance uses, as it counts it.
+fn resident(engine: &wasmtime::Engine) -> Box<dyn Fn() -> usize + Send + Sync> {
+    match engine.pooling_allocator_metrics() {
+        Some(pool) => {
+            Box::new(move || pool.unused_memory_bytes_resident() + pool.unused_table_bytes_resident())
+        }
+        None => Box::new(|| 0),
+    }
+}
+
 /// Reset pool slots with `PAGEMAP_SCAN` only where it leaves no page of a call behind.
 fn scan_or_not() -> wasmtime::Enabled {
     match pagemap::check() {
@@ -165,12 +176,13 @@ impl Engine {
         versions::add_to_linker(&mut linker)?;
 
         let clock = deadline::Clock::start(&inner, EPOCH_TICK)?;
+        let budget = memory::Budget::with_pool(config.memory_budget, resident(&inner));
         Ok(Engine {
             clock,
             inner,
             linker: Arc::new(linker),
             slots: slots::Slots::new(config.max_instances),
-            budget: memory::Budget::new(config.memory_budget),
+            budget,
             compiled: Arc::default(),
             config,
             cache,
