@@ -456,6 +456,49 @@ async fn a_replica_frozen_with_sigstop_never_reconciles_beside_the_one_that_took
     Ok(())
 }
 
+/// Two replicas; one's machine is frozen for 20 s: its monotonic clock stands still while
+/// the world's time runs (a hypervisor's stop, a host suspend), which SIGSTOP alone does
+/// not show — a stopped process's monotonic clock moves on. The test-only clock
+/// (`CAPSTAN_DEV_FROZEN_FILE`) makes the thawed replica's clock lag by the 20 s, so by its
+/// monotonic clock its term still runs; the boot and wall clocks say otherwise, and it
+/// must not reconcile beside the replica that took its range meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_clock_stood_still_never_reconciles_beside_the_one_that_took_over() -> Result<()> {
+    let _turn = PLANES.lock().await;
+    let mut fleet = Fleet::new("faults-frozen", SMALL).await?;
+    let ids = ["f-a", "f-b"];
+    for id in ids {
+        let frozen = fleet.dir.join(format!("{id}.frozen"));
+        fleet.start(
+            id,
+            &[],
+            &[("CAPSTAN_DEV_FROZEN_FILE", frozen.to_str().context("utf-8")?)],
+        )?;
+    }
+    fleet.shares(&ids).await?;
+    fleet.settled("hi", Duration::from_secs(300)).await?;
+    let mine = fleet.reconciled_by("f-a", Timestamp::MIN);
+    fleet.host("f-a").signal(libc::SIGSTOP);
+    let (frozen, frozen_at) = (Instant::now(), Timestamp::now());
+    fleet.change_all("clock-frozen").await?;
+    tokio::time::sleep(Duration::from_secs(20).saturating_sub(frozen.elapsed())).await;
+    // The machine comes back: its monotonic clock stood still all the time it was stopped.
+    let stood_still = frozen.elapsed().as_secs_f64();
+    std::fs::write(fleet.dir.join("f-a.frozen"), stood_still.to_string())?;
+    fleet.host("f-a").signal(libc::SIGCONT);
+    let thawed = Timestamp::now();
+    fleet.change_all("clock-thawed").await?;
+    let took = fleet.settled("clock-thawed", Duration::from_secs(300)).await?;
+    println!(
+        "f-a's clock stood still {stood_still:.1} s: its range reconciled by f-b {:?} after the freeze; f-a fenced {:?} after the thaw; settled {took:?}",
+        fleet.taken_over("f-a", &mine, frozen_at),
+        fleet.logged_after("f-a", "lease term over", thawed),
+    );
+    let reconciles = fleet.one_owner()?;
+    println!("frozen clock: {reconciles} reconciles, none by two replicas at once");
+    Ok(())
+}
+
 /// A replica whose API connection stalls for 30 s (nothing closed) fences itself before
 /// the others take its range, and earns a share again once the connection flows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

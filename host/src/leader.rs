@@ -73,6 +73,7 @@ struct Inner {
 /// Start campaigning for the lease in the background.
 pub fn start(client: kube::Client, settings: Settings) -> (Tenure, Elector) {
     let (fence, tenure) = Fence::new(settings.renew_deadline);
+    fence.limit_jumps(settings.lease_duration - settings.renew_deadline);
     let inner = Arc::new(Inner {
         api: Api::namespaced(client, &settings.namespace),
         settings,
@@ -176,7 +177,7 @@ impl Holder for Campaign<'_> {
     async fn wait(&mut self, next: Instant, held: bool) {
         // A standby also tries the moment the Lease changes (released, say).
         tokio::select! {
-            () = tokio::time::sleep_until(next) => {}
+            () = crate::lease::clock::sleep_until(next) => {}
             () = self.inner.changed.notified(), if !held => {}
         }
     }
@@ -236,7 +237,11 @@ async fn try_acquire_or_renew(inner: &Inner) -> Result<bool, kube::Error> {
         };
     };
     let version = lease.metadata.resource_version.clone().unwrap_or_default();
-    let unchanged = inner.observed.lock().await.see(&s.name, &version, Instant::now());
+    let unchanged = inner
+        .observed
+        .lock()
+        .await
+        .see(&s.name, &version, crate::lease::now());
     let spec = lease.spec.take().unwrap_or_default();
     let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
     let ours = holder.as_deref() == Some(s.identity.as_str());

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::clock::{self, Clocks};
 use super::{Fence, Tenure};
 
 /// One holder's side of [`hold`]: how to acquire or renew, and what to do with the term.
@@ -38,7 +39,7 @@ pub trait Holder: Send {
 pub async fn hold<H: Holder>(fence: &Fence, retry: Duration, holder: &mut H) {
     let mut holding = false;
     loop {
-        let attempt = Instant::now();
+        let (attempt, clocks) = (clock::now(), Clocks::read());
         let held = fence.held_at(attempt);
         if holding && !held {
             lapse(
@@ -48,14 +49,15 @@ pub async fn hold<H: Holder>(fence: &Fence, retry: Duration, holder: &mut H) {
                 "the lease was not renewed within the renew deadline",
             );
         }
-        let outcome = tokio::time::timeout_at(fence.deadline(attempt), holder.round(held)).await;
+        let deadline = clock::real(fence.deadline(attempt));
+        let outcome = tokio::time::timeout_at(deadline, holder.round(held)).await;
         match outcome {
             Ok(Ok(Some(plan))) => {
                 // Only this loop begins terms, so this is what `renewed` will decide.
                 if !fence.held_at(attempt) {
                     holder.beginning();
                 }
-                let began = fence.renewed(attempt);
+                let began = fence.renewed_at(attempt, clocks);
                 holding = true;
                 holder.commit(plan, fence.tenure().pin(), began);
             }
@@ -64,7 +66,7 @@ pub async fn hold<H: Holder>(fence: &Fence, retry: Duration, holder: &mut H) {
             Ok(Err(e)) => tracing::debug!(error = %e, "lease call failed"),
             Err(_) => tracing::debug!("lease call did not finish within the renew deadline"),
         }
-        let now = Instant::now();
+        let now = clock::now();
         if holding && !fence.held_at(now) {
             lapse(
                 fence,

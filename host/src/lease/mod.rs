@@ -35,6 +35,7 @@
 //! # }
 //! ```
 
+pub mod clock;
 mod expiry;
 pub mod guard;
 mod hold;
@@ -45,6 +46,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use clock::Clocks;
+pub use clock::now;
 pub use expiry::Observed;
 pub use guard::guard;
 pub use hold::{Holder, hold};
@@ -77,11 +80,24 @@ struct Term {
     until: Option<Instant>,
     /// Held for good (no election).
     always: bool,
+    /// The clocks when the last renewal started, and how far the boot or wall clock may
+    /// move beyond the monotonic one since before the term is over ([`clock`]).
+    renewed: Option<Clocks>,
+    jump_limit: Option<Duration>,
 }
 
 impl Term {
     fn held_at(&self, now: Instant) -> bool {
-        self.always || self.until.is_some_and(|u| now < u)
+        self.always || (self.until.is_some_and(|u| now < u) && !self.jumped())
+    }
+
+    /// Whether the monotonic clock stood still (a frozen machine) for longer than the
+    /// lease's margin since the last renewal started: the others have counted that time.
+    fn jumped(&self) -> bool {
+        match (self.jump_limit, &self.renewed) {
+            (Some(limit), Some(at)) => Clocks::read().jumped_since(at) > limit,
+            _ => false,
+        }
     }
 }
 
@@ -101,6 +117,8 @@ impl Tenure {
             generation: 0,
             until: None,
             always: true,
+            renewed: None,
+            jump_limit: None,
         };
         Tenure {
             term: watch::channel(term).1,
@@ -115,7 +133,7 @@ impl Tenure {
 
     /// Held right now.
     pub fn is_held(&self) -> bool {
-        self.held_in(&self.term.borrow(), Instant::now())
+        self.held_in(&self.term.borrow(), now())
     }
 
     /// This tenure limited to the current term: once it ends, this is never held again.
@@ -132,7 +150,7 @@ impl Tenure {
         let (mut term, mut stopping) = (self.term.clone(), self.stopping.clone());
         loop {
             let now = *term.borrow_and_update();
-            if self.held_in(&now, Instant::now()) {
+            if self.held_in(&now, self::now()) {
                 return true;
             }
             if self.pinned.is_some() || *stopping.borrow() {
@@ -152,7 +170,7 @@ impl Tenure {
         let mut ends = term.borrow().until;
         loop {
             let now = *term.borrow_and_update();
-            let at = Instant::now();
+            let at = self::now();
             if self.pinned.is_none_or(|g| g == now.generation) {
                 ends = now.until;
             }
@@ -163,7 +181,7 @@ impl Tenure {
                 r = term.changed() => if r.is_err() {
                     // Nobody renews any more: the term runs out on its own.
                     ends_at(now).await;
-                    return Instant::now();
+                    return self::now();
                 },
                 () = ends_at(now) => {}
             }
@@ -193,7 +211,7 @@ impl Tenure {
 
 /// The wall-clock time of a past monotonic instant (as [`wall_clock`] tells it).
 pub fn wall_at(at: Instant) -> k8s_openapi::jiff::Timestamp {
-    let ago = Instant::now().saturating_duration_since(at);
+    let ago = now().saturating_duration_since(at);
     let now = wall_clock();
     k8s_openapi::jiff::SignedDuration::try_from(ago)
         .ok()
@@ -204,7 +222,7 @@ pub fn wall_at(at: Instant) -> k8s_openapi::jiff::Timestamp {
 /// Until `term` ends; forever if it never does.
 async fn ends_at(term: Term) {
     match term.until {
-        Some(until) if !term.always => tokio::time::sleep_until(until).await,
+        Some(until) if !term.always => clock::sleep_until(until).await,
         _ => std::future::pending().await,
     }
 }
@@ -225,6 +243,8 @@ impl Fence {
             generation: 0,
             until: None,
             always: false,
+            renewed: None,
+            jump_limit: None,
         });
         let (stopping, stopping_rx) = watch::channel(false);
         let tenure = Tenure {
@@ -268,10 +288,22 @@ impl Fence {
         }
     }
 
+    /// End a term once the boot or wall clock moved more than `margin` beyond the
+    /// monotonic one since its last renewal started (a frozen machine): the others count
+    /// time by their clocks, and take over `margin` after this holder should have stopped.
+    pub fn limit_jumps(&self, margin: Duration) {
+        self.term.send_modify(|t| t.jump_limit = Some(margin));
+    }
+
     /// A renewal that started at `attempt` succeeded: the term now ends one renew deadline
     /// after `attempt`. Returns `true` when that began a new term (the last one had ended
-    /// by `attempt`, or none was held).
+    /// by `attempt`, or none was held). The clocks are read now, as for an attempt just made.
     pub fn renewed(&self, attempt: Instant) -> bool {
+        self.renewed_at(attempt, Clocks::read())
+    }
+
+    /// [`Fence::renewed`], with the clocks as they were when the renewal started.
+    pub fn renewed_at(&self, attempt: Instant, clocks: Clocks) -> bool {
         let until = attempt + self.renew_deadline;
         let mut began = false;
         self.term.send_modify(|t| {
@@ -280,13 +312,14 @@ impl Fence {
                 began = true;
             }
             t.until = Some(t.until.filter(|_| !began).map_or(until, |u| u.max(until)));
+            t.renewed = Some(clocks);
         });
         began
     }
 
     /// End the term now; `true` if one was held.
     pub fn end(&self) -> bool {
-        let now = Instant::now();
+        let now = now();
         let mut was = false;
         self.term.send_if_modified(|t| {
             was = t.held_at(now);

@@ -17,7 +17,8 @@
 //! - takes new ranges only while every live member counts the same members, so all agree
 //!   on the ring and no two of them want the same range;
 //! - keeps its ranges only through one unbroken term: after a lapse (a pause, a stalled
-//!   connection) it starts with none and earns them again like a newcomer;
+//!   connection, a frozen machine's clock) it starts with none and earns them again like
+//!   a newcomer — and never keeps a range another live Lease holds;
 //! - takes nothing while a member splitting another space holds ranges, and of two spaces
 //!   with nothing held only the first (by name) takes: replicas that disagree on the shard
 //!   key (a rollout of a new `--shard-key`) never split the objects twice;
@@ -94,6 +95,7 @@ pub struct Membership {
 /// key and ring parameters; members of other spaces never split the objects with this one).
 pub fn join(client: kube::Client, settings: Settings, space: String) -> (Membership, Channels) {
     let (fence, tenure) = Fence::new(settings.renew_deadline);
+    fence.limit_jumps(settings.lease_duration - settings.renew_deadline);
     let empty = Assignment {
         ranges: Vec::new(),
         tenure: tenure.pin(),
@@ -115,7 +117,7 @@ pub fn join(client: kube::Client, settings: Settings, space: String) -> (Members
         published: false,
         settling: false,
         wake: None,
-        attempt: Instant::now(),
+        attempt: crate::lease::now(),
         disagreement: None,
     };
     let retry = members.settings.retry_period;
@@ -196,7 +198,7 @@ impl Holder for Members {
     type Plan = Plan;
 
     async fn round(&mut self, held: bool) -> Result<Option<Plan>, kube::Error> {
-        self.attempt = Instant::now();
+        self.attempt = crate::lease::now();
         if !held {
             self.published = false;
         }
@@ -253,7 +255,7 @@ impl Holder for Members {
             wake = wake.min(self.attempt + self.settings.retry_period / SETTLING);
         }
         tokio::select! {
-            () = tokio::time::sleep_until(wake) => {}
+            () = crate::lease::clock::sleep_until(wake) => {}
             // Ranges given up are published as soon as their controllers stopped.
             () = changed(&mut self.running) => {}
         }
@@ -264,7 +266,7 @@ impl Members {
     /// The other members whose Leases are live by our clock; Leases nobody renewed for
     /// [`STALE_AFTER`] durations are deleted.
     async fn live(&mut self, listed: &[Lease]) -> Vec<Member> {
-        let now = Instant::now();
+        let now = crate::lease::now();
         let names: BTreeSet<&str> = listed.iter().filter_map(|l| l.metadata.name.as_deref()).collect();
         self.observed.retain(|n| names.contains(n));
         self.wake = None;
@@ -339,10 +341,13 @@ impl Members {
         } else {
             Vec::new()
         };
-        let keep = range::intersect(&current, &desired);
+        let theirs: Vec<Range> = others.iter().flat_map(|m| m.held.clone()).collect();
+        let theirs = range::normalize(&theirs);
+        // A range another live Lease holds is never kept: after a freeze this term did not
+        // see (the machine's clock stood still too), the others may have taken it.
+        let keep = range::subtract(&range::intersect(&current, &desired), &theirs);
         let gain = if gains {
-            let held: Vec<Range> = others.iter().flat_map(|m| m.held.clone()).collect();
-            range::subtract(&range::subtract(&desired, &range::normalize(&held)), &keep)
+            range::subtract(&range::subtract(&desired, &theirs), &keep)
         } else {
             Vec::new()
         };
