@@ -5,13 +5,14 @@
 //! rules, and answered from the caches — again only when an object of a queried kind has
 //! changed since, so a quiet resync costs no scan of a cache. A change to a related object
 //! reconciles every parent whose queries select it now, or whose last answer held it (an
-//! object relabelled out of a selection is news to the parents that read it).
+//! object relabelled out of a selection is news to the parents that read it). A label
+//! query reads only its namespace's objects, and an answer is read again only when an
+//! object of a namespace one of its queries reads has changed ([`namespaces`]).
 //!
 //! Answers are in a fixed order (query by query, then namespace and name), so identical
 //! inputs make identical requests.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -28,14 +29,17 @@ use super::version::Current;
 use super::{Shared, Wiring, discovery, queue, sharded};
 use crate::engine::{DispatchError, Kind, RelatedParent};
 use crate::key::ObjectKey;
+use namespaces::Namespaces;
+
+mod namespaces;
 
 /// A watched related kind and its cache.
 pub(super) struct RelatedKind {
     pub resource: ApiResource,
     pub store: Store<Compact>,
-    /// Bumped on every change the cache takes in: an answer read at the same count
-    /// still holds.
-    changes: Arc<AtomicU64>,
+    /// Its objects by namespace, and each namespace's last change: an answer read at the
+    /// same counts of the namespaces its queries read still holds.
+    namespaces: Arc<Namespaces>,
 }
 
 /// Each parent's checked queries and last answer, for the plugin version and parent
@@ -52,7 +56,7 @@ struct Entry {
     resource_version: String,
     shown: u64,
     queries: Arc<Vec<Resolved>>,
-    /// The last answer, and each related kind's change count when it was read.
+    /// The last answer, and the change count of each query's namespace when it was read.
     answer: Arc<Vec<Arc<Compact>>>,
     changes: Vec<u64>,
 }
@@ -115,13 +119,13 @@ pub(super) async fn watch(
     // The host's watch of the kind, shared with every plugin reading or reconciling it.
     let (informer, store) = wiring.stored(&resource, ns, None, role);
     let (listed, size, cached_objects) = (wiring.sync.mark(), wiring.gauge(&resource), store.clone());
-    let changes = Arc::new(AtomicU64::new(0));
-    let counted = changes.clone();
+    let namespaces = Arc::new(Namespaces::default());
+    let indexed = namespaces.clone();
     let stream = informer
         .subscribe()
         .inspect(move |event| {
             // The shared cache has taken the event in before it is sent to subscribers.
-            counted.fetch_add(1, Ordering::Release);
+            indexed.take(event);
             if matches!(event, watcher::Event::InitDone) {
                 listed();
             }
@@ -144,7 +148,7 @@ pub(super) async fn watch(
     let kind = RelatedKind {
         resource,
         store,
-        changes,
+        namespaces,
     };
     Ok((kind, stream, mapper))
 }
@@ -220,13 +224,13 @@ pub(super) async fn read(
     if kept
         && let Some(e) = index.lock().get_mut(&key)
         && e.shown == shown
-        && e.changes == changes(shared)
+        && e.changes == changes(&e.queries, shared)
     {
         e.resource_version = version;
         return Ok(e.answer.clone());
     }
     // Counted before the caches are read: a change landing in between is read again next time.
-    let changes = changes(shared);
+    let changes = changes(&queries, shared);
     let answer = Arc::new(answer(&queries, shared).map_err(Failure::Refused)?);
     let entry = Entry {
         plugin: plugin.number,
@@ -240,12 +244,10 @@ pub(super) async fn read(
     Ok(answer)
 }
 
-/// Every related kind's change count.
-fn changes(shared: &Shared) -> Vec<u64> {
-    shared
-        .related
-        .iter()
-        .map(|r| r.changes.load(Ordering::Acquire))
+/// The change count of the namespace each query reads.
+fn changes(queries: &[Resolved], shared: &Shared) -> Vec<u64> {
+    (queries.iter())
+        .map(|q| shared.related[q.kind].namespaces.changes(q.namespace.as_deref()))
         .collect()
 }
 
@@ -257,24 +259,21 @@ fn answer(queries: &[Resolved], shared: &Shared) -> Result<Vec<Arc<Compact>>, St
     let mut tally = capstan_contract::related::Tally::default();
     for q in queries {
         let cache = &shared.related[q.kind];
-        let mut found: Vec<Arc<Compact>> = match &q.names {
-            Some(names) => names
-                .iter()
-                .filter_map(|name| {
-                    let r = ObjectRef::new_with(name, cache.resource.clone());
-                    cache.store.get(&match &q.namespace {
-                        Some(ns) => r.within(ns),
-                        None => r,
-                    })
-                })
-                .collect(),
-            None => cache
-                .store
-                .state()
-                .into_iter()
-                .filter(|o| q.matches(o.metadata.namespace.as_deref(), &o.name_any(), o.labels()))
-                .collect(),
+        // A label query reads the names its namespace holds, not the whole cache.
+        let names = match &q.names {
+            Some(names) => names.clone(),
+            None => cache.namespaces.names(q.namespace.as_deref()),
         };
+        let mut found: Vec<Arc<Compact>> = (names.iter())
+            .filter_map(|name| {
+                let r = ObjectRef::new_with(name, cache.resource.clone());
+                cache.store.get(&match &q.namespace {
+                    Some(ns) => r.within(ns),
+                    None => r,
+                })
+            })
+            .filter(|o| q.matches(o.metadata.namespace.as_deref(), &o.name_any(), o.labels()))
+            .collect();
         found.sort_by(|a, b| {
             (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
         });
