@@ -485,8 +485,8 @@ async fn a_replica_whose_clock_stood_still_never_reconciles_beside_the_one_that_
     // The machine comes back: its monotonic clock stood still all the time it was stopped.
     let stood_still = frozen.elapsed().as_secs_f64();
     std::fs::write(fleet.dir.join("f-a.frozen"), stood_still.to_string())?;
-    fleet.host("f-a").signal(libc::SIGCONT);
     let thawed = Timestamp::now();
+    fleet.host("f-a").signal(libc::SIGCONT);
     fleet.change_all("clock-thawed").await?;
     let took = fleet.settled("clock-thawed", Duration::from_secs(300)).await?;
     println!(

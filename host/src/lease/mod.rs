@@ -4,8 +4,10 @@
 //! - **A term ends by itself.** The right to reconcile is a [`Tenure`]: a term that lasts
 //!   `renew_deadline` past the *start* of its last successful renewal ([`Fence::renewed`]).
 //!   Every reader compares that instant with the monotonic clock, so neither a hung API
-//!   call, a paused process (SIGSTOP, a VM pause) nor a busy task extends it: after a
-//!   pause, the first thing any reconcile or write checks finds the term over.
+//!   call, a paused process (SIGSTOP) nor a busy task extends it: after a pause, the first
+//!   thing any reconcile or write checks finds the term over. A frozen machine may stop
+//!   the monotonic clock as well, so the term also ends once the boot or wall clock moved
+//!   beyond it by the lease's margin since the renewal began ([`clock`]).
 //! - **An ended term never resumes.** A renewal after the term ended starts a new one;
 //!   work pinned to the old term ([`Tenure::pin`]: a reconcile, a shard's controllers)
 //!   stays fenced, and a shard's ranges are earned again.
