@@ -97,6 +97,49 @@ fn the_pools_warm_slots_after_a_burst_count_in_the_memory_budget() {
     );
 }
 
+/// Memory waits as CPU does: eight calls at once of a plugin whose total holds only two
+/// instances of its measured size wait in line for it, and none faults.
+#[test]
+fn calls_past_the_plugins_memory_total_wait_for_it_instead_of_faulting() {
+    let engine = Engine::new(Default::default()).expect("an engine");
+    let limits = Limits {
+        memory: 12 << 20,
+        memory_total: 12 << 20,
+        ..Limits::default()
+    };
+    let p = engine
+        .load_file(&plugin("hostile"), limits)
+        .expect("hostile loads");
+    const AT_ONCE: usize = 8;
+    let start = std::sync::Barrier::new(AT_ONCE);
+    let faults = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..AT_ONCE {
+            s.spawn(|| {
+                start.wait();
+                let spun = p.reconcile(&Request {
+                    parent: json!({
+                        "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
+                        "metadata": {"name": "spin", "namespace": "budgets"},
+                        "spec": {"mode": "spin", "arg": "50"},
+                    })
+                    .into(),
+                    ..Request::default()
+                });
+                if let Err(e) = spun {
+                    eprintln!("{e}");
+                    faults.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    assert_eq!(
+        faults.into_inner(),
+        0,
+        "calls faulted instead of waiting for memory"
+    );
+}
+
 #[test]
 fn kept_pollables_fill_the_resource_table_and_trap() {
     let p = hostile();

@@ -11,8 +11,15 @@
 //! plugin's total, which no instance can pass), when the budget has that much unreserved:
 //! what a plugin was seen to need is reserved for it, and later loads are admitted
 //! against it.
+//!
+//! Memory waits as CPU does: a call is admitted to a fresh instance only once the
+//! plugin's total has room for what one instance was measured to hold (its floor) beside
+//! what the live ones hold and were admitted with, in the order the calls came ([`Claim`]);
+//! so a plugin whose concurrency times its floor passes its total runs fewer calls at
+//! once instead of faulting. Only a call that finds no other live and alone passes the
+//! total faults.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 pub(crate) use super::budget::{Budget, Reservation, mib};
 
@@ -20,6 +27,8 @@ pub(crate) use super::budget::{Budget, Reservation, mib};
 pub(crate) struct PluginMemory {
     limit: usize,
     usage: Mutex<Usage>,
+    /// Signalled when memory or a place in the line frees up.
+    room: Condvar,
     /// This plugin's floor in the host budget, given back when the last holder is dropped.
     reservation: Option<Reservation>,
 }
@@ -43,7 +52,12 @@ impl PluginMemory {
                 used: 0,
                 floor,
                 told: floor,
+                claimed: 0,
+                live: 0,
+                next: 0,
+                serving: 0,
             }),
+            room: Condvar::new(),
             reservation,
         })
     }
@@ -62,25 +76,67 @@ impl PluginMemory {
         self.usage.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Wait in line until the total has room for one more instance of the floor's size
+    /// (or none is live: a call alone is never kept waiting), and admit it: the claim
+    /// that instance's memory is first drawn from.
+    pub fn admit(&self) -> Claim {
+        let mut usage = self.lock();
+        let ticket = usage.next;
+        usage.next += 1;
+        let mut waited = false;
+        let claim = loop {
+            let claim = usage.floor.min(self.limit);
+            let fits = usage.used + usage.claimed + claim <= self.limit;
+            if usage.serving == ticket && (fits || usage.live == 0) {
+                break claim;
+            }
+            waited = true;
+            usage = self.room.wait(usage).unwrap_or_else(|e| e.into_inner());
+        };
+        if waited {
+            tracing::debug!(total = %mib(self.limit), "a call waited for the plugin's memory total");
+        }
+        usage.serving += 1;
+        usage.claimed += claim;
+        usage.live += 1;
+        // The next in line may fit as well.
+        self.room.notify_all();
+        Claim(claim)
+    }
+
     /// Take `bytes` more if the total, and above the floor the host budget, allow.
     pub fn try_grow(&self, bytes: usize) -> Result<(), Denied> {
+        self.grow(bytes, &mut Claim(0))
+    }
+
+    /// Take `bytes` more, first from `claim` (already counted against the total), the
+    /// rest if the total has room beside what is held and claimed; above the floor the
+    /// host budget must allow all of it.
+    pub fn grow(&self, bytes: usize, claim: &mut Claim) -> Result<(), Denied> {
         let mut usage = self.lock();
-        let grown = usage
-            .used
-            .checked_add(bytes)
+        let own = bytes.min(claim.0);
+        (usage.used + usage.claimed)
+            .checked_add(bytes - own)
             .filter(|&n| n <= self.limit)
             .ok_or(Denied::Total)?;
+        let grown = usage.used + bytes;
         self.above_floor(usage.floor, usage.used, grown)?;
         usage.used = grown;
+        usage.claimed -= own;
+        claim.0 -= own;
         Ok(())
     }
 
-    /// Take as much of `bytes` as the total (and above the floor the budget) have left;
-    /// how much that was.
-    pub fn take_up_to(&self, bytes: usize) -> usize {
+    /// Take as much of `bytes` as `claim`, the total and (above the floor) the budget have
+    /// left; how much that was.
+    pub fn take_up_to(&self, bytes: usize, claim: &mut Claim) -> usize {
         let mut usage = self.lock();
+        let own = bytes.min(claim.0);
+        usage.claimed -= own;
+        claim.0 -= own;
         let (used, floor) = (usage.used, usage.floor);
-        let wanted = bytes.min(self.limit.saturating_sub(used));
+        let room = self.limit.saturating_sub(used + usage.claimed);
+        let wanted = bytes.min(room.max(own));
         let taken = match &self.reservation {
             None => wanted,
             Some(r) => {
@@ -90,6 +146,16 @@ impl PluginMemory {
         };
         usage.used += taken;
         taken
+    }
+
+    /// An admitted instance ended holding `bytes`: give them back (as [`Self::release`])
+    /// with what is left of its `claim`, and let the next call in line look again.
+    pub fn end(&self, bytes: usize, denied: bool, claim: Claim) {
+        self.release(bytes, denied);
+        let mut usage = self.lock();
+        usage.claimed -= claim.0;
+        usage.live -= 1;
+        self.room.notify_all();
     }
 
     /// Give back `bytes` an instance held when it ended, first raising the floor to them
@@ -142,7 +208,18 @@ struct Usage {
     floor: usize,
     /// The floor last logged.
     told: usize,
+    /// What admitted instances were promised and have not drawn yet.
+    claimed: usize,
+    /// Instances admitted and not ended.
+    live: usize,
+    /// The line: the next ticket to hand out, and the ticket admitted next.
+    next: u64,
+    serving: u64,
 }
+
+/// Bytes of a plugin's total promised to one admitted instance, drawn on as it grows.
+#[derive(Debug, Default)]
+pub(crate) struct Claim(usize);
 
 impl Usage {
     /// Log a raised floor once it has grown by a quarter since last said: a plugin that
@@ -173,8 +250,8 @@ mod tests {
         pool.release(6, false);
         assert_eq!(pool.try_grow(5), Ok(()));
         assert_eq!(pool.used(), 9);
-        assert_eq!(pool.take_up_to(5), 1, "only what is left");
-        assert_eq!(pool.take_up_to(5), 0);
+        assert_eq!(pool.take_up_to(5, &mut Claim(0)), 1, "only what is left");
+        assert_eq!(pool.take_up_to(5, &mut Claim(0)), 0);
         assert_eq!(pool.used(), 10);
     }
 
@@ -223,7 +300,11 @@ mod tests {
         assert_eq!(budget.spare_in_use(), 0, "given back when the instance ends");
         assert_eq!(small.try_grow(40), Ok(()));
         assert_eq!(small.try_grow(1), Err(Denied::Total));
-        assert_eq!(bomb.take_up_to(60), 50, "what is left: its floor and 40 spare");
+        assert_eq!(
+            bomb.take_up_to(60, &mut Claim(0)),
+            50,
+            "what is left: its floor and 40 spare"
+        );
         small.release(50, false);
         bomb.release(50, false);
         assert_eq!(budget.spare_in_use(), 0);
@@ -231,6 +312,43 @@ mod tests {
 
     /// An instance that held more than the floor raises it; a later load is admitted
     /// against the raised floor. An instance that was refused memory raises nothing.
+    /// Calls wait in line for the total to have room for an instance of the floor's size,
+    /// in the order they came; a call alone is admitted whatever it needs.
+    #[test]
+    fn calls_wait_in_line_for_room_in_the_plugins_total() {
+        let budget = Budget::new(1000);
+        let pool = PluginMemory::new(100, Some(budget.reserve("p", 40).unwrap()));
+        let (first, second) = (pool.admit(), pool.admit());
+        assert_eq!((first.0, second.0), (40, 40));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| tx.send(pool.admit()).unwrap());
+            let waiting = rx.recv_timeout(std::time::Duration::from_millis(200));
+            assert!(waiting.is_err(), "a third 40 does not fit beside 80 in 100");
+            // The first grows by its claim and beyond: 10 more fit beside the second's claim.
+            let mut first = first;
+            assert_eq!(pool.grow(50, &mut first), Ok(()));
+            assert_eq!(first.0, 0);
+            assert_eq!(
+                pool.grow(11, &mut Claim(0)),
+                Err(Denied::Total),
+                "50 held and 40 claimed: 101 > 100"
+            );
+            // It ends holding 50, which raises the floor: the third is admitted with 50.
+            pool.end(50, false, first);
+            let third = rx
+                .recv_timeout(std::time::Duration::from_secs(5))
+                .expect("admitted once the first ended");
+            pool.end(0, false, third);
+        });
+        pool.end(0, false, second);
+        // Alone, a call is admitted even when its floor passes the total: it faults itself.
+        let small = PluginMemory::new(30, Some(budget.reserve("q", 40).unwrap()));
+        let alone = small.admit();
+        assert_eq!(alone.0, 30);
+        small.end(0, false, alone);
+    }
+
     #[test]
     fn real_instances_raise_the_floor_unless_they_hit_a_limit() {
         let budget = Budget::new(100);

@@ -59,6 +59,8 @@ impl State {
             },
             limiter: Limiter {
                 limit: memory_limit,
+                // In line for the plugin's memory total, as calls are for its CPU share.
+                claim: memory.admit(),
                 plugin: memory,
                 held: 0,
                 denied: None,
@@ -216,13 +218,15 @@ pub(crate) struct Limiter {
     plugin: Arc<super::memory::PluginMemory>,
     /// What this instance holds of the plugin's total (given back on drop).
     held: usize,
+    /// What it was admitted with and has not drawn yet.
+    claim: super::memory::Claim,
     pub denied: Option<super::Fault>,
 }
 
 impl Limiter {
     /// Take up to `bytes` of the plugin's total for this call's life; what was taken.
     fn hold_up_to(&mut self, bytes: usize) -> usize {
-        let taken = self.plugin.take_up_to(bytes);
+        let taken = self.plugin.take_up_to(bytes, &mut self.claim);
         self.held += taken;
         taken
     }
@@ -253,7 +257,7 @@ impl wasmtime::ResourceLimiter for Limiter {
             return Ok(false);
         }
         let more = desired.saturating_sub(current);
-        if let Err(denied) = self.plugin.try_grow(more) {
+        if let Err(denied) = self.plugin.grow(more, &mut self.claim) {
             self.denied = Some(match denied {
                 super::memory::Denied::Total => super::Fault::PluginMemory(self.plugin.limit()),
                 super::memory::Denied::Budget => super::Fault::HostMemory(self.plugin.floor()),
@@ -276,7 +280,8 @@ impl wasmtime::ResourceLimiter for Limiter {
 
 impl Drop for Limiter {
     fn drop(&mut self) {
-        self.plugin.release(self.held, self.denied.is_some());
+        let claim = std::mem::take(&mut self.claim);
+        self.plugin.end(self.held, self.denied.is_some(), claim);
     }
 }
 
