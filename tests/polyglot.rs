@@ -71,3 +71,52 @@ fn the_javascript_sdk_and_echo_pass_their_native_tests() {
         assert!(stdout.contains("# fail 0"), "{stdout}");
     }
 }
+
+/// Memory waits as CPU does. Echo in Python at default limits holds ~17 MiB an instance
+/// (an interpreter inside), so sixteen calls at once would pass its 128 MiB
+/// `memoryTotal`; at the default concurrency of 16 they wait in line for it instead, and a
+/// thousand parents are reconciled with no fault.
+#[test]
+fn echo_in_python_at_default_limits_reconciles_a_thousand_parents_sixteen_at_a_time_without_a_fault() {
+    use capstan::engine::{Engine, EngineConfig, Limits, Request};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let wasm = capstan_tests::toolchains::built("plugins/echo-py");
+    let config = EngineConfig {
+        cache_dir: Some(capstan_tests::compile_cache().to_path_buf()),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(config).expect("an engine");
+    let echo = engine
+        .load_file(&wasm, Limits::default())
+        .expect("Echo in Python loads");
+    const PARENTS: usize = 1000;
+    const CONCURRENCY: usize = 16;
+    let (next, faults) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    std::thread::scope(|s| {
+        for _ in 0..CONCURRENCY {
+            s.spawn(|| {
+                while next.fetch_add(1, Ordering::Relaxed) < PARENTS {
+                    let i = next.load(Ordering::Relaxed);
+                    let parent = serde_json::json!({
+                        "apiVersion": "capstan.dev/v1alpha1", "kind": "Echo",
+                        "metadata": {"name": format!("e{i}"), "namespace": "polyglot", "uid": format!("u{i}")},
+                        "spec": {"message": format!("hello {i}")},
+                    });
+                    let request = Request {
+                        parent: parent.into(),
+                        ..Request::default()
+                    };
+                    if let Err(e) = echo.reconcile(&request) {
+                        eprintln!("e{i}: {e}");
+                        faults.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(
+        faults.into_inner(),
+        0,
+        "calls faulted instead of waiting for memory"
+    );
+}
