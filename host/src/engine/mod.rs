@@ -33,6 +33,7 @@ mod logs;
 mod memory;
 mod pagemap;
 mod parsed;
+mod plugin;
 mod rename;
 mod sandbox;
 mod slots;
@@ -51,10 +52,11 @@ pub(crate) use cache::private_dir;
 pub use deadline::{ThreadClock, thread_cpu_time};
 pub use fault::{DispatchError, Fault};
 pub use instance::Instance;
-use instance::{fault_of, json};
 pub use limits::Limits;
 pub use load::LoadError;
 pub use parsed::Held;
+use plugin::NO_SETTINGS;
+pub use plugin::Plugin;
 pub use types::{
     Event, EventType, Json, Kind, Metadata, RelatedParent, RelatedQuery, Request, Response, Selector,
 };
@@ -276,29 +278,6 @@ impl Engine {
     }
 }
 
-/// A loaded plugin: precompiled, linked against the sandbox, ready to instantiate.
-#[derive(Clone)]
-pub struct Plugin {
-    engine: Engine,
-    pre: Arc<versions::Pre>,
-    limits: Limits,
-    /// What its live instances hold together, against `limits.memory_total`.
-    memory: Arc<memory::PluginMemory>,
-    name: Arc<str>,
-    metadata: Option<Metadata>,
-    /// What the plugin may still log, shared by all its calls.
-    logs: Arc<logs::LogBudget>,
-    /// Its settings as JSON text, accepted by the plugin.
-    settings: Arc<str>,
-    /// What one instance was measured to hold at load (linear memory and lift fuel).
-    footprint: usize,
-    /// The name the plugin declares, when it runs under another ([`Plugin::renamed`]).
-    declared: Option<Arc<str>>,
-}
-
-/// Settings of a plugin the operator configured none for.
-const NO_SETTINGS: &str = "{}";
-
 /// What a controller dispatches reconciles to: a sandboxed [`Plugin`], or native code
 /// implementing the same contract (benchmarks compare the two).
 pub trait Reconcile: Send + Sync + 'static {
@@ -314,142 +293,6 @@ pub trait Reconcile: Send + Sync + 'static {
     /// plugin's log budget; `false` when the budget has no room (leave the text out).
     fn charge_log(&self, _bytes: usize) -> bool {
         true
-    }
-}
-
-impl Reconcile for Plugin {
-    fn metadata(&self) -> &Metadata {
-        Plugin::metadata(self)
-    }
-
-    fn related(&self, parent: &RelatedParent) -> Result<Vec<RelatedQuery>, DispatchError> {
-        Plugin::related(self, parent)
-    }
-
-    fn reconcile(&self, request: &Request) -> Result<Response, DispatchError> {
-        Plugin::reconcile(self, request)
-    }
-
-    fn charge_log(&self, bytes: usize) -> bool {
-        self.logs.allow(bytes)
-    }
-}
-
-impl Plugin {
-    /// What the plugin declared at load.
-    pub fn metadata(&self) -> &Metadata {
-        self.metadata.as_ref().expect("metadata is read during load")
-    }
-
-    /// The limits its calls run under.
-    pub fn limits(&self) -> &Limits {
-        &self.limits
-    }
-
-    /// What one instance was measured to hold at load, in bytes.
-    pub fn footprint(&self) -> usize {
-        self.footprint
-    }
-
-    /// Its floor in the host's memory budget, in bytes: always there for it.
-    pub fn reserved(&self) -> usize {
-        self.memory.floor()
-    }
-
-    /// The same compiled plugin under other limits.
-    pub fn with_limits(&self, limits: Limits) -> Result<Plugin, LoadError> {
-        self.engine.check_limits(&limits)?;
-        Ok(Plugin {
-            memory: self.engine.reserve(&self.name, &limits, self.footprint)?,
-            logs: Arc::new(logs::LogBudget::new(limits.log_bytes_per_second)),
-            limits,
-            ..self.clone()
-        })
-    }
-
-    /// The contract version the plugin was built against.
-    pub fn contract_version(&self) -> &'static str {
-        self.pre.version()
-    }
-
-    /// The same plugin with these settings, once the plugin has accepted them; its own
-    /// message when it refuses them.
-    pub fn with_settings(&self, settings: &serde_json::Value) -> Result<Plugin, LoadError> {
-        let text = match settings {
-            serde_json::Value::Null => NO_SETTINGS.to_string(),
-            serde_json::Value::Object(_) => json(settings),
-            _ => return Err(LoadError::Settings("settings must be a mapping".into())),
-        };
-        let mut instance = self
-            .instantiate("<settings>")
-            .map_err(|f| LoadError::Settings(f.to_string()))?;
-        instance.validate_settings(&text)?;
-        Ok(Plugin {
-            settings: Arc::from(text),
-            ..self.clone()
-        })
-    }
-
-    /// The settings every call gets, as JSON text.
-    pub fn settings(&self) -> &str {
-        &self.settings
-    }
-
-    /// What the plugin reads for `parent`, in a fresh instance; nothing when it declares
-    /// no related kinds.
-    pub fn related(&self, parent: &RelatedParent) -> Result<Vec<RelatedQuery>, DispatchError> {
-        if self.metadata().related.is_empty() {
-            return Ok(Vec::new());
-        }
-        let parent = parent.json();
-        let key = object_key(parent);
-        let _span = tracing::debug_span!("related", plugin = %self.name, object = %key).entered();
-        Ok(self.instance_for(key)?.related(parent)?)
-    }
-
-    /// Reconcile one object in a fresh instance.
-    pub fn reconcile(&self, request: &Request) -> Result<Response, DispatchError> {
-        let key = object_key(&request.parent);
-        let _span = tracing::debug_span!("dispatch", plugin = %self.name, object = %key).entered();
-        let mut response = self.instance_for(key)?.reconcile(request)?;
-        if let Some(declared) = &self.declared {
-            rename::relabel(&mut response.children, declared, &self.name);
-        }
-        Ok(response)
-    }
-
-    /// A fresh instance; reused across calls only by benchmarks.
-    pub fn instantiate(&self, object: &str) -> Result<Instance, Fault> {
-        self.instance_for(object.to_string())
-    }
-
-    fn instance_for(&self, object: String) -> Result<Instance, Fault> {
-        let slot = self.engine.slots.take(&self.name);
-        let ticking = self.engine.clock.ticking();
-        let state = State::new(
-            self.name.clone(),
-            object,
-            self.limits.memory,
-            self.memory.clone(),
-            self.logs.clone(),
-        );
-        let lift = limits::lift_allowance(&self.limits);
-        let mut store = sandbox::store(&self.engine.inner, state, lift);
-        deadline::arm(&mut store, self.limits.deadline);
-        let bindings = self.pre.instantiate(&mut store).map_err(|e| {
-            match fault_of(&store, &e, self.limits.deadline) {
-                Fault::Trap(msg) => Fault::Instantiate(msg),
-                other => other,
-            }
-        })?;
-        Ok(Instance {
-            store,
-            bindings,
-            limits: self.limits.clone(),
-            settings: self.settings.clone(),
-            _ticking: ticking,
-            _slot: slot,
-        })
     }
 }
 

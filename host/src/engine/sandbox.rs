@@ -47,7 +47,7 @@ impl State {
         plugin: Arc<str>,
         object: String,
         memory_limit: usize,
-        memory: Arc<super::memory::PluginMemory>,
+        (memory, claim): (Arc<super::memory::PluginMemory>, super::memory::Claim),
         logs: Arc<super::logs::LogBudget>,
     ) -> State {
         State {
@@ -59,8 +59,7 @@ impl State {
             },
             limiter: Limiter {
                 limit: memory_limit,
-                // In line for the plugin's memory total, as calls are for its CPU share.
-                claim: memory.admit(),
+                claim,
                 plugin: memory,
                 held: 0,
                 denied: None,
