@@ -27,43 +27,25 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, Preconditions};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, DeleteParams, ListParams, Preconditions};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use super::member_lease::{GROUP_LABEL, HELD, SPACE, VIEW, decode, encode};
+use super::member_lease::{Member, lease_name, member, renew, view_of};
 use super::range::{self, Range};
-use super::ring::{Ring, fnv1a64};
+use super::ring::Ring;
 use crate::lease::{Fence, Holder, Observed, Settings, Tenure};
 use crate::ops::metrics;
 
-/// The label naming a member Lease's group.
-pub const GROUP_LABEL: &str = "capstan.dev/shard-group";
-/// The annotation listing the ranges a member may be reconciling.
-pub const HELD: &str = "capstan.dev/held";
-/// The annotation naming the members a member counts (a hash of their identities and spaces).
-pub const VIEW: &str = "capstan.dev/view";
-/// The annotation naming how a member splits objects: shard key and ring parameters.
-pub const SPACE: &str = "capstan.dev/space";
-/// The field manager of member Leases.
-const MANAGER: &str = "capstan-shard";
 /// While the group settles, members look this many times per retry period.
 const SETTLING: u32 = 5;
 /// How long after a member's Lease expires the others look (timers fire late).
 const EXPIRY_MARGIN: Duration = Duration::from_millis(50);
 /// A Lease unchanged for this many lease durations belongs to a replica that is gone.
 const STALE_AFTER: u32 = 2;
-
-/// Another live member, as its Lease says.
-#[derive(Debug)]
-struct Member {
-    identity: String,
-    view: String,
-    space: String,
-    held: Vec<Range>,
-}
 
 /// The ranges to run, and the term they are held in: controllers started on them run
 /// only while that term lasts.
@@ -149,19 +131,6 @@ impl Membership {
             tracing::warn!(error = %e, lease = %self.name, "member Lease not deleted; the others wait for it to expire");
         }
     }
-}
-
-/// The member Lease's name: the group, then the identity, made a valid object name
-/// (an identity may carry a hostname's capitals or a `_`).
-fn lease_name(s: &Settings) -> String {
-    let name: String = format!("{}-{}", s.name, s.identity)
-        .chars()
-        .map(|c| match c.to_ascii_lowercase() {
-            c @ ('a'..='z' | '0'..='9' | '-' | '.') => c,
-            _ => '-',
-        })
-        .collect();
-    name.trim_end_matches(['-', '.']).to_string()
 }
 
 /// The membership's side of the renew loop.
@@ -394,79 +363,6 @@ async fn changed(running: &mut watch::Receiver<Vec<Range>>) {
     if running.changed().await.is_err() {
         std::future::pending::<()>().await;
     }
-}
-
-/// Write our Lease: renewed now, with `annotations`.
-async fn renew(
-    leases: &Api<Lease>,
-    name: &str,
-    s: &Settings,
-    annotations: &[(&str, &str)],
-) -> kube::Result<()> {
-    let lease = Lease {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some([(GROUP_LABEL.to_string(), s.name.clone())].into()),
-            annotations: Some(
-                annotations
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            ),
-            ..ObjectMeta::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: Some(s.identity.clone()),
-            lease_duration_seconds: Some(s.recorded_lease_seconds()),
-            renew_time: Some(MicroTime(crate::lease::wall_clock())),
-            ..LeaseSpec::default()
-        }),
-    };
-    let params = PatchParams::apply(MANAGER).force();
-    leases.patch(name, &params, &Patch::Apply(&lease)).await?;
-    Ok(())
-}
-
-/// A member from its Lease (live or not); `None` when it is not a member's.
-fn member(lease: &Lease) -> Option<Member> {
-    let spec = lease.spec.as_ref()?;
-    let annotations = lease.metadata.annotations.as_ref();
-    let get = |k: &str| annotations.and_then(|a| a.get(k)).cloned().unwrap_or_default();
-    Some(Member {
-        identity: spec.holder_identity.clone()?,
-        view: get(VIEW),
-        space: get(SPACE),
-        held: decode(&get(HELD)),
-    })
-}
-
-/// The members a replica counts (identity and space), as one short string to compare.
-fn view_of<'a>(members: impl Iterator<Item = (&'a str, &'a str)>) -> String {
-    let sorted: BTreeSet<String> = members.map(|(id, space)| format!("{id}\t{space}")).collect();
-    let joined: Vec<&str> = sorted.iter().map(String::as_str).collect();
-    format!("{:016x}", fnv1a64(joined.join("\n").as_bytes()))
-}
-
-/// Ranges as `start-end` hex pairs, comma-separated.
-pub fn encode(ranges: &[Range]) -> String {
-    ranges
-        .iter()
-        .map(|r| format!("{:x}-{:x}", r.start(), r.end()))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// [`encode`]'s ranges back; anything malformed is left out.
-pub fn decode(text: &str) -> Vec<Range> {
-    text.split(',')
-        .filter_map(|pair| {
-            let (start, end) = pair.trim().split_once('-')?;
-            Range::new(
-                u64::from_str_radix(start, 16).ok()?,
-                u128::from_str_radix(end, 16).ok()?,
-            )
-        })
-        .collect()
 }
 
 /// The share of the hash space `ranges` cover, as a percentage.

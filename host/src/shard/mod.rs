@@ -5,6 +5,7 @@
 //! same filter for servers without it.
 
 pub mod filter;
+mod member_lease;
 pub mod members;
 pub mod range;
 pub mod ring;
