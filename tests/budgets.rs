@@ -55,6 +55,34 @@ fn fault(p: &Plugin, mode: &str) -> Fault {
     }
 }
 
+/// Calls at once of hostile's `spin` mode (about 50 ms of spinning each, so they overlap
+/// on any machine), started together; the faults, each said on stderr.
+fn spin_at_once(p: &Plugin, at_once: usize) -> usize {
+    let start = std::sync::Barrier::new(at_once);
+    let faults = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..at_once {
+            s.spawn(|| {
+                start.wait();
+                let spun = p.reconcile(&Request {
+                    parent: json!({
+                        "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
+                        "metadata": {"name": "spin", "namespace": "budgets"},
+                        "spec": {"mode": "spin", "arg": "50"},
+                    })
+                    .into(),
+                    ..Request::default()
+                });
+                if let Err(e) = spun {
+                    eprintln!("{e}");
+                    faults.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    faults.into_inner()
+}
+
 /// What the instance pool keeps resident between calls (each warm slot's first pages,
 /// kept for speed) is counted in the host's memory budget: after eight calls at once the
 /// budget holds more than the floor reserved at load, and no more than eight slots keep.
@@ -66,25 +94,7 @@ fn the_pools_warm_slots_after_a_burst_count_in_the_memory_budget() {
         .expect("hostile loads");
     let (_, before) = engine.memory_budget();
     const AT_ONCE: usize = 8;
-    let start = std::sync::Barrier::new(AT_ONCE);
-    std::thread::scope(|s| {
-        for _ in 0..AT_ONCE {
-            s.spawn(|| {
-                start.wait();
-                // About 50 ms of spinning each: the eight overlap on any machine.
-                let spun = p.reconcile(&Request {
-                    parent: json!({
-                        "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
-                        "metadata": {"name": "spin", "namespace": "budgets"},
-                        "spec": {"mode": "spin", "arg": "50"},
-                    })
-                    .into(),
-                    ..Request::default()
-                });
-                assert!(spun.is_ok(), "{:?}", spun.err());
-            });
-        }
-    });
+    assert_eq!(spin_at_once(&p, AT_ONCE), 0);
     let (_, after) = engine.memory_budget();
     assert!(
         after > before,
@@ -110,31 +120,8 @@ fn calls_past_the_plugins_memory_total_wait_for_it_instead_of_faulting() {
     let p = engine
         .load_file(&plugin("hostile"), limits)
         .expect("hostile loads");
-    const AT_ONCE: usize = 8;
-    let start = std::sync::Barrier::new(AT_ONCE);
-    let faults = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..AT_ONCE {
-            s.spawn(|| {
-                start.wait();
-                let spun = p.reconcile(&Request {
-                    parent: json!({
-                        "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
-                        "metadata": {"name": "spin", "namespace": "budgets"},
-                        "spec": {"mode": "spin", "arg": "50"},
-                    })
-                    .into(),
-                    ..Request::default()
-                });
-                if let Err(e) = spun {
-                    eprintln!("{e}");
-                    faults.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-            });
-        }
-    });
     assert_eq!(
-        faults.into_inner(),
+        spin_at_once(&p, 8),
         0,
         "calls faulted instead of waiting for memory"
     );
