@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use capstan::dev::Plane;
 use capstan::dev::image::{build_binary, capstan_image};
-use capstan_tests::host::{Host, echo_resource, eventually, install_plugin_crd};
+use capstan_tests::host::{Host, echo_resource, eventually, install_plugin_crd, pod_of};
 use capstan_tests::plugin;
 use capstan_tests::toolchains::built;
 use k8s_openapi::api::batch::v1::Job;
@@ -362,9 +362,11 @@ async fn the_standby_pod_takes_over_when_the_leader_pod_is_deleted() -> Result<(
     let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns);
     let holder = async || -> Result<Option<String>> {
         let lease = leases.get_opt("capstan").await?;
+        // The identity is the pod's name and a suffix of its process (`pod_of`).
         Ok(lease
             .and_then(|l| l.spec?.holder_identity)
-            .filter(|h| !h.is_empty()))
+            .filter(|h| !h.is_empty())
+            .map(|h| pod_of(&h).to_string()))
     };
     let leader = eventually("a leader", Duration::from_secs(60), async || holder().await).await?;
     assert_eq!(echo_runs(&admin, &apps, "before", "before").await?, "before\n");
