@@ -487,6 +487,16 @@ async fn a_shadow_reports_divergence_without_writing_and_a_canary_takes_only_its
     )
     .await?;
     ensure!(host.logged("canary reloaded"), "the new canary build is said");
+    // A stable version of other kinds restarts the plugin with new watches; the canary,
+    // checked against them again, fits the old kinds only and is dropped.
+    install_plugin_crd(&plane, "scheduled-echo").await?;
+    std::fs::copy(plugin("scheduled-echo"), &swap)?;
+    std::fs::rename(&swap, &stable)?;
+    let dropped = "canary dropped: it does not fit the new version's kinds";
+    eventually("the canary dropped", CONVERGE, async || {
+        Ok(host.logged(dropped).then_some(()))
+    })
+    .await?;
     host.signal(libc::SIGTERM);
     host.wait(Duration::from_secs(30))?;
     std::fs::remove_dir_all(&dir).ok();
