@@ -39,7 +39,7 @@ pub struct RunArgs {
     /// Address of `/healthz` and `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8081")]
     health_addr: SocketAddr,
-    /// Watch plugin files: a replaced file is swapped in without a restart, a new one started.
+    /// Watch plugin files and the `--config` file: a replaced file is swapped in without a restart, a new one started, and the config's new, removed and changed entries applied.
     #[arg(long)]
     hot_reload: bool,
     /// How long shutdown waits for in-flight reconciles before stopping them (keep it
