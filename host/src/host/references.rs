@@ -18,6 +18,8 @@ const PULL_TIMEOUT: Duration = Duration::from_secs(120);
 /// The references of one config file, and what each link points at.
 pub(super) struct References {
     registry: Registry,
+    /// The config's `registry:` section the registry was made from.
+    settings: crate::registry::Settings,
     /// Each link's name and the reference it was last pulled from.
     current: BTreeMap<String, PluginRef>,
 }
@@ -126,6 +128,7 @@ impl References {
         })?;
         Ok(References {
             registry: Registry::new(config.registry.clone(), dir)?,
+            settings: config.registry.clone(),
             current: BTreeMap::new(),
         })
     }
@@ -178,6 +181,15 @@ pub(super) async fn repull(
     let named = |p: &Path| config::reference(p).is_some();
     let names_one =
         (config.plugins.iter()).any(|e| named(&e.path) || e.canary.as_ref().is_some_and(|c| named(&c.path)));
+    // Changed `registry:` settings (credentials, CAs, plain HTTP, limits) make the
+    // registry anew; what the links point at stays until a reference changes.
+    if let Some(r) = references.as_mut()
+        && r.settings != config.registry
+    {
+        let mut fresh = References::new(config, pull_dir)?;
+        fresh.current = std::mem::take(&mut r.current);
+        *r = fresh;
+    }
     match references {
         Some(r) => Ok(r.pull(config).await),
         None if names_one => {
@@ -189,5 +201,35 @@ pub(super) async fn repull(
             sources(&mut config.plugins, global.as_ref(), &mut failed);
             Ok(failed)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A changed `registry:` section makes the registry anew for the next pull, and what
+    /// was pulled stays pulled: no reference is fetched again for it (this test has no
+    /// registry to fetch from).
+    #[tokio::test]
+    async fn changed_registry_settings_make_the_registry_anew_and_keep_what_was_pulled() {
+        let dir = tempfile::tempdir().unwrap();
+        let reference = "oci://localhost:5000/echo:1";
+        let text = format!("plugins:\n  - path: {reference}\n    name: echo\n");
+        let mut config = config::parse(&text).unwrap();
+        let mut references = Some(References::new(&config, Some(dir.path())).unwrap());
+        let pulled = PluginRef::parse(reference).unwrap();
+        if let Some(r) = references.as_mut() {
+            r.current.insert("echo".into(), pulled.clone());
+        }
+        config.registry.plain_http = vec!["localhost:5000".into()];
+        let failed = repull(&mut references, &mut config, Some(dir.path()))
+            .await
+            .unwrap();
+        assert!(failed.is_empty(), "{failed:?}");
+        let r = references.unwrap();
+        assert_eq!(r.settings.plain_http, ["localhost:5000"]);
+        assert_eq!(r.current.get("echo"), Some(&pulled));
+        assert_eq!(config.plugins[0].path, r.registry.store().link_path("echo"));
     }
 }

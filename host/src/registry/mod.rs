@@ -36,7 +36,7 @@ mod store;
 
 /// How registries are reached: the `registry` section of `capstan run --config`, and the
 /// flags of `capstan push/pull`.
-#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Settings {
     /// Registries (`host:port`) spoken to over plain HTTP; every other one over TLS.
