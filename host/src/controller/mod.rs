@@ -352,10 +352,12 @@ fn reloads(
     })
 }
 
-/// Each change sent on `rx`, until its sender is gone.
+/// Each change sent on `rx` from now on (the controller starts with what it holds now),
+/// until its sender is gone.
 fn changes<T: Send + Sync + 'static>(
-    rx: watch::Receiver<T>,
+    mut rx: watch::Receiver<T>,
 ) -> impl futures::Stream<Item = ()> + Send + 'static {
+    rx.mark_unchanged();
     futures::stream::unfold(
         rx,
         |mut rx| async move { rx.changed().await.ok().map(|()| ((), rx)) },
