@@ -137,7 +137,9 @@ pub fn admit_canary(
         .and_then(|p| p.with_settings(&options.settings))
         .and_then(|p| p.named(Some(&stable.name)))
         .map_err(|e| e.to_string())?;
-    same_kinds(stable, plugin.metadata())?;
+    if !same_kinds(stable, plugin.metadata()) {
+        return Err("it declares other kinds or another finalizer than the stable version".into());
+    }
     let selector =
         kube::core::Selector::try_from(c.selector.clone()).map_err(|e| format!("canary selector: {e}"))?;
     Ok(Canary {
@@ -160,19 +162,14 @@ pub fn admit_canary_file(
     Some(admitted)
 }
 
-/// A candidate must declare what its stable version declares: the host's watches and RBAC
-/// were made from that.
-fn same_kinds(stable: &Metadata, candidate: &Metadata) -> Result<(), String> {
-    let (a, b) = (stable, candidate);
-    if a.parent == b.parent
-        && a.children == b.children
-        && a.related == b.related
-        && a.finalizer == b.finalizer
-    {
-        Ok(())
-    } else {
-        Err("it declares other kinds or another finalizer than the stable version".into())
-    }
+/// Whether `new` declares what `old` declares (parent, child and related kinds, finalizer):
+/// the host's watches and RBAC were made from that. One rule for a canary beside its stable
+/// version and for a new version swapped in place.
+pub(crate) fn same_kinds(old: &Metadata, new: &Metadata) -> bool {
+    old.parent == new.parent
+        && old.children == new.children
+        && old.related == new.related
+        && old.finalizer == new.finalizer
 }
 
 /// [`admit`] of the file at `rules.path()`.

@@ -172,9 +172,5 @@ impl Supervisor {
 
 /// Same name and kinds: the running watches and caches fit the new version.
 fn same_kinds(old: &Metadata, new: &Metadata) -> bool {
-    old.name == new.name
-        && old.parent == new.parent
-        && old.children == new.children
-        && old.related == new.related
-        && old.finalizer == new.finalizer
+    old.name == new.name && admission::same_kinds(old, new)
 }
