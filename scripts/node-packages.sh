@@ -3,7 +3,7 @@
 # missing: containerd, runc, the CNI plugins, iptables, a static busybox (the image Echo's
 # Jobs run), and what builds the pause container (gcc, libc6-dev). Needs root and apt-get;
 # elsewhere it only says what is missing (the preflight of `--real-node` says it too).
-# Also Prometheus and promtool, which tests/monitoring.rs runs on the chart's alerts.
+# Also Prometheus and promtool, which tests/cluster/monitoring.rs runs on the chart's alerts.
 set -euo pipefail
 
 packages=(containerd runc containernetworking-plugins iptables busybox-static iproute2 gcc libc6-dev binutils ca-certificates

@@ -35,51 +35,69 @@ scripts/k8s-build.sh all node helm registry >/dev/null
 # and jco from npm) into ~/.cache/capstan, keyed by version; the tests find them there.
 scripts/toolchain-python.sh >/dev/null
 scripts/toolchain-js.sh >/dev/null
-# mdbook for the book in docs/ (crates.io, cached the same way); tests/reference.rs builds it.
+# mdbook for the book in docs/ (crates.io, cached the same way); tests/offline/reference.rs builds it.
 scripts/toolchain-mdbook.sh >/dev/null
 cargo build --profile plugin --target wasm32-wasip2 -p echo -p hostile -p scheduled-echo -p tenant -p broken-metadata -p greedy -p echo-canary -p hostile-twin -p namespace-defaults -p misdeclared -p misdeclared-orphans -p echo-rogue
 
 # Build every test once, then run them two jobs at a time: integration tests spend part of
 # their time waiting on a local control plane (leases, pauses, pods starting), so on a
-# 2-core machine two at once took 26 minutes where one at a time took 35. Jobs start
-# longest first (the names below, from a CI run's timings), each one's output printed
-# whole as it ends.
+# 2-core machine two at once took 26 minutes where one at a time took 35. A job is one
+# module of an area's test binary (`cargo test --test cluster -- --exact faults::…`), or a
+# whole target where it has no modules. Jobs start longest first (the names below, from a
+# CI run's timings), each one's output printed whole as it ends.
 cargo test --workspace --no-run
+echo "test.sh: every test built at $SECONDS s" >&2
 jobs=$(mktemp -d)
 trap 'rm -rf "$jobs"; [ -z "${busy:-}" ] || kill "$busy" 2>/dev/null || true' EXIT
 longest_first="faults writes node new admission sharding hostile polyglot run ha budgets signing tutorial plane"
-# One real node per machine: the tests that start one run in one job, one after the other.
+# One real node per machine: the targets that start one run in one job, one after the other.
 one_after_the_other="node node_down"
-# Every job names its targets but selects the whole workspace, so each resolves the same
+# Every job names its target but selects the whole workspace, so each resolves the same
 # features as the build above and reuses it.
 targets=$(cargo metadata --no-deps --format-version 1 | python3 -c '
 import json, sys
 names = {t["name"] for p in json.load(sys.stdin)["packages"] for t in p["targets"] if "test" in t["kind"]}
 print(" ".join(sorted(names)))')
-for name in $longest_first $one_after_the_other; do
+for name in $one_after_the_other; do
   case " $targets " in *" $name "*) ;; *) echo "test.sh: no test target $name in the workspace" >&2; exit 1 ;; esac
 done
+# Each job as "NAME<TAB>cargo test's arguments".
+for target in $targets; do
+  case " $one_after_the_other " in *" $target "*) continue ;; esac
+  cargo test --quiet --workspace --test "$target" -- --list --format terse |
+    sed -n 's/: test$//p' | python3 -c '
+import sys
+target = sys.argv[1]
+modules = {}
+for name in sys.stdin.read().split():
+    module = name.split("::")[0] if "::" in name else ""
+    modules.setdefault(module, []).append(name)
+for module, names in sorted(modules.items()):
+    if module:
+        print(f"{module}\t--workspace --test {target} -- --exact", *names)
+    else:
+        print(f"{target}\t--workspace --test {target}")' "$target"
+done >"$jobs/found"
+echo "${one_after_the_other%% *}	--workspace$(printf ' --test %s' $one_after_the_other)" >>"$jobs/found"
+for name in $longest_first; do
+  grep -q "^$name	" "$jobs/found" || { echo "test.sh: no test module or target $name in the workspace" >&2; exit 1; }
+done
 {
-  for name in $longest_first $targets; do
-    case " $one_after_the_other " in
-      *" $name "*) [ "$name" = "${one_after_the_other%% *}" ] &&
-        echo "--workspace$(printf ' --test %s' $one_after_the_other)" ;;
-      *) echo "--workspace --test $name" ;;
-    esac
-  done
-  echo "--workspace --lib --bins"
-  echo "--workspace --doc"
+  for name in $longest_first; do grep "^$name	" "$jobs/found"; done
+  cat "$jobs/found"
+  printf 'unit\t--workspace --lib --bins\n'
+  printf 'doc\t--workspace --doc\n'
 } | awk '!seen[$0]++' >"$jobs/list"
 
 run_job() {
-  local log
+  local name=${1%%	*} args=${1#*	} log
   log=$(mktemp "$jobs/log.XXXXXX")
   local start=$SECONDS status=0
   # shellcheck disable=SC2086 # the job is cargo's arguments, split on spaces
-  cargo test $1 >"$log" 2>&1 || status=$?
-  echo "$1" >"$log.job"
+  cargo test $args >"$log" 2>&1 || status=$?
+  echo "$name" >"$log.job"
   echo "$status" >"$log.status"
-  { cat "$log"; echo "test.sh: cargo test $1: exit $status in $((SECONDS - start)) s"; } | flock "$jobs/list" cat
+  { cat "$log"; echo "test.sh: $name: exit $status in $((SECONDS - start)) s"; } | flock "$jobs/list" cat
 }
 export -f run_job
 export jobs
@@ -93,7 +111,7 @@ status=0
 for s in "$jobs"/log.*.status; do
   if [ "$(cat "$s")" != 0 ]; then
     status=1
-    echo "test.sh: failed: cargo test $(cat "${s%.status}.job")" >&2
+    echo "test.sh: failed: $(cat "${s%.status}.job")" >&2
   fi
 done
 exit "$status"

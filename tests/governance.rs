@@ -1,7 +1,7 @@
 //! What a hostile plugin costs: a `capstan run` process serving Echo beside hostile
 //! plugins on the real plane, measured from the outside (the process's CPU time and RSS
 //! from `/proc`, API writes from its metrics, events from the API server, log bytes from
-//! its log file), for the hostile suite (`tests/hostile.rs`) and the combined benchmark
+//! its log file), for the hostile suite (`tests/offline/hostile.rs`) and the combined benchmark
 //! (`benches/hostile.rs`).
 
 use std::path::PathBuf;

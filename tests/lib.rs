@@ -4,6 +4,7 @@
 
 pub mod book;
 pub mod governance;
+pub mod helm;
 pub mod host;
 pub mod oci;
 pub mod requests;

@@ -242,7 +242,7 @@ macro_rules! export {
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
-/// So do the book's Rust examples: every page with one is here (`tests/reference.rs`
+/// So do the book's Rust examples: every page with one is here (`tests/offline/reference.rs`
 /// fails on a page that is not).
 #[doc = include_str!("../../docs/tutorial/first-plugin.md")]
 #[cfg(doctest)]

@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::capstan_bin;
+use crate::host::{echo_resource, eventually};
 use anyhow::{Context, Result, bail, ensure};
 use capstan::dev::Plane;
-use capstan_tests::capstan_bin;
-use capstan_tests::host::{echo_resource, eventually};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::batch::v1::Job;
@@ -20,7 +20,7 @@ use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
 
-use crate::common::{chart, dynamic_api, resource_of, subset};
+use super::{chart, dynamic_api, resource_of, subset};
 
 /// A kubeconfig for the plane's API server (same server and CA) that authenticates as
 /// `ns/name` with a fresh TokenRequest token.

@@ -188,7 +188,7 @@ pub async fn served(client: &kube::Client) -> Result<bool> {
 ///
 /// The answer is the list's `metadata.shardInfo`: upstream sets it only when it applied a
 /// selector (`SetShardInfoOnList`, gate checked). The other idea, a malformed selector,
-/// is a poor signal (both seen on v1.37.2 in `tests/shard.rs`): without the gate the
+/// is a poor signal (both seen on v1.37.2 in `tests/cluster/shard.rs`): without the gate the
 /// parameter is decoded but ignored, so even `shardRange(` gets a 200; with it, the store
 /// returns a plain error, so a 500 (not a 400 Invalid), indistinguishable from a real fault.
 /// An older server, without the field at all, also reads as false.

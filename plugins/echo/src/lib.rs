@@ -9,6 +9,9 @@
 //! ConfigMap — yields a new Job and the host prunes the old one.
 
 mod settings;
+// The committed CRD YAML against the Rust type it is generated from.
+#[cfg(test)]
+mod crd_yaml;
 
 use capstan_sdk::conditions::{self, Condition, Conditions};
 use capstan_sdk::{

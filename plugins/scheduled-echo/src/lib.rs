@@ -5,6 +5,9 @@
 //! a changed message or schedule updates it in place, keeping its history of runs.
 
 pub mod schedule;
+// The committed CRD YAML against the Rust type it is generated from.
+#[cfg(test)]
+mod crd_yaml;
 
 use capstan_sdk::{Context, Event, Metadata, Observed, ReconcileError, Reconciler, Response};
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, CronJobStatus, JobSpec, JobTemplateSpec};

@@ -45,6 +45,9 @@ mod place;
 pub mod related;
 mod selector;
 mod validate;
+// The version named in code against the WIT files and the README.
+#[cfg(test)]
+mod version_check;
 
 pub use kind::{Kind, Metadata};
 pub use names::{dns1123_label, dns1123_subdomain, object_name, printable};

@@ -11,10 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-#[path = "helm/common.rs"]
-mod common;
-
-use common::{
+use capstan_tests::helm::{
     assert_no_wildcards_or_secrets, chart, ci_values, dynamic_api, echo_grants, event_grants, forbidden,
     grants, helm_ok, lease_grants, of_kind, one, render, resource_of, restricted_namespace,
     scheduled_echo_grants, strings, subset, union, wasm_from,

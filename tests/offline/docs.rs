@@ -9,14 +9,11 @@
 //! schema (with the files the page makes), and every `cargo` command names packages and targets that exist.
 //! (The tutorial's commands, kubectl's among them, run in `tutorial.rs`.)
 
-#[path = "helm/common.rs"]
-mod helm;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use capstan_tests::{book, workspace};
+use capstan_tests::{book, helm, workspace};
 
 /// Every Markdown file of the book, and the README.
 fn pages() -> Vec<PathBuf> {

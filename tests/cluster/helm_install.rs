@@ -22,18 +22,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-#[path = "helm/common.rs"]
-mod common;
-#[path = "helm/pod.rs"]
-mod pod;
-
-use common::{
-    chart, ci_values, documents, forbidden, helm, helm_ok, of_kind, one, restricted_namespace, wasm_from,
-    with_custom_section,
-};
-use pod::{
+use capstan_tests::helm::pod::{
     PodOnThisMachine, assert_installed_as_rendered, available_pods, crds_established, echo_converges,
     project_config_map, service_account_kubeconfig,
+};
+use capstan_tests::helm::{
+    chart, ci_values, documents, forbidden, helm, helm_ok, of_kind, one, restricted_namespace, wasm_from,
+    with_custom_section,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,13 +14,13 @@ fn the_wit_package_line_is_the_version_in_code() {
         .lines()
         .find_map(|l| l.trim().strip_prefix("package "))
         .expect("wit/reconciler.wit has a package line");
-    assert_eq!(package.trim_end_matches(';'), capstan_contract::WIT_PACKAGE);
-    assert!(capstan_contract::PLUGIN_EXPORT.ends_with(capstan_contract::WIT_VERSION));
+    assert_eq!(package.trim_end_matches(';'), crate::WIT_PACKAGE);
+    assert!(crate::PLUGIN_EXPORT.ends_with(crate::WIT_VERSION));
 }
 
 #[test]
 fn every_older_version_served_has_its_frozen_wit() {
-    for version in capstan_contract::OLDER_VERSIONS {
+    for version in crate::OLDER_VERSIONS {
         let wit = read(&format!("../../wit/{version}/reconciler.wit"));
         assert!(
             wit.contains(&format!("package capstan:reconciler@{version};")),
@@ -44,12 +44,12 @@ fn the_readme_names_the_version_in_code() {
         .collect();
     assert!(!named.is_empty(), "the README names the contract");
     assert!(
-        named.contains(&capstan_contract::WIT_PACKAGE),
+        named.contains(&crate::WIT_PACKAGE),
         "the README names the current contract"
     );
     let served = |n: &str| {
-        n == capstan_contract::WIT_PACKAGE
-            || capstan_contract::OLDER_VERSIONS
+        n == crate::WIT_PACKAGE
+            || crate::OLDER_VERSIONS
                 .iter()
                 .any(|v| n == format!("capstan:reconciler@{v}"))
     };

@@ -11,10 +11,7 @@ use anyhow::{Context, Result};
 use capstan_tests::{capstan_bin, compile_cache, plugin};
 use serde_json::Value;
 
-#[path = "helm/common.rs"]
-mod common;
-
-use common::{
+use capstan_tests::helm::{
     chart, ci_values, echo_grants, event_grants, grant, grants, helm, host_config, of_kind, one, render,
     scheduled_echo_grants, strings, union, wasm_from, with_custom_section,
 };

@@ -206,7 +206,7 @@ async fn bad_plugins_or_unserved_kinds_are_one_line_and_exit_2() -> Result<()> {
     std::fs::write(core.join("core.wasm"), b"\0asm\x01\0\0\0")?;
     let empty = dir.join("empty");
     std::fs::create_dir_all(&empty)?;
-    // (An unserved kind is no longer fatal: the plugin waits for it, see tests/trust.rs.)
+    // (An unserved kind is no longer fatal: the plugin waits for it, see tests/cluster/trust.rs.)
     for (plugins, needle) in [
         (dir.join("missing"), "cannot read plugin directory"),
         (empty, "no *.wasm plugins"),

@@ -1,14 +1,14 @@
 //! The committed CRD YAML (the plugin's and the Helm chart's copy) is generated from the
 //! Rust type; this fails when either is stale.
-//! Regenerate with `CAPSTAN_BLESS=1 cargo test -p echo --test crd`.
+//! Regenerate with `CAPSTAN_BLESS=1 cargo test -p echo --lib`.
 
-use echo::Echo;
+use crate::Echo;
 use kube::CustomResourceExt;
 
 #[test]
 fn committed_crd_matches_the_rust_type() {
     let generated = format!(
-        "# Generated from plugins/echo/src/lib.rs by `CAPSTAN_BLESS=1 cargo test -p echo --test crd`; do not edit.\n{}",
+        "# Generated from plugins/echo/src/lib.rs by `CAPSTAN_BLESS=1 cargo test -p echo --lib`; do not edit.\n{}",
         serde_saphyr::to_string(&Echo::crd()).unwrap()
     );
     capstan_sdk::testing::assert_generated(concat!(env!("CARGO_MANIFEST_DIR"), "/crd.yaml"), &generated);

@@ -1,22 +1,21 @@
-//! Helpers shared by the Helm chart tests (`helm_render.rs`, `helm_dry_run.rs`,
-//! `helm_install.rs`): the pinned `helm` and `helm template` of `charts/capstan`, picking
+//! Helpers shared by the Helm chart tests (`helm_render`, `helm_dry_run`, `helm_install`,
+//! `node`): the pinned `helm` and `helm template` of `charts/capstan`, picking
 //! rendered objects apart, the exact RBAC a plugin needs, and the API server's view of
 //! rendered objects (discovery, 403s, restricted namespaces).
-
-// Each test binary uses its own part of these.
-#![allow(dead_code)]
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use crate::workspace;
 use anyhow::Result;
 use capstan::dev::{Plane, Versions};
-use capstan_tests::workspace;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{Value, json};
+
+pub mod pod;
 
 pub fn chart() -> PathBuf {
     workspace().join("charts/capstan")
@@ -29,7 +28,7 @@ pub fn ci_values(name: &str) -> String {
 /// The pinned helm, built into the cache by `scripts/k8s-build.sh helm` when missing.
 pub fn helm_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| capstan_tests::pinned_tool("helm", "HELM_VERSION", "helm"))
+    BIN.get_or_init(|| crate::pinned_tool("helm", "HELM_VERSION", "helm"))
 }
 
 /// `helm ARGS` with its own config/cache/data dirs; only with `kubeconfig` may it reach
@@ -41,7 +40,7 @@ pub fn helm(args: &[&str], kubeconfig: Option<&Path>) -> Result<String, String> 
 /// [`helm`] run in `dir`, where the arguments' relative paths are.
 pub fn helm_in(dir: &Path, args: &[&str], kubeconfig: Option<&Path>) -> Result<String, String> {
     // One stable home under target/tmp: nothing accumulates in /tmp.
-    let home = Path::new(env!("CARGO_TARGET_TMPDIR")).join("helm-home");
+    let home = crate::target_dir().join("tmp/helm-home");
     let out = Command::new(helm_bin())
         .current_dir(dir)
         .args(args)

@@ -10,7 +10,6 @@ use capstan::dev::{Binaries, FAKE_NODE, Plane, PlaneConfig};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-#[path = "plane/common.rs"]
 mod common;
 
 use common::{

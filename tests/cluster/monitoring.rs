@@ -17,9 +17,6 @@ use capstan_tests::{plugin, workspace};
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::Value;
 
-#[path = "helm/common.rs"]
-mod common;
-
 fn monitoring() -> PathBuf {
     workspace().join("charts/capstan/monitoring")
 }
@@ -191,14 +188,14 @@ fn every_alert_has_a_runbook_section_it_links_to() -> Result<()> {
 
 #[test]
 fn the_chart_ships_the_rules_and_the_dashboard_unchanged() -> Result<()> {
-    let values = common::ci_values("single-values.yaml");
-    let echo = common::wasm_from("echo", &plugin("echo"));
-    let off = common::render("capstan", &["-f", &values, "--set-file", &echo])?;
+    let values = capstan_tests::helm::ci_values("single-values.yaml");
+    let echo = capstan_tests::helm::wasm_from("echo", &plugin("echo"));
+    let off = capstan_tests::helm::render("capstan", &["-f", &values, "--set-file", &echo])?;
     assert!(
-        common::of_kind(&off, "PrometheusRule").is_empty(),
+        capstan_tests::helm::of_kind(&off, "PrometheusRule").is_empty(),
         "off by default"
     );
-    let docs = common::render(
+    let docs = capstan_tests::helm::render(
         "capstan",
         &[
             "-f",
@@ -211,11 +208,11 @@ fn the_chart_ships_the_rules_and_the_dashboard_unchanged() -> Result<()> {
             "metrics.prometheusRule.labels.release=kube-prometheus-stack",
         ],
     )?;
-    let rule = common::one(&docs, "PrometheusRule");
+    let rule = capstan_tests::helm::one(&docs, "PrometheusRule");
     let file: Value = serde_saphyr::from_str(&std::fs::read_to_string(monitoring().join("alerts.yaml"))?)?;
     assert_eq!(rule["spec"], file, "the PrometheusRule's spec is alerts.yaml");
     assert_eq!(rule["metadata"]["labels"]["release"], "kube-prometheus-stack");
-    let shipped = common::of_kind(&docs, "ConfigMap")
+    let shipped = capstan_tests::helm::of_kind(&docs, "ConfigMap")
         .into_iter()
         .find(|c| c["metadata"]["labels"]["grafana_dashboard"] == "1")
         .context("a ConfigMap labelled grafana_dashboard=1")?;

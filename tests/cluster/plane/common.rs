@@ -117,7 +117,12 @@ pub const HELPER: &str = "CAPSTAN_TESTENV_HELPER";
 /// Runs `helper_process` in a child copy of this test binary; returns its output.
 pub fn run_helper(task: &str, envs: &[(&str, &str)]) -> Result<std::process::Output> {
     let out = std::process::Command::new(std::env::current_exe()?)
-        .args(["--exact", "helper_process", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "plane::helper_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(HELPER, task)
         .envs(envs.iter().copied())
         .output()?;

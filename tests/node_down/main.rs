@@ -1,6 +1,6 @@
 //! `capstan dev up --real-node` then `capstan dev down` after pods ran: the machine is as
 //! it was — no process, mount, link, packet-filter chain or system directory left.
-//! Its own test binary: one real node per machine, and `tests/node.rs` holds its own.
+//! Its own test binary: one real node per machine, and `tests/node/main.rs` holds its own.
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -1,14 +1,14 @@
 //! The committed CRD YAML (the plugin's and the Helm chart's copy) is generated from the
 //! Rust type; this fails when either is stale.
-//! Regenerate with `CAPSTAN_BLESS=1 cargo test -p scheduled-echo --test crd`.
+//! Regenerate with `CAPSTAN_BLESS=1 cargo test -p scheduled-echo --lib`.
 
+use crate::ScheduledEcho;
 use kube::CustomResourceExt;
-use scheduled_echo::ScheduledEcho;
 
 #[test]
 fn committed_crd_matches_the_rust_type() {
     let generated = format!(
-        "# Generated from plugins/scheduled-echo/src/lib.rs by `CAPSTAN_BLESS=1 cargo test -p scheduled-echo --test crd`; do not edit.\n{}",
+        "# Generated from plugins/scheduled-echo/src/lib.rs by `CAPSTAN_BLESS=1 cargo test -p scheduled-echo --lib`; do not edit.\n{}",
         serde_saphyr::to_string(&ScheduledEcho::crd()).unwrap()
     );
     capstan_sdk::testing::assert_generated(concat!(env!("CARGO_MANIFEST_DIR"), "/crd.yaml"), &generated);

@@ -22,10 +22,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, LogParams, PostPar
 use serde_json::json;
 use tokio::sync::{Mutex, OnceCell};
 
-#[path = "helm/common.rs"]
-mod common;
-
-use common::{chart, ci_values, helm_ok, restricted_namespace, wasm_from, with_custom_section};
+use capstan_tests::helm::{chart, ci_values, helm_ok, restricted_namespace, wasm_from, with_custom_section};
 
 /// Tests take turns: one node, two cores.
 static TURN: Mutex<()> = Mutex::const_new(());
