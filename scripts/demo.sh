@@ -11,9 +11,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if command -v rustup >/dev/null; then
   rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 fi
-cargo build --release -p capstan
+# The demo profile (Cargo.toml): the release profile's fat LTO is for the image and the benches.
+cargo build --profile demo -p capstan
 cargo build --profile plugin --target wasm32-wasip2 -p echo
-capstan=target/release/capstan
+capstan=target/demo/capstan
 plugins=$(mktemp -d)
 cp target/wasm32-wasip2/plugin/echo.wasm "$plugins/"
 
@@ -79,7 +80,7 @@ if [ "$real_node" = true ]; then
   # The host leaves; from now on the one in the cluster reconciles.
   kill $host; wait $host 2>/dev/null || true
   echo "== capstan dev image: Capstan's image, built offline and loaded into the node"
-  $capstan dev image
+  $capstan dev image --profile demo
   echo "== helm install capstan charts/capstan (the image from the node, never pulled)"
   $helm upgrade --install capstan charts/capstan -n capstan-system --create-namespace \
     -f charts/capstan/ci/single-values.yaml --set-file plugins.echo.source.wasm="$plugins/echo.wasm" \
