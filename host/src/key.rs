@@ -34,20 +34,8 @@ impl ObjectKey {
     /// The key of an object as JSON text, if it has a name: read without a tree of the
     /// whole object.
     pub fn from_text(object: &str) -> Option<Self> {
-        #[derive(serde::Deserialize)]
-        struct Object<'a> {
-            #[serde(borrow)]
-            metadata: Option<Meta<'a>>,
-        }
-        #[derive(serde::Deserialize)]
-        struct Meta<'a> {
-            #[serde(borrow)]
-            namespace: Option<std::borrow::Cow<'a, str>>,
-            #[serde(borrow)]
-            name: Option<std::borrow::Cow<'a, str>>,
-        }
-        let meta = serde_json::from_str::<Object<'_>>(object).ok()?.metadata?;
-        Some(ObjectKey::new(meta.namespace.as_deref(), meta.name.as_deref()?))
+        let (namespace, name) = capstan_engine::names_in(object)?;
+        Some(ObjectKey { namespace, name })
     }
 }
 

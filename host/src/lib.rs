@@ -5,13 +5,13 @@
 
 pub mod admission;
 pub mod apply;
-pub mod bucket;
+pub use capstan_engine::bucket;
 pub mod cli;
 pub mod config;
 pub mod controller;
 #[cfg(feature = "dev")]
 pub mod dev;
-pub mod engine;
+pub use capstan_engine as engine;
 mod field_name;
 pub mod host;
 pub mod key;

@@ -10,7 +10,7 @@ use super::bindings::v0_1::capstan::reconciler::types as wit_v0_1;
 use super::load::LoadError;
 
 /// The kinds a plugin names and what it declares: defined with the rules that check its
-/// responses ([`crate::validate`]).
+/// responses (`capstan_contract`).
 pub use capstan_contract::{Kind, Metadata};
 /// What a plugin reads for one parent: defined with the rules that check it.
 pub use capstan_contract::{RelatedQuery, Selector};
@@ -28,7 +28,7 @@ pub struct Request {
     /// The related objects the plugin's queries selected for this parent.
     pub related: Vec<Json>,
     /// The time the plugin is told it is; `None` is the host's clock at dispatch.
-    pub now: Option<k8s_openapi::jiff::Timestamp>,
+    pub now: Option<jiff::Timestamp>,
     /// The parent is being deleted and carries the plugin's finalizer.
     pub finalizing: bool,
 }

@@ -67,9 +67,9 @@ impl Instance {
     pub fn reconcile(&mut self, request: &Request) -> Result<Response, DispatchError> {
         let now = request
             .now
-            .unwrap_or_else(k8s_openapi::jiff::Timestamp::now)
-            .round(k8s_openapi::jiff::Unit::Millisecond)
-            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
+            .unwrap_or_else(jiff::Timestamp::now)
+            .round(jiff::Unit::Millisecond)
+            .unwrap_or_else(|_| jiff::Timestamp::now());
         deadline::arm(&mut self.store, self.limits.deadline);
         let result = self
             .bindings

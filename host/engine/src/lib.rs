@@ -6,7 +6,7 @@
 //! between objects and a trap only poisons the instance it happened in.
 //!
 //! ```no_run
-//! use capstan::engine::{Engine, Limits, Request};
+//! use capstan_engine::{Engine, Limits, Request};
 //!
 //! let engine = Engine::new(Default::default())?;
 //! let plugin = engine.load_file("echo.wasm".as_ref(), Limits::default())?;
@@ -19,7 +19,10 @@
 //! # anyhow::Ok(())
 //! ```
 
+#![warn(missing_docs)]
+
 mod bindings;
+pub mod bucket;
 mod budget;
 mod cache;
 mod clocks;
@@ -48,7 +51,7 @@ use std::time::Duration;
 use wasmtime::component::Linker;
 
 pub use bindings::{OLDER_VERSIONS, WIT_PACKAGE};
-pub(crate) use cache::private_dir;
+pub use cache::private_dir;
 pub use deadline::{ThreadClock, thread_cpu_time};
 pub use fault::{DispatchError, Fault};
 pub use instance::Instance;
@@ -298,5 +301,28 @@ pub trait Reconcile: Send + Sync + 'static {
 
 /// `namespace/name` (or `name`) of an object, for logs.
 pub fn object_key(object: &Json) -> String {
-    crate::key::ObjectKey::from_text(object.text()).map_or_else(|| "<unnamed>".to_string(), |k| k.to_string())
+    match names_in(object.text()) {
+        Some((Some(namespace), name)) => format!("{namespace}/{name}"),
+        Some((None, name)) => name,
+        None => "<unnamed>".to_string(),
+    }
+}
+
+/// The namespace (`None` when it has none) and name of an object given as JSON text, read
+/// without a tree of the whole object; `None` when it has no name.
+pub fn names_in(object: &str) -> Option<(Option<String>, String)> {
+    #[derive(serde::Deserialize)]
+    struct Object<'a> {
+        #[serde(borrow)]
+        metadata: Option<Meta<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta<'a> {
+        #[serde(borrow)]
+        namespace: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow)]
+        name: Option<std::borrow::Cow<'a, str>>,
+    }
+    let meta = serde_json::from_str::<Object<'_>>(object).ok()?.metadata?;
+    Some((meta.namespace.map(Into::into), meta.name?.into()))
 }

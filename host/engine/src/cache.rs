@@ -28,7 +28,7 @@ pub(crate) struct CompileCache {
 /// Make `dir` (and its parents) if missing, private to this user; refuse one that others
 /// could write to or that another user owns: the compile cache and the pulled plugins
 /// hold what runs as code in the host.
-pub(crate) fn private_dir(dir: &Path) -> std::io::Result<()> {
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     if let Some(parent) = dir.parent() {
         std::fs::create_dir_all(parent)?;

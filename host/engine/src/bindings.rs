@@ -2,14 +2,14 @@
 //! and each older version the host still serves (from its frozen copy in `wit/<version>/`).
 
 wasmtime::component::bindgen!({
-    path: "../wit",
+    path: "../../wit",
     world: "reconciler",
 });
 
 /// `capstan:reconciler@0.1.0`, for plugins built against it.
 pub mod v0_1 {
     wasmtime::component::bindgen!({
-        path: "../wit/0.1.0",
+        path: "../../wit/0.1.0",
         world: "reconciler",
     });
 }
