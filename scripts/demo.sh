@@ -11,10 +11,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if command -v rustup >/dev/null; then
   rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 fi
-# The demo profile (Cargo.toml): the release profile's fat LTO is for the image and the benches.
-cargo build --profile demo -p capstan
+# The dev profile: it builds in minutes, and a newcomer's `scripts/test.sh` reuses it. The
+# release profile's whole-program LTO is for the Dockerfile's image and the benches.
+cargo build -p capstan
 cargo build --profile plugin --target wasm32-wasip2 -p echo
-capstan=target/demo/capstan
+capstan=target/debug/capstan
 plugins=$(mktemp -d)
 cp target/wasm32-wasip2/plugin/echo.wasm "$plugins/"
 
@@ -80,7 +81,7 @@ if [ "$real_node" = true ]; then
   # The host leaves; from now on the one in the cluster reconciles.
   kill $host; wait $host 2>/dev/null || true
   echo "== capstan dev image: Capstan's image, built offline and loaded into the node"
-  $capstan dev image --profile demo
+  $capstan dev image --profile dev
   echo "== helm install capstan charts/capstan (the image from the node, never pulled)"
   $helm upgrade --install capstan charts/capstan -n capstan-system --create-namespace \
     -f charts/capstan/ci/single-values.yaml --set-file plugins.echo.source.wasm="$plugins/echo.wasm" \

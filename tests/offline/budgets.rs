@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, ensure};
-use capstan::engine::{DispatchError, Engine, Fault, Limits, Plugin, Request};
+use capstan_engine::{DispatchError, Engine, Fault, Limits, Plugin, Request};
 use capstan_tests::governance::{Budget, Case};
 use capstan_tests::host::eventually;
 use capstan_tests::{arg, capstan_bin, compile_cache, echo_fixture, plugin};
@@ -34,7 +34,7 @@ fn hostile() -> Plugin {
         .expect("hostile loads")
 }
 
-fn call(p: &Plugin, mode: &str) -> Result<capstan::engine::Response, DispatchError> {
+fn call(p: &Plugin, mode: &str) -> Result<capstan_engine::Response, DispatchError> {
     p.reconcile(&Request {
         parent: json!({
             "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",

@@ -1,10 +1,11 @@
 //! The sandbox against hostile plugins: every fault becomes a typed error, nothing leaks
 //! out of the sandbox, and the same engine keeps serving well-behaved plugins afterwards.
+//! The engine crate alone, called from plain threads: no Kubernetes client, no async runtime.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use capstan::engine::{DispatchError, Engine, EngineConfig, Fault, Limits, LoadError, Plugin, Request};
+use capstan_engine::{DispatchError, Engine, EngineConfig, Fault, Limits, LoadError, Plugin, Request};
 use capstan_tests::{echo_fixture, plugin};
 use serde_json::{Value, json};
 
