@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::compact::Compact;
-use crate::ops::metrics::PluginLabel;
+use crate::ops::metrics;
 use crate::validate;
 
 /// Why a reconcile must be retried with backoff.
@@ -138,12 +138,7 @@ impl Writes {
 
 /// Count one API write of `plugin`'s reconciles.
 pub(super) fn count_write(plugin: &str) {
-    crate::ops::metrics::get()
-        .api_writes
-        .get_or_create(&PluginLabel {
-            plugin: plugin.into(),
-        })
-        .inc();
+    metrics::count(|m| &m.api_writes, plugin);
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use super::{Shared, children, dispatch, events, finalizer, queue, status};
 use crate::apply;
 use crate::engine::{Metadata, Response};
 use crate::key::ObjectKey;
-use crate::ops::metrics::{ControllerLabel, PluginLabel, QueueLabel};
+use crate::ops::metrics::{self, ControllerLabel, QueueLabel};
 
 /// kube-runtime's reconcile entry point: waits for leadership, runs one reconcile with
 /// the current plugin version (cancelled if leadership is lost) and accounts for it.
@@ -217,7 +217,7 @@ async fn reconcile_inner(
     let quiet = &shared.per_object.quiet;
     if !deleting && quiet.unchanged(key, inputs) {
         tracing::debug!("inputs unchanged since the last quiet reconcile; the plugin's answer stands");
-        count_unchanged(&metadata.name);
+        metrics::count(|m| &m.unchanged, &metadata.name);
         return Ok(Some(queue::resync_after(shared.options.resync)));
     }
     quiet.forget(key);
@@ -384,16 +384,6 @@ fn put_off(plugin: &str, error: &Error) -> bool {
     };
     crate::ops::metrics::get().put_off.get_or_create(&labels).inc();
     true
-}
-
-/// Count one reconcile of `plugin`'s that found the inputs of its last quiet one.
-fn count_unchanged(plugin: &str) {
-    crate::ops::metrics::get()
-        .unchanged
-        .get_or_create(&PluginLabel {
-            plugin: plugin.into(),
-        })
-        .inc();
 }
 
 #[cfg(test)]

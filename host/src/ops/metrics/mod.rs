@@ -117,6 +117,15 @@ fn latency() -> Family<CallLabels, Histogram> {
     Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.000_01, 2.0, 20)))
 }
 
+/// Count one event of `plugin`'s in a counter family labelled by plugin alone.
+pub fn count(family: impl Fn(&Metrics) -> &Family<PluginLabel, Counter>, plugin: &str) {
+    family(get())
+        .get_or_create(&PluginLabel {
+            plugin: plugin.into(),
+        })
+        .inc();
+}
+
 /// The process-wide metrics.
 pub fn get() -> &'static Metrics {
     static METRICS: OnceLock<Metrics> = OnceLock::new();
