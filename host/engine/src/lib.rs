@@ -326,3 +326,17 @@ pub fn names_in(object: &str) -> Option<(Option<String>, String)> {
     let meta = serde_json::from_str::<Object<'_>>(object).ok()?.metadata?;
     Some((meta.namespace.map(Into::into), meta.name?.into()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_object_is_named_namespace_slash_name_or_name_from_its_text() {
+        let named = |text: &str| object_key(&serde_json::from_str::<serde_json::Value>(text).unwrap().into());
+        assert_eq!(named(r#"{"metadata": {"namespace": "ns", "name": "a"}}"#), "ns/a");
+        assert_eq!(named(r#"{"metadata": {"name": "a", "namespace": null}}"#), "a");
+        assert_eq!(named(r#"{"metadata": {}}"#), "<unnamed>");
+        assert_eq!(names_in("[]"), None);
+    }
+}
