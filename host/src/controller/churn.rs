@@ -25,14 +25,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kube::api::DynamicObject;
-
-use super::Shared;
-use super::events::warn;
-use super::outcome::Error;
 use crate::bucket::Bucket;
 use crate::key::ObjectKey;
-use crate::ops::metrics::PluginLabel;
 
 /// How long a written digest counts as recent.
 const WINDOW: Duration = Duration::from_secs(60);
@@ -211,42 +205,20 @@ impl Churn {
     }
 }
 
-/// Let a write of `target` (content `digest`, observed at `seen`, on behalf of `parent`)
-/// through (`true`), or say it would change nothing (`false`: [`Churn::unchanged`]);
-/// refuse it as ping-pong (a `WriteLoop` Warning, `capstan_write_loops_total`, and an
-/// error that backs the parent off), or defer the parent while the object's write budget
-/// refills.
-pub(super) async fn guard(
-    shared: &Shared,
-    parent: &DynamicObject,
-    plugin: &str,
-    target: &str,
-    (digest, seen): (&str, &str),
-) -> Result<bool, Error> {
-    let key = ObjectKey::of(parent);
-    let wait = match shared.per_object.churn.check(&key, target, digest, seen) {
-        Verdict::Write => return Ok(true),
-        Verdict::Unchanged => return Ok(false),
-        Verdict::Later(wait) => wait,
-        Verdict::Loop => {
-            let label = PluginLabel {
-                plugin: plugin.to_string(),
-            };
-            crate::ops::metrics::get().write_loops.get_or_create(&label).inc();
-            let message = format!(
-                "{target} not written: plugin {plugin} wrote this very content to it less than {}s ago, more than {BURST} times; another writer keeps undoing it, or the plugin flips between answers",
-                WINDOW.as_secs()
-            );
-            warn(shared, parent, "WriteLoop", &message);
-            return Err(Error::Loop(message));
-        }
-    };
-    let message = format!(
+/// Why a write of `target` by `plugin` was refused as ping-pong.
+pub(super) fn loop_message(target: &str, plugin: &str) -> String {
+    format!(
+        "{target} not written: plugin {plugin} wrote this very content to it less than {}s ago, more than {BURST} times; another writer keeps undoing it, or the plugin flips between answers",
+        WINDOW.as_secs()
+    )
+}
+
+/// Why the writes of `target` by `plugin` are slowed.
+pub(super) fn rate_message(target: &str, plugin: &str) -> String {
+    format!(
         "{target} written {WRITE_BURST} times at once by plugin {plugin}; its writes are now {}s apart (each one wakes the next reconcile)",
         WRITE_EVERY.as_secs()
-    );
-    warn(shared, parent, "WriteRate", &message);
-    Err(Error::Slowed(wait))
+    )
 }
 
 #[cfg(test)]

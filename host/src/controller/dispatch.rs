@@ -4,29 +4,27 @@
 
 use std::sync::Arc;
 
-use kube::api::DynamicObject;
-
-use super::Shared;
 use super::compact::Compact;
-use super::events::warn;
 use super::outcome::{Error, Observed};
+use super::sink::{At, Warning};
 use super::throttle::{Call, Permit};
 use super::version::Current;
 use crate::engine::{DispatchError, Request, Response};
+use crate::key::ObjectKey;
 use crate::ops::metrics::{CallLabels, ControllerLabel, FaultLabels};
-use crate::preview::{Change, Finding};
+use crate::preview::Change;
 
 /// The plugin's response to the request for `compact`; `None` when the plugin answered
 /// with a fatal error, recorded on the parent. Over the plugin's CPU share nothing runs:
 /// the parent comes back when the share allows, and no worker (nor shutdown) waits.
 pub(super) async fn run(
     compact: &Compact,
-    parent: &DynamicObject,
+    at: &At<'_>,
     plugin: &Current,
-    shared: &Shared,
     (observed, related): (&[Observed], &[Arc<Compact>]),
 ) -> Result<Option<Response>, Error> {
-    let key = crate::key::ObjectKey::of(parent);
+    let shared = at.shared;
+    let key = crate::key::ObjectKey::of(at.parent);
     let permit = shared.cpu.acquire(Call::Reconcile, &key).await.map_err(|wait| {
         tracing::debug!(wait = ?wait, "plugin over its CPU share; later");
         Error::Deferred(wait)
@@ -48,7 +46,7 @@ pub(super) async fn run(
         .clone()
         .map(|recorder| (recorder, shared.options.settings.clone()));
     let result = dispatch(request, &plugin.plugin, permit, record).await?;
-    answer(parent, plugin, shared, result).await
+    answer(at, plugin, result)
 }
 
 /// The time a recorded reconcile is told: now, to the millisecond the engine rounds to.
@@ -100,23 +98,23 @@ pub(super) fn timed(plugin: &str, call: &str, start: std::time::Instant) {
 
 /// The plugin's answer: a response to act on, `None` for a fatal error (recorded, wait
 /// for a change), or an error to retry with backoff.
-pub(super) async fn answer(
-    parent: &DynamicObject,
+pub(super) fn answer(
+    at: &At<'_>,
     plugin: &Current,
-    shared: &Shared,
     result: Result<Response, DispatchError>,
 ) -> Result<Option<Response>, Error> {
+    let sink = &at.shared.sink;
     let name = &plugin.plugin.metadata().name;
     match result {
         Ok(response) => Ok(Some(response)),
         Err(DispatchError::Retry { message, after }) => Err(Error::Retry { message, after }),
         Err(DispatchError::Fatal(m)) => {
-            if let Some(preview) = shared.preview() {
-                let key = crate::key::ObjectKey::of(parent);
-                let finding = Finding::new(&key, Change::Fail, &shared.parent.kind, key.to_string());
-                preview.found(&key, finding.because(format!("fatal: {m}")));
-            }
-            warn(shared, parent, "ReconcileFailed", &m);
+            let kind = at.shared.parent.kind.clone();
+            let warning = Warning {
+                finding: Some((Change::Fail, kind, ObjectKey::of(at.parent))),
+                ..Warning::plain("ReconcileFailed", m)
+            };
+            sink.warn(at, warning);
             Ok(None)
         }
         Err(DispatchError::Fault(f)) => {
@@ -132,7 +130,7 @@ pub(super) async fn answer(
                 };
                 metrics.reconcile_panics.get_or_create(&controller).inc();
             }
-            warn(shared, parent, "PluginFault", &format!("plugin {f}"));
+            sink.warn(at, Warning::plain("PluginFault", format!("plugin {f}")));
             Err(Error::Fault(f))
         }
     }

@@ -14,10 +14,8 @@ use std::time::Duration;
 use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
 
-use super::Shared;
-use super::events::warn;
-use super::outcome::{Error, count_write};
-use crate::apply;
+use super::outcome::Error;
+use super::sink::{At, Warning};
 use crate::engine::Metadata;
 
 mod names;
@@ -35,11 +33,8 @@ pub(super) fn held(parent: &DynamicObject, metadata: &Metadata) -> bool {
 /// Let a deleted parent go without the plugin's cleanup when an admin annotated it so, or
 /// when the running version declares no finalizer (an earlier one marked the parent);
 /// `true` when it was let go.
-pub(super) async fn let_go(
-    parent: &DynamicObject,
-    metadata: &Metadata,
-    shared: &Shared,
-) -> Result<bool, Error> {
+pub(super) async fn let_go(at: &At<'_>, metadata: &Metadata) -> Result<bool, Error> {
+    let parent = at.parent;
     let annotated = parent
         .annotations()
         .get(RELEASE_ANNOTATION)
@@ -59,59 +54,42 @@ pub(super) async fn let_go(
     } else {
         return Ok(false);
     };
-    release(parent, metadata, shared).await?;
-    warn(shared, parent, "FinalizerReleased", &message);
+    release(at, metadata).await?;
+    at.shared
+        .sink
+        .warn(at, Warning::plain("FinalizerReleased", message));
     Ok(true)
 }
 
 /// Put the running version's finalizer on a live parent — in place of an earlier
 /// version's, and recorded as the plugin's — or take an earlier version's off when this
 /// one declares none; `true` when the parent was written (the update wakes it again).
-pub(super) async fn add_if_missing(
-    parent: &DynamicObject,
-    metadata: &Metadata,
-    shared: &Shared,
-) -> Result<bool, Error> {
-    // A preview adds nothing: it reconciles the parent as though the finalizer were on.
-    if shared.preview().is_some() {
-        return Ok(false);
-    }
-    let Some(change) = names::wanted(parent, metadata) else {
+pub(super) async fn add_if_missing(at: &At<'_>, metadata: &Metadata) -> Result<bool, Error> {
+    let Some(change) = names::wanted(at.parent, metadata) else {
         return Ok(false);
     };
-    let record = change.record.as_deref().map(|r| (RECORD_ANNOTATION, r));
-    let version =
-        apply::finalizers(&shared.client, &shared.parent, parent, change.finalizers, record).await?;
-    super::written::parent(shared, parent, version);
-    count_write(&metadata.name);
-    Ok(true)
+    let record = change.record.as_deref();
+    at.shared.sink.finalizers(at, change.finalizers, record).await
 }
 
 /// Remove every one of the plugin's finalizers once it answered `finalized` (or was let go).
-pub(super) async fn release(
-    parent: &DynamicObject,
-    metadata: &Metadata,
-    shared: &Shared,
-) -> Result<(), Error> {
-    if shared.preview().is_some() {
-        return Ok(());
-    }
-    let ours = names::on(parent, metadata);
-    let finalizers = parent
+pub(super) async fn release(at: &At<'_>, metadata: &Metadata) -> Result<(), Error> {
+    let ours = names::on(at.parent, metadata);
+    let finalizers = at
+        .parent
         .finalizers()
         .iter()
         .filter(|f| !ours.contains(f))
         .cloned()
         .collect();
-    let version = apply::finalizers(&shared.client, &shared.parent, parent, finalizers, None).await?;
-    super::written::parent(shared, parent, version);
-    count_write(&metadata.name);
+    at.shared.sink.finalizers(at, finalizers, None).await?;
     Ok(())
 }
 
 /// Warn (within the event budget) when a deletion has waited too long for the plugin,
 /// naming the way out; the answer is when to look again (the warning is due then).
-pub(super) async fn stuck(parent: &DynamicObject, shared: &Shared, plugin: &str) -> Option<Duration> {
+pub(super) fn stuck(at: &At<'_>, plugin: &str) -> Option<Duration> {
+    let (parent, shared) = (at.parent, at.shared);
     let since = parent.meta().deletion_timestamp.as_ref()?;
     let timeout = shared.options.finalizer_timeout;
     let waited = k8s_openapi::jiff::Timestamp::now().as_second() - since.0.as_second();
@@ -124,13 +102,10 @@ pub(super) async fn stuck(parent: &DynamicObject, shared: &Shared, plugin: &str)
         shared.parent.plural,
         parent.name_any()
     );
-    warn(shared, parent, "FinalizerStuck", &message);
-    let label = crate::ops::metrics::PluginLabel {
-        plugin: plugin.into(),
+    let warning = Warning {
+        counter: Some(|m| &m.finalizers_stuck),
+        ..Warning::plain("FinalizerStuck", message)
     };
-    crate::ops::metrics::get()
-        .finalizers_stuck
-        .get_or_create(&label)
-        .inc();
+    shared.sink.warn(at, warning);
     Some(timeout)
 }

@@ -4,7 +4,6 @@
 //! runs two reconciles of one object at once.
 
 mod backoff;
-mod children;
 mod churn;
 mod compact;
 mod discovery;
@@ -15,17 +14,19 @@ mod informer;
 mod outcome;
 mod owned;
 mod per_object;
+mod plan;
 mod queue;
 mod quiet;
 mod reconcile;
 mod related;
 mod scope;
 mod sharded;
-mod status;
+mod sink;
 mod subscriptions;
 mod synced;
 mod throttle;
 mod version;
+mod write;
 mod written;
 
 use std::sync::Arc;
@@ -146,22 +147,13 @@ struct Shared {
     tenure: Tenure,
     /// True once the parent and every child cache have listed.
     synced: watch::Receiver<bool>,
+    /// What carries out the plugin's answers: writes, or a preview's findings.
+    sink: Box<dyn sink::Sink>,
 }
 
 impl Shared {
     fn plugin(&self) -> Arc<dyn Reconcile> {
         self.versions.current().plugin
-    }
-
-    /// The preview this controller runs as, if it writes nothing.
-    fn preview(&self) -> Option<&crate::preview::Preview> {
-        self.options.preview.as_deref()
-    }
-
-    /// Whose children, labels and field manager the plugin named `name` writes with:
-    /// its own, or in a preview the live plugin's it previews.
-    fn writer<'a>(&'a self, name: &'a str) -> &'a str {
-        self.preview().map_or(name, crate::preview::Preview::writer)
     }
 
     /// Take one creation from the plugin's budget, or say how long until there is one.
@@ -312,7 +304,12 @@ impl Wiring {
             instance: std::env::var("POD_NAME").ok(),
         };
         let creations = f64::from(self.options.creations_per_second.max(1));
+        let sink: Box<dyn sink::Sink> = match &self.options.preview {
+            Some(preview) => Box::new(sink::Dry(preview.clone())),
+            None => Box::new(sink::Live),
+        };
         Shared {
+            sink,
             cpu: throttle::CpuBudget::new(self.options.cpu_millicores),
             creations: std::sync::Mutex::new(crate::bucket::Bucket::new(
                 creations,

@@ -81,7 +81,12 @@ impl Error {
     }
 }
 
+/// What carrying out an answer came to: what the writes did, or why the answer stands
+/// unwritten or half-written (refused, conflicted, put off, failed).
+pub(super) type Outcome<T = Writes> = Result<T, Error>;
+
 /// An observed child: which declared kind, and the object from its cache.
+#[derive(Clone)]
 pub(super) struct Observed {
     pub kind: usize,
     pub object: Arc<Compact>,

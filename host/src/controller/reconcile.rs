@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use tracing::Instrument;
@@ -14,11 +13,11 @@ use super::compact::Compact;
 use super::outcome::{Error, Observed, Writes};
 use super::quiet::Inputs;
 use super::related::Failure;
+use super::sink::At;
 use super::version::Current;
 use super::written::Cache;
-use super::{Shared, children, dispatch, events, finalizer, queue, status};
-use crate::apply;
-use crate::engine::{Metadata, Response};
+use super::{Shared, dispatch, finalizer, queue, write};
+use crate::engine::Response;
 use crate::key::ObjectKey;
 use crate::ops::metrics::{self, ControllerLabel, QueueLabel};
 
@@ -53,9 +52,7 @@ pub async fn reconcile(parent: Arc<Compact>, shared: Arc<Shared>) -> Result<Acti
         workers.dec();
         drop(busy);
         shared.queue.done(dequeued);
-        if let Some(preview) = shared.preview() {
-            previewed(preview, &name, &object, &result);
-        }
+        shared.sink.finished(&name, &object, &result);
         let result = match result {
             Ok(r) => {
                 tracing::debug!("reconcile finished");
@@ -89,30 +86,6 @@ async fn admitted(parent: Arc<Compact>, shared: &Shared) -> Option<Arc<Compact>>
     shared
         .cache
         .get(&ObjectRef::from_obj_with(&*parent, shared.parent.clone()))
-}
-
-/// Close a preview's reconcile of `object`: what it found stands for the parent, with a
-/// failure the write steps did not already note; one that was put off or cancelled
-/// found nothing yet.
-fn previewed(
-    preview: &crate::preview::Preview,
-    name: &str,
-    object: &ObjectKey,
-    result: &Result<Result<Option<Duration>, Error>, tokio::time::Instant>,
-) {
-    use crate::preview::{Change, Finding};
-    match result {
-        Err(_) | Ok(Err(Error::Deferred(_) | Error::Unseen(_) | Error::Slowed(_))) => {
-            return preview.abandoned(object);
-        }
-        Ok(Err(Error::Refused(_) | Error::RelatedRefused(_) | Error::Conflict(_) | Error::StatusHeld(_)))
-        | Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
-            let finding = Finding::new(object, Change::Fail, "", object.to_string());
-            preview.found(object, finding.because(e.to_string()));
-        }
-    }
-    preview.reconciled(name, object);
 }
 
 /// Count the finished reconcile and say when to come back: `None` is a reconcile
@@ -170,20 +143,7 @@ pub fn error_policy(parent: Arc<Compact>, error: &Error, shared: Arc<Shared>) ->
         } => *after,
         _ => shared.per_object.backoff.fail(&object),
     };
-    let text = error.to_string();
-    // A preview reports its failures as findings (and a shadow logs them at its own rate).
-    if shared.preview().is_some() {
-        tracing::debug!(plugin = %name, object = %object, error = %text, retry_in = ?delay, "previewed reconcile failed");
-        shared.queue.requeue(object, delay);
-        return Action::requeue(delay);
-    }
-    // The error may carry the plugin's own text (a panic message, its retry reason): the
-    // host repeats it on every retry, so it is charged to the plugin's log budget.
-    if plugin.charge_log(text.len()) {
-        tracing::warn!(plugin = %name, object = %object, error = %text, retry_in = ?delay, "reconcile failed");
-    } else {
-        tracing::warn!(plugin = %name, object = %object, error = error.kind(), retry_in = ?delay, "reconcile failed (the plugin's text left out: over its log budget)");
-    }
+    shared.sink.failed(&shared, &object, error, delay);
     shared.queue.requeue(object, delay);
     Action::requeue(delay)
 }
@@ -203,13 +163,13 @@ async fn reconcile_inner(
     let metadata = plugin.plugin.metadata();
     let deleting = compact.metadata.deletion_timestamp.is_some();
     let parent = &compact.object()?;
+    let at = &write::at(shared, parent, &metadata.name);
     // A deletion is never answered from memory, and waits for no related query.
-    if deleting && (!finalizer::held(parent, metadata) || finalizer::let_go(parent, metadata, shared).await?)
-    {
+    if deleting && (!finalizer::held(parent, metadata) || finalizer::let_go(at, metadata).await?) {
         return Ok(None);
     }
     let observed = observe(compact, shared);
-    let Some(related) = related(compact, parent, plugin, shared).await? else {
+    let Some(related) = related(compact, at, plugin).await? else {
         return Ok(None);
     };
     let children = observed.iter().map(|o| (o.kind, &*o.object.metadata));
@@ -221,19 +181,19 @@ async fn reconcile_inner(
         return Ok(Some(queue::resync_after(shared.options.resync)));
     }
     quiet.forget(key);
-    if !deleting && finalizer::add_if_missing(parent, metadata, shared).await? {
+    if !deleting && finalizer::add_if_missing(at, metadata).await? {
         return Ok(None);
     }
     let inputs_seen = (&observed[..], &related[..]);
-    let Some(mut response) = dispatch::run(compact, parent, plugin, shared, inputs_seen).await? else {
+    let Some(mut response) = dispatch::run(compact, at, plugin, inputs_seen).await? else {
         return Ok(None);
     };
-    let written = write(parent, metadata, shared, &mut response, &observed).await;
-    let Some(writes) = follow(parent, metadata, shared, &response, written).await? else {
+    let written = write::write(at, metadata, &mut response, &observed).await;
+    let Some(writes) = write::follow(at, metadata, &response, written).await? else {
         return Ok(None);
     };
     let next = next_after(&response, writes, shared);
-    if deleting && let Some(due) = finalizer::stuck(parent, shared, &metadata.name).await {
+    if deleting && let Some(due) = finalizer::stuck(at, &metadata.name) {
         return Ok(Some(next.min(due)));
     }
     if !deleting && quiet_answer(&response, writes) {
@@ -261,81 +221,16 @@ fn unseen(parent: &Compact, key: &ObjectKey, shared: &Shared) -> Option<Duration
 /// failed for good (recorded on the parent).
 async fn related(
     compact: &Compact,
-    parent: &DynamicObject,
+    at: &At<'_>,
     plugin: &Current,
-    shared: &Shared,
 ) -> Result<Option<Arc<Vec<Arc<Compact>>>>, Error> {
-    match super::related::read(compact, plugin, shared).await {
+    match super::related::read(compact, plugin, at.shared).await {
         Ok(related) => Ok(Some(related)),
-        Err(Failure::Dispatch(e)) => dispatch::answer(parent, plugin, shared, Err(e))
-            .await
-            .map(|_| None),
+        Err(Failure::Dispatch(e)) => dispatch::answer(at, plugin, Err(e)).map(|_| None),
         Err(Failure::Deferred(wait)) => Err(Error::Deferred(wait)),
         Err(Failure::Cache(e)) => Err(Error::Cache(e)),
-        Err(Failure::Refused(m)) => {
-            let metadata = plugin.plugin.metadata();
-            Err(children::refused_related(parent, metadata, shared, m).await)
-        }
+        Err(Failure::Refused(m)) => Err(write::refused_related(at, m)),
     }
-}
-
-/// Make the cluster what the response says: its children checked as a whole, owned,
-/// claimed, applied where they would change, the rest pruned; then its status.
-async fn write(
-    parent: &DynamicObject,
-    metadata: &Metadata,
-    shared: &Shared,
-    response: &mut Response,
-    observed: &[Observed],
-) -> Result<Writes, Error> {
-    let children = std::mem::take(&mut response.children);
-    let mut desired = children::check(parent, metadata, shared, children, &response.events).await?;
-    let writer = shared.writer(&metadata.name);
-    for child in &mut desired {
-        apply::own(child, parent, &shared.parent, writer);
-    }
-    let plan = children::claim(parent, metadata, shared, desired, observed).await?;
-    let applied = children::apply(shared, parent, writer, &plan).await?;
-    let pruned = children::prune(shared, parent, writer, &plan, observed).await?;
-    let writes = applied.and(pruned);
-    match &response.status {
-        Some(s) => Ok(writes.and(status::write(parent, writer, shared, s).await?)),
-        None => Ok(writes),
-    }
-}
-
-/// What follows the writes, whatever their outcome: the answer's events and, on a
-/// deletion the plugin finalized, the finalizer's release — unless the response was
-/// refused or conflicted as a whole, when nothing of it stands. `None` when the parent was
-/// let go; then its failed writes matter no more (its children go with it).
-async fn follow(
-    parent: &DynamicObject,
-    metadata: &Metadata,
-    shared: &Shared,
-    response: &Response,
-    written: Result<Writes, Error>,
-) -> Result<Option<Writes>, Error> {
-    if !answer_stands(&written) {
-        return written.map(Some);
-    }
-    for event in &response.events {
-        events::record(shared, parent, event);
-    }
-    if parent.metadata.deletion_timestamp.is_some() && response.finalized {
-        if let Err(e) = &written {
-            tracing::info!(error = %e, "the finalized deletion's last writes failed; the finalizer is released all the same");
-        }
-        finalizer::release(parent, metadata, shared).await?;
-        return Ok(None);
-    }
-    written.map(Some)
-}
-
-/// Whether an answer's events and `finalized` stand after its writes: for every outcome
-/// (written, deferred, slowed, a loop, a status or API error) but a response that wrote
-/// nothing because it was refused or named another owner's child.
-fn answer_stands(written: &Result<Writes, Error>) -> bool {
-    !matches!(written, Err(Error::Refused(_) | Error::Conflict(_)))
 }
 
 /// When to come back: when the plugin asked, or at the resync — sooner for a write left
@@ -403,26 +298,5 @@ mod tests {
             ..Response::default()
         };
         assert!(!quiet_answer(&requeue, Writes::default()));
-    }
-
-    #[test]
-    fn events_and_the_release_follow_every_outcome_but_a_response_that_wrote_nothing() {
-        let stands = [
-            Ok(Writes::default()),
-            Ok(Writes::deferred(Duration::from_secs(1))),
-            Err(Error::Loop("the same content again".into())),
-            Err(Error::Slowed(Duration::from_secs(3))),
-            Err(Error::StatusHeld("status.phase".into())),
-            Err(Error::Deferred(Duration::from_secs(1))),
-        ];
-        for written in &stands {
-            assert!(answer_stands(written), "{written:?}");
-        }
-        let refused = capstan_contract::Refusal {
-            subject: "child 0".into(),
-            reason: "no kind".into(),
-        };
-        assert!(!answer_stands(&Err(Error::Refused(refused))));
-        assert!(!answer_stands(&Err(Error::Conflict("Job default/x".into()))));
     }
 }

@@ -55,10 +55,6 @@ fn publish(
     message: &str,
     from_plugin: bool,
 ) {
-    // A preview writes nothing, events included.
-    if shared.preview().is_some() {
-        return;
-    }
     let object = ObjectKey::of(parent);
     let identity = correlator::identity(kind == KubeEventType::Warning, reason, message);
     let events = &shared.events;

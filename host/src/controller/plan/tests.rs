@@ -1,0 +1,171 @@
+use kube::api::DynamicObject;
+use serde_json::json;
+
+use super::*;
+
+fn job() -> Kind {
+    Kind {
+        group: "batch".into(),
+        version: "v1".into(),
+        kind: "Job".into(),
+        plural: "jobs".into(),
+        namespaced: true,
+    }
+}
+
+fn echo() -> (DynamicObject, ApiResource) {
+    let parent = serde_json::from_value(json!({
+        "apiVersion": "demo.capstan.dev/v1", "kind": "Echo",
+        "metadata": {"name": "hello", "namespace": "ns", "uid": "parent-uid"},
+        "status": {"phase": "Done"},
+    }))
+    .unwrap();
+    let kind = ApiResource {
+        group: "demo.capstan.dev".into(),
+        version: "v1".into(),
+        api_version: "demo.capstan.dev/v1".into(),
+        kind: "Echo".into(),
+        plural: "echoes".into(),
+    };
+    (parent, kind)
+}
+
+fn desired(name: &str, message: &str) -> Child {
+    Child {
+        kind: job(),
+        namespace: Some("ns".into()),
+        name: name.into(),
+        object: json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"message": message},
+        }),
+    }
+}
+
+/// The object the API server holds after `child` (as planned) was written.
+fn stored(child: &Child, uid: &str, version: &str) -> Observed {
+    let mut object = child.object.clone();
+    object["metadata"]["uid"] = uid.into();
+    object["metadata"]["resourceVersion"] = version.into();
+    let object = serde_json::from_value::<DynamicObject>(object).unwrap();
+    Observed {
+        kind: 0,
+        object: Arc::new(Compact::of(object)),
+    }
+}
+
+/// Plan `children` and `status` over `observed`, with `elsewhere` in the caches as
+/// another parent's child.
+fn planned(
+    children: Vec<Child>,
+    status: Option<Value>,
+    observed: &[Observed],
+    elsewhere: Option<&Observed>,
+) -> Result<Plan, Box<Foreign>> {
+    let (parent, parent_kind) = echo();
+    let kind = job();
+    let inputs = Inputs {
+        parent: &parent,
+        parent_kind: &parent_kind,
+        writer: "echo",
+        kinds: &[&kind],
+        observed,
+    };
+    let cached = |_: usize, key: &ObjectKey| {
+        elsewhere
+            .filter(|o| ObjectKey::of(&*o.object) == *key)
+            .map(|o| o.object.clone())
+    };
+    plan(&inputs, children, status.as_ref(), cached)
+}
+
+fn actions(plan: &Plan) -> Vec<(&str, &Action)> {
+    plan.children
+        .iter()
+        .map(|s| (s.child.name.as_str(), &s.action))
+        .collect()
+}
+
+#[test]
+fn a_new_child_is_created_owned_and_labelled_as_the_writer_s() {
+    let plan = planned(vec![desired("a", "hi")], None, &[], None).unwrap_or_else(|_| panic!("foreign"));
+    assert_eq!(actions(&plan), [("a", &Action::Create)]);
+    let meta = &plan.children[0].child.object["metadata"];
+    assert_eq!(meta["ownerReferences"][0]["uid"], "parent-uid");
+    assert_eq!(meta["ownerReferences"][0]["kind"], "Echo");
+    assert_eq!(meta["labels"][apply::PLUGIN_LABEL], "echo");
+    assert_eq!(plan.children[0].digest().len(), 32);
+    assert!(plan.prune.is_empty() && plan.status.is_none());
+}
+
+#[test]
+fn an_observed_child_is_kept_while_it_holds_the_answer_and_updated_over_its_version_when_not() {
+    let first = planned(vec![desired("a", "hi")], None, &[], None).unwrap_or_else(|_| panic!("foreign"));
+    let observed = [stored(&first.children[0].child, "child-uid", "7")];
+    let again =
+        planned(vec![desired("a", "hi")], None, &observed, None).unwrap_or_else(|_| panic!("foreign"));
+    assert_eq!(actions(&again), [("a", &Action::Keep)]);
+    let changed =
+        planned(vec![desired("a", "bye")], None, &observed, None).unwrap_or_else(|_| panic!("foreign"));
+    let update = Action::Update {
+        uid: "child-uid".into(),
+        seen: "7".into(),
+        held_by_create: false,
+    };
+    assert_eq!(actions(&changed), [("a", &update)]);
+    assert!(again.prune.is_empty() && changed.prune.is_empty());
+}
+
+#[test]
+fn an_observed_child_the_answer_no_longer_holds_is_pruned_as_observed() {
+    let first = planned(vec![desired("a", "hi"), desired("b", "hi")], None, &[], None)
+        .unwrap_or_else(|_| panic!("foreign"));
+    let observed: Vec<_> = first
+        .children
+        .iter()
+        .map(|s| stored(&s.child, &format!("{}-uid", s.child.name), "3"))
+        .collect();
+    let plan = planned(vec![desired("b", "hi")], None, &observed, None).unwrap_or_else(|_| panic!("foreign"));
+    assert_eq!(actions(&plan), [("b", &Action::Keep)]);
+    let pruned: Vec<_> = plan
+        .prune
+        .iter()
+        .map(|o| ObjectKey::of(&*o.object).to_string())
+        .collect();
+    assert_eq!(pruned, ["ns/a"]);
+    assert_eq!(plan.prune[0].object.uid().as_deref(), Some("a-uid"));
+    assert_eq!(plan.prune[0].object.resource_version().as_deref(), Some("3"));
+}
+
+#[test]
+fn a_name_another_parent_holds_refuses_the_whole_answer() {
+    let other = planned(vec![desired("taken", "x")], None, &[], None).unwrap_or_else(|_| panic!("foreign"));
+    let holder = stored(&other.children[0].child, "someone-else", "1");
+    let answer = vec![desired("mine", "x"), desired("taken", "x")];
+    let Err(foreign) = planned(answer, Some(json!({"phase": "New"})), &[], Some(&holder)) else {
+        panic!("a name held elsewhere was planned");
+    };
+    assert_eq!(foreign.child.name, "taken");
+    assert_eq!(foreign.holder.uid().as_deref(), Some("someone-else"));
+}
+
+#[test]
+fn a_status_is_planned_only_when_applying_it_would_change_something() {
+    let same =
+        planned(vec![], Some(json!({"phase": "Done"})), &[], None).unwrap_or_else(|_| panic!("foreign"));
+    assert!(same.status.is_none());
+    let new =
+        planned(vec![], Some(json!({"phase": "Failed"})), &[], None).unwrap_or_else(|_| panic!("foreign"));
+    assert_eq!(new.status, Some(json!({"phase": "Failed"})));
+    let none = planned(vec![], None, &[], None).unwrap_or_else(|_| panic!("foreign"));
+    assert!(none.status.is_none());
+}
+
+#[test]
+fn a_child_of_a_kind_the_plugin_does_not_watch_is_not_planned() {
+    let mut config = desired("c", "x");
+    config.kind.kind = "ConfigMap".into();
+    let plan = planned(vec![config], None, &[], None).unwrap_or_else(|_| panic!("foreign"));
+    assert!(plan.children.is_empty());
+}
