@@ -1,10 +1,10 @@
-//! The same writes as [`super::update`], [`super::create`] and [`super::status`], sent with
+//! The same writes as [`super::update`] and [`super::create`] (and [`super::StatusApply`]'s), sent with
 //! `dryRun=All`: the API server runs admission, defaulting and the apply merge and answers
 //! with what it would store, and stores nothing.
 
+use kube::Client;
 use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
-use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use super::{api, field_manager};
@@ -63,34 +63,6 @@ pub async fn child(
             Some(held) => Ok(Dry::Held(Box::new(held))),
             None => Err(kube::Error::Api(e)),
         },
-        Err(e) => Err(e),
-    }
-}
-
-/// The parent's status as `plugin`'s apply would store it: refused over another Capstan
-/// plugin's field, forced over anyone else's, as the live write is.
-pub async fn status(
-    client: &Client,
-    ar: &ApiResource,
-    parent: &DynamicObject,
-    status: &Value,
-    plugin: &str,
-) -> kube::Result<Dry> {
-    let body = super::status::body(ar, parent, status);
-    let mut params = PatchParams::apply(&field_manager(plugin));
-    params.dry_run = true;
-    let api = api(client, ar, parent.namespace().as_deref());
-    let apply = |params: PatchParams| {
-        let (api, body, name) = (api.clone(), body.clone(), parent.name_any());
-        async move {
-            api.patch_subresource("status", &name, &params, &Patch::Apply(&body))
-                .await
-        }
-    };
-    match super::status::owned(params, apply).await {
-        Ok(Ok(stored)) => Ok(Dry::Stored(serde_json::to_value(stored).unwrap_or_default())),
-        Ok(Err(message)) => Ok(Dry::Conflict(message)),
-        Err(kube::Error::Api(e)) if e.code == 403 => Ok(Dry::Forbidden),
         Err(e) => Err(e),
     }
 }

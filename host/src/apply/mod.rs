@@ -22,7 +22,7 @@ pub mod ownership;
 mod status;
 mod subset;
 pub(crate) use status::is_status_apply;
-pub use status::{StatusWrite, status, status_unchanged};
+pub use status::{StatusApply, StatusWrite, status_unchanged};
 pub(crate) use subset::{is_subset, is_subset_of_text};
 
 /// Capstan's labels and annotation, defined with the rules that keep them the host's.

@@ -68,35 +68,6 @@ fn covers(desired: &Value, fields: &Value) -> bool {
     })
 }
 
-/// The apply of `status` as the parent's status subresource.
-pub(super) fn body(ar: &ApiResource, parent: &DynamicObject, status: &Value) -> Value {
-    json!({
-        "apiVersion": ar.api_version,
-        "kind": ar.kind,
-        "metadata": { "name": parent.name_any() },
-        "status": status,
-    })
-}
-
-/// The status ownership rule, for live and dry-run applies alike: apply unforced; a
-/// conflict over another Capstan plugin's field (its manager `capstan/<name>`) is that
-/// plugin's, answered as `Err(the server's message)`; a conflict with anyone else is
-/// taken over by forcing.
-pub(super) async fn owned<T, Fut>(
-    params: PatchParams,
-    apply: impl Fn(PatchParams) -> Fut,
-) -> kube::Result<Result<T, String>>
-where
-    Fut: std::future::Future<Output = kube::Result<T>>,
-{
-    let capstan = format!("conflict with \"{}", super::MANAGER_PREFIX);
-    match apply(params.clone()).await {
-        Err(kube::Error::Api(e)) if e.code == 409 && e.message.contains(&capstan) => Ok(Err(e.message)),
-        Err(kube::Error::Api(e)) if e.code == 409 => apply(params.force()).await.map(Ok),
-        other => other.map(Ok),
-    }
-}
-
 /// What became of a status write.
 #[derive(Debug, PartialEq, Eq)]
 pub enum StatusWrite {
@@ -107,33 +78,84 @@ pub enum StatusWrite {
     HeldBy(String),
 }
 
-/// Apply the parent's status through the status subresource. A field another Capstan
+/// `plugin`'s apply of `status` to `parent`'s status subresource. A field another Capstan
 /// plugin manages (its field manager `capstan/<name>`) is never taken: a parent kind's
 /// status fields belong to the plugin that set them first, and two plugins on one kind
 /// each write only their own. A field anyone else set (a user, an earlier controller)
 /// is taken over, as it always was.
-pub async fn status(
-    client: &Client,
-    ar: &ApiResource,
-    parent: &DynamicObject,
-    status: &Value,
-    plugin: &str,
-) -> kube::Result<StatusWrite> {
-    let body = body(ar, parent, status);
-    let url = api(client, ar, parent.namespace().as_deref())
-        .resource_url()
-        .to_string();
-    let apply = |params: PatchParams| {
-        let request =
-            Request::new(&url).patch_subresource("status", &parent.name_any(), &params, &Patch::Apply(&body));
-        super::written(client, request)
-    };
-    Ok(
-        match owned(PatchParams::apply(&field_manager(plugin)), apply).await? {
+pub struct StatusApply<'a> {
+    /// The client it is sent with.
+    pub client: &'a Client,
+    /// The parent's kind.
+    pub kind: &'a ApiResource,
+    /// The parent.
+    pub parent: &'a DynamicObject,
+    /// The status to apply.
+    pub status: &'a Value,
+    /// The plugin whose field manager applies it.
+    pub plugin: &'a str,
+}
+
+impl StatusApply<'_> {
+    /// Apply the status.
+    pub async fn write(&self) -> kube::Result<StatusWrite> {
+        let send = |request| super::written(self.client, request);
+        Ok(match self.send(false, send).await? {
             Ok(version) => StatusWrite::Written(version),
             Err(message) => StatusWrite::HeldBy(message),
-        },
-    )
+        })
+    }
+
+    /// What applying the status would store, asked with `dryRun=All`: refused over another
+    /// Capstan plugin's field, forced over anyone else's, as the write is.
+    pub async fn dry_run(&self) -> kube::Result<super::dry::Dry> {
+        use super::dry::Dry;
+        let send = |request: Result<http::Request<Vec<u8>>, _>| async move {
+            let request = request.map_err(kube::Error::BuildRequest)?;
+            self.client.request::<Value>(request).await
+        };
+        match self.send(true, send).await {
+            Ok(Ok(stored)) => Ok(Dry::Stored(stored)),
+            Ok(Err(message)) => Ok(Dry::Conflict(message)),
+            Err(kube::Error::Api(e)) if e.code == 403 => Ok(Dry::Forbidden),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Send the apply under the ownership rule: unforced; a conflict over another Capstan
+    /// plugin's field is that plugin's, answered as `Err(the server's message)`; a
+    /// conflict with anyone else is taken over by forcing.
+    async fn send<T, Fut>(
+        &self,
+        dry_run: bool,
+        send: impl Fn(Result<http::Request<Vec<u8>>, kube::core::request::Error>) -> Fut,
+    ) -> kube::Result<Result<T, String>>
+    where
+        Fut: std::future::Future<Output = kube::Result<T>>,
+    {
+        let (ar, parent) = (self.kind, self.parent);
+        let body = json!({
+            "apiVersion": ar.api_version,
+            "kind": ar.kind,
+            "metadata": { "name": parent.name_any() },
+            "status": self.status,
+        });
+        let url = api(self.client, ar, parent.namespace().as_deref())
+            .resource_url()
+            .to_string();
+        let name = parent.name_any();
+        let request = |params: &PatchParams| {
+            Request::new(&url).patch_subresource("status", &name, params, &Patch::Apply(&body))
+        };
+        let mut params = PatchParams::apply(&field_manager(self.plugin));
+        params.dry_run = dry_run;
+        let capstan = format!("conflict with \"{}", super::MANAGER_PREFIX);
+        match send(request(&params)).await {
+            Err(kube::Error::Api(e)) if e.code == 409 && e.message.contains(&capstan) => Ok(Err(e.message)),
+            Err(kube::Error::Api(e)) if e.code == 409 => send(request(&params.force())).await.map(Ok),
+            other => other.map(Ok),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{At, Sink, Warning, conflict, status_held};
+use super::{At, Sink, Warning, conflict, status_apply, status_held};
 use crate::apply;
 use crate::apply::dry::Dry as Answer;
 use crate::controller::Shared;
@@ -52,8 +52,7 @@ impl Sink for Dry {
         let stored = if self.0.is_local() {
             Answer::Forbidden
         } else {
-            let (client, kind) = (&at.shared.client, &at.shared.parent);
-            apply::dry::status(client, kind, at.parent, status, at.writer).await?
+            status_apply(at, status).dry_run().await?
         };
         let after = match stored {
             Answer::Stored(object) => object.get("status").cloned().unwrap_or_default(),

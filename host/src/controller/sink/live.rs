@@ -9,7 +9,7 @@ use std::time::Duration;
 use kube::ResourceExt;
 use serde_json::Value;
 
-use super::{At, Sink, Warning, status_held};
+use super::{At, Sink, Warning, status_apply, status_held};
 use crate::apply;
 use crate::controller::Shared;
 use crate::controller::churn::{self, Verdict};
@@ -80,8 +80,7 @@ impl Sink for Live {
         if !self.guard(at, "status", (&digest, &seen))? {
             return Ok(Writes::default());
         }
-        let (client, kind) = (&at.shared.client, &at.shared.parent);
-        let message = match apply::status(client, kind, at.parent, status, at.writer).await? {
+        let message = match status_apply(at, status).write().await? {
             // Answered at the version it was made over: the status held this already (a
             // condition list another controller shares looks unapplied here).
             apply::StatusWrite::Written(version) if version == seen => {

@@ -30,8 +30,7 @@ pub(super) struct At<'a> {
 }
 
 /// A plugin's counter of one cause, in the process-wide metrics.
-pub(super) type Counter =
-    fn(&Metrics) -> &Family<PluginLabel, prometheus_client::metrics::counter::Counter>;
+pub(super) type Counter = fn(&Metrics) -> &Family<PluginLabel, prometheus_client::metrics::counter::Counter>;
 
 /// A problem the host reports about a parent: live, a count and a Warning event on it;
 /// in a preview, a finding.
@@ -171,4 +170,15 @@ pub(super) fn status_held(sink: &dyn Sink, at: &At<'_>, message: &str) -> Error 
     };
     sink.warn(at, warning);
     Error::StatusHeld(message)
+}
+
+/// The apply of `status` to the parent `at` names.
+fn status_apply<'a>(at: &'a At<'_>, status: &'a Value) -> crate::apply::StatusApply<'a> {
+    crate::apply::StatusApply {
+        client: &at.shared.client,
+        kind: &at.shared.parent,
+        parent: at.parent,
+        status,
+        plugin: at.writer,
+    }
 }
