@@ -11,7 +11,7 @@
 //! A write the server answers at the very version it was made over changed nothing: the
 //! object holds that content already, by this plugin's field manager, though it does not
 //! *look* so here — a list another controller or a webhook extends (a shared
-//! `status.conditions`) is longer than the plugin's. Such a write is [`Churn::unchanged`]:
+//! `status.conditions`) is longer than the plugin's. Such a write is [`Targets::unchanged`]:
 //! it is no rewrite, a co-writer's later change makes no fight of it, and the same content
 //! over the same version is not sent again.
 //!
@@ -20,16 +20,13 @@
 //! budget of writes of any content — five at once, then one every ten seconds — and a
 //! write over it is deferred: the parent comes back when the object may be written again.
 
-use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::bucket::Bucket;
-use crate::key::ObjectKey;
 
 /// How long a written digest counts as recent.
-const WINDOW: Duration = Duration::from_secs(60);
+pub(super) const WINDOW: Duration = Duration::from_secs(60);
 /// Rewrites of recent content allowed back to back.
 const BURST: f64 = 3.0;
 /// Digests remembered per object.
@@ -72,66 +69,16 @@ pub enum Verdict {
     Unchanged,
 }
 
-/// Recent writes per (parent key, object), of one plugin.
+/// One parent's recent writes, per written object by fingerprint (a parent writes a
+/// handful, so a list).
 #[derive(Default)]
-pub struct Churn {
-    entries: Mutex<Entries>,
-}
+pub(super) struct Targets(Vec<(u64, Entry)>);
 
-#[derive(Default)]
-struct Entries {
-    /// Per parent key, per written object by fingerprint (a parent writes a handful, so a
-    /// list; forgetting a parent is one removal).
-    map: HashMap<ObjectKey, Vec<(u64, Entry)>>,
-    /// When objects with no write in the window were last dropped.
-    swept: Option<Instant>,
-}
-
-impl Churn {
-    /// Whether `target` (of `parent`), observed at resourceVersion `seen` ("" when not
-    /// observed), may be written with content `digest` now; only a write is recorded.
-    pub fn check(&self, parent: &ObjectKey, target: &str, digest: &str, seen: &str) -> Verdict {
-        self.check_at(parent, target, digest, seen, Instant::now())
-    }
-
-    fn check_at(&self, parent: &ObjectKey, target: &str, digest: &str, seen: &str, now: Instant) -> Verdict {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        // Objects written once and then left alone (most of them) are not kept.
-        if entries
-            .swept
-            .is_none_or(|at| now.saturating_duration_since(at) >= WINDOW)
-        {
-            entries.swept = Some(now);
-            entries.map.retain(|_, objects| {
-                objects.retain(|(_, e)| {
-                    e.recent
-                        .last()
-                        .is_some_and(|(_, _, at)| now.saturating_duration_since(*at) < WINDOW)
-                });
-                !objects.is_empty()
-            });
-        }
-        let objects = entries.map.entry(parent.clone()).or_default();
-        let target = fingerprint(target);
-        let at = match objects.iter().position(|(t, _)| *t == target) {
-            Some(at) => at,
-            None => {
-                // Grown one at a time: every parent keeps its entries for a minute, and
-                // most write two objects once (room for four each was most of this).
-                objects.reserve_exact(1);
-                objects.push((
-                    target,
-                    Entry {
-                        recent: Vec::new(),
-                        rewrites: Bucket::new(1.0 / WINDOW.as_secs_f64(), BURST, now),
-                        writes: Bucket::new(1.0 / WRITE_EVERY.as_secs_f64(), WRITE_BURST, now),
-                        held: None,
-                    },
-                ));
-                objects.len() - 1
-            }
-        };
-        let entry = &mut objects[at].1;
+impl Targets {
+    /// Whether `target`, observed at resourceVersion `seen` ("" when not observed), may
+    /// be written with content `digest` at `now`; only a write is recorded.
+    pub fn check_at(&mut self, target: &str, digest: &str, seen: &str, now: Instant) -> Verdict {
+        let entry = self.entry(target, now);
         let (digest, seen) = (fingerprint(digest), (!seen.is_empty()).then(|| fingerprint(seen)));
         if seen.is_some_and(|seen| entry.held == Some((digest, seen))) {
             return Verdict::Unchanged;
@@ -162,21 +109,41 @@ impl Churn {
         Verdict::Write
     }
 
+    /// The entry of `target`, made at `now` if there is none.
+    fn entry(&mut self, target: &str, now: Instant) -> &mut Entry {
+        let target = fingerprint(target);
+        let at = match self.0.iter().position(|(t, _)| *t == target) {
+            Some(at) => at,
+            None => {
+                // Grown one at a time: every parent keeps its entries for a minute, and
+                // most write two objects once (room for four each was most of this).
+                self.0.reserve_exact(1);
+                self.0.push((
+                    target,
+                    Entry {
+                        recent: Vec::new(),
+                        rewrites: Bucket::new(1.0 / WINDOW.as_secs_f64(), BURST, now),
+                        writes: Bucket::new(1.0 / WRITE_EVERY.as_secs_f64(), WRITE_BURST, now),
+                        held: None,
+                    },
+                ));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[at].1
+    }
+
     /// The write of `digest` to `target` just checked was answered at `version`, the
     /// version it was made over: the server held that content already. It is no rewrite
     /// (a co-writer's next change does not make it one), and is not made again over
     /// `version`.
-    pub fn unchanged(&self, parent: &ObjectKey, target: &str, digest: &str, version: &str) {
-        self.unchanged_at(parent, target, digest, version, Instant::now());
+    pub fn unchanged(&mut self, target: &str, digest: &str, version: &str) {
+        self.unchanged_at(target, digest, version, Instant::now());
     }
 
-    fn unchanged_at(&self, parent: &ObjectKey, target: &str, digest: &str, version: &str, now: Instant) {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(objects) = entries.map.get_mut(parent) else {
-            return;
-        };
+    fn unchanged_at(&mut self, target: &str, digest: &str, version: &str, now: Instant) {
         let target = fingerprint(target);
-        let Some((_, entry)) = objects.iter_mut().find(|(t, _)| *t == target) else {
+        let Some((_, entry)) = self.0.iter_mut().find(|(t, _)| *t == target) else {
             return;
         };
         // Nobody undid it: no write of this content is a rewrite to count against the next.
@@ -186,22 +153,17 @@ impl Churn {
         entry.held = Some((digest, fingerprint(version)));
     }
 
-    /// Forget the objects of a parent that is gone.
-    pub fn forget(&self, parent: &ObjectKey) {
-        self.entries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .map
-            .remove(parent);
-    }
-
-    /// Keep only the parents `keep` accepts.
-    pub fn retain(&self, keep: &dyn Fn(&ObjectKey) -> bool) {
-        self.entries
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .map
-            .retain(|k, _| keep(k));
+    /// Drop the objects not written within the window: most are written once and then
+    /// left alone, and are not kept.
+    pub fn sweep(&mut self, now: Instant) {
+        self.0.retain(|(_, e)| {
+            e.recent
+                .last()
+                .is_some_and(|(_, _, at)| now.saturating_duration_since(*at) < WINDOW)
+        });
+        if self.0.is_empty() {
+            self.0 = Vec::new();
+        }
     }
 }
 
@@ -231,69 +193,50 @@ mod tests {
 
     #[test]
     fn new_content_is_free_and_flipping_back_is_budgeted() {
-        let churn = Churn::default();
+        let (mut a, mut b) = (Targets::default(), Targets::default());
         let t0 = Instant::now();
         // An honest sequence: every write is new content.
         for (i, d) in ["pending", "running", "succeeded"].iter().enumerate() {
             let at = t0 + Duration::from_secs(i as u64);
-            assert!(wrote(churn.check_at(
-                &"ns/a".into(),
-                "status",
-                d,
-                &i.to_string(),
-                at
-            )));
+            assert!(wrote(a.check_at("status", d, &i.to_string(), at)));
         }
         // A flip: a, b, a, b, … each over a new version — the first of each is new, then
         // three rewrites pass, then it is a loop.
         let verdicts: Vec<Verdict> = (0..20)
             .map(|i| {
                 let d = if i % 2 == 0 { "a" } else { "b" };
-                churn.check_at(&"ns/b".into(), "status", d, &i.to_string(), t0)
+                b.check_at("status", d, &i.to_string(), t0)
             })
             .collect();
         assert_eq!(verdicts.iter().filter(|v| **v == Verdict::Write).count(), 2 + 3);
         assert!(verdicts[5..].iter().all(|v| *v == Verdict::Loop));
         let later = |s| t0 + Duration::from_secs(s);
-        assert_eq!(
-            churn.check_at(&"ns/b".into(), "status", "a", "30", later(30)),
-            Verdict::Loop
-        );
+        assert_eq!(b.check_at("status", "a", "30", later(30)), Verdict::Loop);
+        assert!(wrote(b.check_at("status", "a", "61", later(61))), "one a minute");
         assert!(
-            wrote(churn.check_at(&"ns/b".into(), "status", "a", "61", later(61))),
-            "one a minute"
-        );
-        assert!(
-            wrote(churn.check_at(&"ns/b".into(), "child", "a", "1", t0)),
+            wrote(b.check_at("child", "a", "1", t0)),
             "objects have their own budget"
         );
-        churn.forget(&"ns/b".into());
-        assert!(wrote(churn.check_at(
-            &"ns/b".into(),
-            "status",
-            "a",
-            "62",
-            later(62)
-        )));
+        // Swept once the window passes with no write: remembered no more.
+        b.sweep(later(62 + 60));
+        assert!(wrote(b.check_at("status", "a", "62", later(62 + 60))));
     }
 
     #[test]
     fn someone_undoing_the_same_write_is_caught_but_a_stale_cache_is_not() {
-        let churn = Churn::default();
+        let (mut a, mut b, mut c) = (Targets::default(), Targets::default(), Targets::default());
         let t0 = Instant::now();
         let undone = (0..10)
-            .filter(|i| wrote(churn.check_at(&"ns/a".into(), "cm", "mine", &i.to_string(), t0)))
+            .filter(|i| wrote(a.check_at("cm", "mine", &i.to_string(), t0)))
             .count();
         assert_eq!(undone, 1 + 3, "the write, then three rewrites of it");
-        let stale: Vec<Verdict> = (0..10)
-            .map(|_| churn.check_at(&"ns/b".into(), "cm", "mine", "7", t0))
-            .collect();
+        let stale: Vec<Verdict> = (0..10).map(|_| b.check_at("cm", "mine", "7", t0)).collect();
         assert!(
             !stale.contains(&Verdict::Loop),
             "the same version seen again: the cache lags, nobody fights"
         );
         let deleted = (0..10)
-            .filter(|_| wrote(churn.check_at(&"ns/c".into(), "cm", "mine", "", t0)))
+            .filter(|_| wrote(c.check_at("cm", "mine", "", t0)))
             .count();
         assert_eq!(deleted, 1 + 3, "made again and again: someone keeps deleting it");
     }
@@ -303,32 +246,27 @@ mod tests {
         // Review M2: another controller owns one condition of the same list, so the
         // plugin's status never looks applied; each of the co-writer's changes brought
         // the same write over a new version, and the fourth in a minute was a "loop".
-        let churn = Churn::default();
+        let mut churn = Targets::default();
         let t0 = Instant::now();
-        let parent: ObjectKey = "ns/a".into();
         for version in 1..=10 {
             let seen = version.to_string();
-            assert!(
-                wrote(churn.check_at(&parent, "status", "mine", &seen, t0)),
-                "at {seen}"
-            );
-            churn.unchanged_at(&parent, "status", "mine", &seen, t0);
+            assert!(wrote(churn.check_at("status", "mine", &seen, t0)), "at {seen}");
+            churn.unchanged_at("status", "mine", &seen, t0);
             assert_eq!(
-                churn.check_at(&parent, "status", "mine", &seen, t0),
+                churn.check_at("status", "mine", &seen, t0),
                 Verdict::Unchanged,
                 "not sent again over the version it was held at"
             );
         }
         // New content is a write as ever.
-        assert!(wrote(churn.check_at(&parent, "status", "new", "10", t0)));
+        assert!(wrote(churn.check_at("status", "new", "10", t0)));
     }
 
     #[test]
     fn ever_new_content_is_spaced_out_after_a_burst() {
-        let churn = Churn::default();
+        let mut churn = Targets::default();
         let t0 = Instant::now();
-        let counter =
-            |n: u64, at| churn.check_at(&"ns/a".into(), "status", &n.to_string(), &n.to_string(), at);
+        let mut counter = |n: u64, at| churn.check_at("status", &n.to_string(), &n.to_string(), at);
         assert!((0..5).all(|n| wrote(counter(n, t0))));
         assert_eq!(counter(5, t0), Verdict::Later(WRITE_EVERY));
         assert_eq!(

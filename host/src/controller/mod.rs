@@ -253,7 +253,10 @@ pub async fn run(
     let (recorder, writing) = events::start(
         (wiring.client.clone(), tenure.clone()),
         &name,
-        (wiring.per_object.clone(), |m| &m.events),
+        {
+            let memory = wiring.per_object.clone();
+            move || memory.sweep_events()
+        },
         &busy,
     );
     let shared = Arc::new(wiring.shared(

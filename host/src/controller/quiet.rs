@@ -15,14 +15,12 @@
 //! changed costs a cache lookup, not a sandboxed call and its checks; anything that
 //! changed (a write, a watch event, a new plugin version) calls the plugin as before.
 
-use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kube::api::ObjectMeta;
 
 use super::compact::Compact;
-use crate::key::ObjectKey;
 
 /// A digest of one reconcile's inputs (all but `now`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,38 +56,6 @@ fn identity(meta: &ObjectMeta, h: &mut DefaultHasher) {
     meta.resource_version.hash(h);
 }
 
-/// The inputs of each parent's last quiet reconcile.
-#[derive(Default)]
-pub(super) struct Quiet {
-    last: Mutex<HashMap<ObjectKey, Inputs>>,
-}
-
-impl Quiet {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Inputs>> {
-        self.last.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// True when `key`'s last quiet reconcile had exactly these inputs.
-    pub(super) fn unchanged(&self, key: &ObjectKey, inputs: Inputs) -> bool {
-        self.lock().get(key) == Some(&inputs)
-    }
-
-    /// Remember a quiet reconcile of `key` with `inputs`.
-    pub(super) fn remember(&self, key: ObjectKey, inputs: Inputs) {
-        self.lock().insert(key, inputs);
-    }
-
-    /// Forget `key`: its last reconcile was not quiet, or it was deleted.
-    pub(super) fn forget(&self, key: &ObjectKey) {
-        self.lock().remove(key);
-    }
-
-    /// Keep only the parents `keep` accepts.
-    pub(super) fn retain(&self, keep: &dyn Fn(&ObjectKey) -> bool) {
-        self.lock().retain(|k, _| keep(k));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,18 +86,5 @@ mod tests {
             data: serde_json::Value::Null,
         }));
         assert_ne!(base, Inputs::of(a, &parent, [(0, &child)], &[related]));
-    }
-
-    #[test]
-    fn remembered_until_forgotten() {
-        let quiet = Quiet::default();
-        let key = ObjectKey::new(Some("ns"), "a");
-        let inputs = Inputs::of(1, &meta("p", "1"), [], &[]);
-        assert!(!quiet.unchanged(&key, inputs));
-        quiet.remember(key.clone(), inputs);
-        assert!(quiet.unchanged(&key, inputs));
-        assert!(!quiet.unchanged(&ObjectKey::new(Some("ns"), "b"), inputs));
-        quiet.forget(&key);
-        assert!(!quiet.unchanged(&key, inputs));
     }
 }

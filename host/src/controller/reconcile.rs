@@ -15,7 +15,7 @@ use super::quiet::Inputs;
 use super::related::Failure;
 use super::sink::At;
 use super::version::Current;
-use super::written::Cache;
+use super::written::{Cache, Expected};
 use super::{Shared, dispatch, finalizer, queue, write};
 use crate::engine::Response;
 use crate::key::ObjectKey;
@@ -115,7 +115,7 @@ fn next(
         Err(Error::Deferred(after) | Error::Unseen(after) | Error::Slowed(after)) => Some(after),
         result => {
             let after = result?;
-            shared.per_object.backoff.forget(&object);
+            shared.per_object.get(&object, |p| p.backoff.reset());
             after
         }
     };
@@ -141,7 +141,7 @@ pub fn error_policy(parent: Arc<Compact>, error: &Error, shared: Arc<Shared>) ->
         Error::Retry {
             after: Some(after), ..
         } => *after,
-        _ => shared.per_object.backoff.fail(&object),
+        _ => shared.per_object.with(&object, |p| p.backoff.fail()),
     };
     shared.sink.failed(&shared, &object, error, delay);
     shared.queue.requeue(object, delay);
@@ -174,13 +174,13 @@ async fn reconcile_inner(
     };
     let children = observed.iter().map(|o| (o.kind, &*o.object.metadata));
     let inputs = Inputs::of(plugin.number, &compact.metadata, children, &related);
-    let quiet = &shared.per_object.quiet;
-    if !deleting && quiet.unchanged(key, inputs) {
+    let memory = &shared.per_object;
+    if !deleting && memory.get(key, |p| p.quiet == Some(inputs)) == Some(true) {
         tracing::debug!("inputs unchanged since the last quiet reconcile; the plugin's answer stands");
         metrics::count(|m| &m.unchanged, &metadata.name);
         return Ok(Some(queue::resync_after(shared.options.resync)));
     }
-    quiet.forget(key);
+    memory.get(key, |p| p.quiet = None);
     if !deleting && finalizer::add_if_missing(at, metadata).await? {
         return Ok(None);
     }
@@ -197,14 +197,14 @@ async fn reconcile_inner(
         return Ok(Some(next.min(due)));
     }
     if !deleting && quiet_answer(&response, writes) {
-        quiet.remember(key.clone(), inputs);
+        memory.with(key, |p| p.quiet = Some(inputs));
     }
     Ok(Some(next))
 }
 
 /// How long to wait for the caches to show the parent's last writes, if they do not yet.
 fn unseen(parent: &Compact, key: &ObjectKey, shared: &Shared) -> Option<Duration> {
-    shared.per_object.written.lagging(key, |write| {
+    let shown = |write: &Expected| {
         let version = match &write.cache {
             Cache::Parent => parent.resource_version(),
             Cache::Child { kind, key } => match shared.children.get(*kind) {
@@ -214,7 +214,10 @@ fn unseen(parent: &Compact, key: &ObjectKey, shared: &Shared) -> Option<Duration
             },
         };
         write.shown_by(version.as_deref())
-    })
+    };
+    let now = std::time::Instant::now();
+    let lagging = shared.per_object.get(key, |p| p.written.lagging_at(shown, now));
+    lagging.flatten()
 }
 
 /// The related objects the plugin reads for this parent; `None` when its `related` call

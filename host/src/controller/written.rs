@@ -10,8 +10,6 @@
 //! compared for equality only. A watch that stalls never stops a parent for good: after
 //! [`PATIENCE`] the reconcile goes on with what the caches hold.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::key::ObjectKey;
@@ -57,42 +55,28 @@ impl Expected {
     }
 }
 
-/// The writes each parent's last reconcile made that the caches may not show yet.
+/// The writes one parent's last reconcile made that the caches may not show yet, and
+/// when the last was made.
 #[derive(Default)]
-pub(super) struct Written {
-    pending: Mutex<HashMap<ObjectKey, (Instant, Vec<Expected>)>>,
-}
+pub(super) struct Pending(Option<(Instant, Vec<Expected>)>);
 
-impl Written {
-    /// Keep one write of `parent`'s reconcile (one the server gave no version for can
+impl Pending {
+    /// Keep one write of the parent's reconcile (one the server gave no version for can
     /// never be seen, and is not kept).
-    pub fn expect(&self, parent: &ObjectKey, write: Expected) {
+    pub fn expect(&mut self, write: Expected) {
         if matches!(&write.seen, Seen::AtLeast(v) | Seen::Past(v) if v.is_empty()) {
             return;
         }
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = pending
-            .entry(parent.clone())
-            .or_insert_with(|| (Instant::now(), Vec::new()));
-        entry.0 = Instant::now();
-        entry.1.push(write);
+        let (since, writes) = self.0.get_or_insert_with(|| (Instant::now(), Vec::new()));
+        *since = Instant::now();
+        writes.push(write);
     }
 
-    /// How long `parent`'s reconcile should still wait for the caches (where `shown`
+    /// How long the parent's reconcile should still wait for the caches (where `shown`
     /// says whether they show one write), or `None` to go on: they show every write, or
     /// the patience ran out (the writes are then forgotten either way).
-    pub fn lagging(&self, parent: &ObjectKey, shown: impl Fn(&Expected) -> bool) -> Option<Duration> {
-        self.lagging_at(parent, shown, Instant::now())
-    }
-
-    fn lagging_at(
-        &self,
-        parent: &ObjectKey,
-        shown: impl Fn(&Expected) -> bool,
-        now: Instant,
-    ) -> Option<Duration> {
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let (since, writes) = pending.get_mut(parent)?;
+    pub fn lagging_at(&mut self, shown: impl Fn(&Expected) -> bool, now: Instant) -> Option<Duration> {
+        let (since, writes) = self.0.as_mut()?;
         let waited = now.saturating_duration_since(*since);
         writes.retain(|w| !shown(w));
         if writes.is_empty() || waited >= PATIENCE {
@@ -102,27 +86,16 @@ impl Written {
                     "the caches do not show this parent's last writes yet; reconciling anyway"
                 );
             }
-            pending.remove(parent);
+            self.0 = None;
             return None;
         }
         Some(PATIENCE - waited)
     }
+}
 
-    /// Forget a parent that is gone.
-    pub fn forget(&self, parent: &ObjectKey) {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(parent);
-    }
-
-    /// Keep only the parents `keep` accepts.
-    pub fn retain(&self, keep: &dyn Fn(&ObjectKey) -> bool) {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|k, _| keep(k));
-    }
+/// Keep one write of `parent`'s reconcile for its next reconcile to see first.
+pub(super) fn expect(shared: &super::Shared, parent: &ObjectKey, write: Expected) {
+    shared.per_object.with(parent, |p| p.written.expect(write));
 }
 
 /// Keep a write of the parent itself (its status, its finalizers), stored at `version`,
@@ -132,7 +105,7 @@ pub(super) fn parent(shared: &super::Shared, parent: &kube::api::DynamicObject, 
         cache: Cache::Parent,
         seen: Seen::AtLeast(version),
     };
-    shared.per_object.written.expect(&ObjectKey::of(parent), write);
+    expect(shared, &ObjectKey::of(parent), write);
 }
 
 /// Whether resourceVersion `a` is `b` or later (KEP-5504); versions that are not decimal
@@ -187,34 +160,24 @@ mod tests {
 
     #[test]
     fn a_parent_waits_until_every_write_shows_or_patience_runs_out() {
-        let written = Written::default();
-        let parent = ObjectKey::new(Some("ns"), "p");
-        assert_eq!(written.lagging(&parent, |_| false), None, "nothing written");
-        written.expect(&parent, child(Seen::AtLeast("5".into())));
-        written.expect(
-            &parent,
-            Expected {
-                cache: Cache::Parent,
-                seen: Seen::AtLeast("6".into()),
-            },
-        );
+        let mut written = Pending::default();
+        let t0 = Instant::now();
+        assert_eq!(written.lagging_at(|_| false, t0), None, "nothing written");
+        written.expect(child(Seen::AtLeast("5".into())));
+        written.expect(Expected {
+            cache: Cache::Parent,
+            seen: Seen::AtLeast("6".into()),
+        });
+        written.expect(child(Seen::AtLeast(String::new())));
         let t0 = Instant::now();
         let child_only = |w: &Expected| matches!(w.cache, Cache::Child { .. });
-        let wait = written.lagging_at(&parent, child_only, t0);
+        let wait = written.lagging_at(child_only, t0);
         assert!(wait.is_some_and(|w| w <= PATIENCE), "the status is not shown yet");
-        assert_eq!(written.lagging_at(&parent, |_| true, t0), None);
-        assert_eq!(
-            written.lagging_at(&parent, |_| false, t0),
-            None,
-            "forgotten once shown"
-        );
+        assert_eq!(written.lagging_at(|_| true, t0), None);
+        assert_eq!(written.lagging_at(|_| false, t0), None, "forgotten once shown");
 
-        written.expect(&parent, child(Seen::AtLeast("7".into())));
+        written.expect(child(Seen::AtLeast("7".into())));
         let late = Instant::now() + PATIENCE;
-        assert_eq!(
-            written.lagging_at(&parent, |_| false, late),
-            None,
-            "a stalled watch"
-        );
+        assert_eq!(written.lagging_at(|_| false, late), None, "a stalled watch");
     }
 }

@@ -9,12 +9,10 @@
 //! budget lets through, or when the series ends.
 //!
 //! Memory is bounded per object (reasons and series kept) and returns to nothing once an
-//! object's events are quiet: [`Correlator::sweep`] drops refilled budgets and ended
+//! object's events are quiet: [`ObjectEvents::sweep_at`] drops refilled budgets and ended
 //! series.
 
-use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
@@ -55,7 +53,7 @@ pub(super) enum Decision {
 
 /// A series to bring up to date: the Event of `object` named after `first`, at `count`.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct Due {
+pub struct Due {
     pub object: ObjectKey,
     pub first: u64,
     pub count: u32,
@@ -78,7 +76,7 @@ struct Series {
 /// allocation, room for four, were most of the correlator's memory), and a handful of
 /// reasons is found faster by a scan than by hashing.
 #[derive(Default)]
-struct ObjectEvents {
+pub struct ObjectEvents {
     buckets: Vec<(Box<str>, Bucket)>,
     series: Vec<Series>,
 }
@@ -89,12 +87,6 @@ fn push_exact<T>(list: &mut Vec<T>, item: T) {
     list.push(item);
 }
 
-/// Budgets and series per object key (so forgetting an object is one removal).
-#[derive(Default)]
-pub struct Correlator {
-    objects: Mutex<HashMap<ObjectKey, ObjectEvents>>,
-}
-
 /// The identity of an event on its object: a repeat has the same.
 pub(super) fn identity(warning: bool, reason: &str, message: &str) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -102,64 +94,44 @@ pub(super) fn identity(warning: bool, reason: &str, message: &str) -> u64 {
     hasher.finish()
 }
 
-impl Correlator {
-    /// What to write for an event of `identity` and `reason` on `object` (`from_plugin`:
-    /// one of the plugin's own, not the host's).
-    pub(super) fn observe(
-        &self,
-        object: &ObjectKey,
-        identity: u64,
-        reason: &str,
-        from_plugin: bool,
-    ) -> Decision {
-        self.observe_at(
-            object,
-            identity,
-            reason,
-            from_plugin,
-            Instant::now(),
-            Timestamp::now(),
-        )
-    }
-
-    fn observe_at(
-        &self,
-        object: &ObjectKey,
+impl ObjectEvents {
+    /// What to write for an event of `identity` and `reason` on this object at `now`
+    /// (`at` on the wall clock; `from_plugin`: one of the plugin's own, not the host's).
+    pub(super) fn observe_at(
+        &mut self,
         identity: u64,
         reason: &str,
         from_plugin: bool,
         now: Instant,
         at: Timestamp,
     ) -> Decision {
-        let mut all = self.objects.lock().unwrap_or_else(|e| e.into_inner());
-        let events = all.entry(object.clone()).or_default();
-        let repeat = events
+        let repeat = self
             .series
             .iter()
             .position(|s| s.identity == identity && now.saturating_duration_since(s.last) < SERIES_WINDOW);
         if let Some(i) = repeat {
-            let series = &mut events.series[i];
+            let series = &mut self.series[i];
             series.count += 1;
             series.last = now;
             let (first, count) = (series.first, series.count);
-            if !allow(&mut events.buckets, reason, from_plugin, now) {
+            if !allow(&mut self.buckets, reason, from_plugin, now) {
                 return Decision::Held;
             }
-            events.series[i].written = count;
+            self.series[i].written = count;
             return Decision::Count { first, count };
         }
-        if !allow(&mut events.buckets, reason, from_plugin, now) {
+        if !allow(&mut self.buckets, reason, from_plugin, now) {
             return Decision::Dropped;
         }
         let first = u64::try_from(at.as_nanosecond()).unwrap_or_default();
-        events.series.retain(|s| s.identity != identity);
-        if events.series.len() >= SERIES_KEPT
-            && let Some(oldest) = (0..events.series.len()).min_by_key(|&i| events.series[i].last)
+        self.series.retain(|s| s.identity != identity);
+        if self.series.len() >= SERIES_KEPT
+            && let Some(oldest) = (0..self.series.len()).min_by_key(|&i| self.series[i].last)
         {
-            events.series.swap_remove(oldest);
+            self.series.swap_remove(oldest);
         }
         push_exact(
-            &mut events.series,
+            &mut self.series,
             Series {
                 identity,
                 first,
@@ -171,54 +143,34 @@ impl Correlator {
         Decision::Create(first)
     }
 
-    /// End the series not repeated within [`SERIES_WINDOW`] (returning those whose count
-    /// the API server does not hold yet), and drop refilled budgets and quiet objects.
-    pub(super) fn sweep(&self) -> Vec<Due> {
-        self.sweep_at(Instant::now())
-    }
-
-    fn sweep_at(&self, now: Instant) -> Vec<Due> {
-        let mut due = Vec::new();
-        let mut all = self.objects.lock().unwrap_or_else(|e| e.into_inner());
-        all.retain(|object, events| {
-            events.series.retain(|s| {
-                let ended = now.saturating_duration_since(s.last) >= SERIES_WINDOW;
-                if ended && s.count > s.written {
-                    due.push(Due {
-                        object: object.clone(),
-                        first: s.first,
-                        count: s.count,
-                    });
-                }
-                !ended
-            });
-            events.buckets.retain_mut(|(_, bucket)| !bucket.full(now));
-            !events.series.is_empty() || !events.buckets.is_empty()
+    /// End the series of `object` not repeated within [`SERIES_WINDOW`] (adding to `due`
+    /// those whose count the API server does not hold yet), and drop refilled budgets;
+    /// an object whose events are quiet keeps nothing.
+    pub fn sweep_at(&mut self, object: &ObjectKey, now: Instant, due: &mut Vec<Due>) {
+        self.series.retain(|s| {
+            let ended = now.saturating_duration_since(s.last) >= SERIES_WINDOW;
+            if ended && s.count > s.written {
+                due.push(Due {
+                    object: object.clone(),
+                    first: s.first,
+                    count: s.count,
+                });
+            }
+            !ended
         });
-        due
+        self.buckets.retain_mut(|(_, bucket)| !bucket.full(now));
+        if self.series.is_empty() {
+            self.series = Vec::new();
+        }
+        if self.buckets.is_empty() {
+            self.buckets = Vec::new();
+        }
     }
 
-    /// How many reasons `object` has a budget kept for.
+    /// Whether nothing is kept.
     #[cfg(test)]
-    fn kept(&self, object: &ObjectKey) -> usize {
-        let all = self.objects.lock().unwrap_or_else(|e| e.into_inner());
-        all.get(object).map_or(0, |e| e.buckets.len())
-    }
-
-    /// Drop everything kept of an object that is gone.
-    pub fn forget(&self, object: &ObjectKey) {
-        self.objects
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(object);
-    }
-
-    /// Keep only the objects `keep` accepts.
-    pub fn retain(&self, keep: &dyn Fn(&ObjectKey) -> bool) {
-        self.objects
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|k, _| keep(k));
+    fn is_empty(&self) -> bool {
+        self.series.capacity() == 0 && self.buckets.capacity() == 0
     }
 }
 
@@ -264,7 +216,47 @@ fn room(buckets: &mut Vec<(Box<str>, Bucket)>, reason: &str, now: Instant) -> bo
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
+
+    /// Each object's events, as the per-parent memory keeps them.
+    #[derive(Default)]
+    struct Correlator {
+        objects: std::cell::RefCell<HashMap<ObjectKey, ObjectEvents>>,
+    }
+
+    impl Correlator {
+        fn observe_at(
+            &self,
+            object: &ObjectKey,
+            id: u64,
+            reason: &str,
+            from_plugin: bool,
+            now: Instant,
+            at: Timestamp,
+        ) -> Decision {
+            let mut objects = self.objects.borrow_mut();
+            let events = objects.entry(object.clone()).or_default();
+            events.observe_at(id, reason, from_plugin, now, at)
+        }
+
+        fn sweep_at(&self, now: Instant) -> Vec<Due> {
+            let mut due = Vec::new();
+            for (object, events) in self.objects.borrow_mut().iter_mut() {
+                events.sweep_at(object, now, &mut due);
+            }
+            due
+        }
+
+        fn kept(&self, object: &ObjectKey) -> usize {
+            self.objects.borrow().get(object).map_or(0, |e| e.buckets.len())
+        }
+
+        fn forget(&self, object: &ObjectKey) {
+            self.objects.borrow_mut().remove(object);
+        }
+    }
 
     /// Whether a new event of `reason` (its own identity) is written at `now`.
     fn allowed(c: &Correlator, object: &str, reason: &str, from_plugin: bool, now: Instant) -> bool {
@@ -383,8 +375,8 @@ mod tests {
         for i in 0..100 {
             allowed(&c, &format!("ns/o{i}"), "JobPending", true, t0);
         }
-        assert_eq!(c.objects.lock().unwrap().len(), 100);
+        assert!(c.objects.borrow().values().all(|e| !e.is_empty()));
         assert_eq!(c.sweep_at(t0 + SERIES_WINDOW), vec![]);
-        assert_eq!(c.objects.lock().unwrap().len(), 0);
+        assert!(c.objects.borrow().values().all(ObjectEvents::is_empty));
     }
 }

@@ -12,7 +12,7 @@
 mod correlator;
 mod recorder;
 
-pub use correlator::Correlator;
+pub use correlator::{Due, ObjectEvents};
 pub(crate) use recorder::{Busy, Dropped, Recorder, Writing};
 
 use k8s_openapi::api::events::v1::Event as KubeEvent;
@@ -25,19 +25,18 @@ use kube::runtime::events::{EventType as KubeEventType, Reporter};
 use super::Shared;
 use crate::engine::EventType;
 use crate::key::ObjectKey;
-use correlator::{Decision, Due};
+use correlator::Decision;
 use recorder::Write;
 
-/// The plugin's event queue, and the task that writes it (sweeping the series kept in
-/// `memory`, where `correlator` finds them) as the plugin's reconciles (`busy`) leave room.
-pub(super) fn start<M: Send + Sync + 'static>(
+/// The plugin's event queue, and the task that writes it (bringing up to date the series
+/// `sweep` ends) as the plugin's reconciles (`busy`) leave room.
+pub(super) fn start(
     (client, tenure): (kube::Client, crate::lease::Tenure),
     plugin: &str,
-    (memory, correlator): (std::sync::Arc<M>, fn(&M) -> &Correlator),
+    sweep: impl Fn() -> Vec<Due> + Send + Sync + 'static,
     busy: &Busy,
 ) -> (Recorder, Writing) {
-    let sweep = std::sync::Arc::new(move || correlator(&memory).sweep());
-    Recorder::new((client, tenure), plugin, sweep, busy)
+    Recorder::new((client, tenure), plugin, std::sync::Arc::new(sweep), busy)
 }
 
 /// Record one of the host's own Warnings about the parent.
@@ -58,11 +57,11 @@ fn publish(
     let object = ObjectKey::of(parent);
     let identity = correlator::identity(kind == KubeEventType::Warning, reason, message);
     let events = &shared.events;
-    match shared
-        .per_object
-        .events
-        .observe(&object, identity, reason, from_plugin)
-    {
+    let (now, at) = (std::time::Instant::now(), Timestamp::now());
+    let decision = (shared.per_object).with(&object, |p| {
+        p.events.observe_at(identity, reason, from_plugin, now, at)
+    });
+    match decision {
         Decision::Create(first) => {
             let reference = parent.object_ref(&shared.parent);
             let event = event(&shared.reporter, reference, kind, (reason, message), first);

@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use tokio_util::task::AbortOnDropHandle;
 
-use super::correlator::Due;
+use super::Due;
 use crate::key::ObjectKey;
 use crate::lease::Tenure;
 use crate::ops::metrics::{EventsDroppedLabels, PluginLabel};

@@ -12,8 +12,7 @@
 //! Answers are in a fixed order (query by query, then namespace and name), so identical
 //! inputs make identical requests.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::ResourceExt;
@@ -42,14 +41,9 @@ pub(super) struct RelatedKind {
     namespaces: Arc<Namespaces>,
 }
 
-/// Each parent's checked queries and last answer, for the plugin version and parent
-/// version that produced them; forgotten when the parent is deleted.
-#[derive(Default)]
-pub(super) struct Index {
-    entries: Mutex<HashMap<ObjectKey, Entry>>,
-}
-
-struct Entry {
+/// A parent's checked queries and last answer, for the plugin version and parent version
+/// that produced them.
+pub(super) struct Entry {
     /// The plugin version and the parent's resourceVersion the queries were asked for
     /// (or last found to hold for), and the digest of what the call was shown.
     plugin: u64,
@@ -61,42 +55,17 @@ struct Entry {
     changes: Vec<u64>,
 }
 
-impl Index {
-    pub fn forget(&self, key: &ObjectKey) {
-        self.lock().remove(key);
-    }
-
-    /// Keep only the parents `keep` accepts.
-    pub fn retain(&self, keep: &dyn Fn(&ObjectKey) -> bool) {
-        self.lock().retain(|k, _| keep(k));
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Entry>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The parents whose queries select an object of related kind `kind` as it is now,
-    /// or whose last answer held it.
-    fn parents_of(&self, kind: usize, object: &Compact) -> Vec<ObjectKey> {
+impl Entry {
+    /// Whether the parent's queries select `object` of related kind `kind` as it is now,
+    /// or its last answer held it.
+    pub fn reads(&self, kind: usize, object: &Compact) -> bool {
         let (ns, name) = (object.metadata.namespace.as_deref(), object.name_any());
-        let labels = object.labels();
-        let held = |e: &Entry| {
-            e.answer.iter().any(|o| {
-                o.types == object.types
-                    && o.metadata.name.as_deref() == Some(name.as_str())
-                    && o.metadata.namespace.as_deref() == ns
-            })
-        };
-        self.lock()
-            .iter()
-            .filter(|(_, e)| {
-                held(e)
-                    || e.queries
-                        .iter()
-                        .any(|q| q.kind == kind && q.matches(ns, &name, labels))
-            })
-            .map(|(k, _)| k.clone())
-            .collect()
+        let held = self.answer.iter().any(|o| {
+            o.types == object.types
+                && o.metadata.name.as_deref() == Some(name.as_str())
+                && o.metadata.namespace.as_deref() == ns
+        });
+        held || (self.queries.iter()).any(|q| q.kind == kind && q.matches(ns, &name, object.labels()))
     }
 }
 
@@ -144,7 +113,7 @@ pub(super) async fn watch(
         wiring.queue.clone(),
         wiring.parent.clone(),
     );
-    let mapper = move |object: Compact| wake(&per_object.related, &tracked, &parent, index, &object);
+    let mapper = move |object: Compact| wake(per_object.reading(index, &object), &tracked, &parent);
     let kind = RelatedKind {
         resource,
         store,
@@ -153,16 +122,9 @@ pub(super) async fn watch(
     Ok((kind, stream, mapper))
 }
 
-/// The parents to reconcile because `object` changed.
-fn wake(
-    index: &Index,
-    tracked: &queue::Queue,
-    parent: &ApiResource,
-    kind: usize,
-    object: &Compact,
-) -> Vec<ObjectRef<Compact>> {
-    index
-        .parents_of(kind, object)
+/// The parents to reconcile because an object they read changed.
+fn wake(parents: Vec<ObjectKey>, tracked: &queue::Queue, parent: &ApiResource) -> Vec<ObjectRef<Compact>> {
+    parents
         .into_iter()
         .map(|key| {
             tracked.add(key.clone());
@@ -200,15 +162,12 @@ pub(super) async fn read(
     }
     let key = ObjectKey::of(parent);
     let version = parent.resource_version().unwrap_or_default();
-    let index = &shared.per_object.related;
-    let known = index
-        .lock()
-        .get(&key)
-        .filter(|e| e.plugin == plugin.number)
-        .map(|e| {
-            let same_version = e.resource_version == version;
-            (same_version, e.shown, e.queries.clone())
-        });
+    let memory = &shared.per_object;
+    let known = memory.get(&key, |p| {
+        let e = p.related.as_ref().filter(|e| e.plugin == plugin.number)?;
+        Some((e.resource_version == version, e.shown, e.queries.clone()))
+    });
+    let known = known.flatten();
     // A new version (a status write, mostly) is asked about only if the call sees a change.
     let (shown, queries, kept) = match known {
         Some((true, shown, queries)) => (shown, queries, true),
@@ -221,13 +180,18 @@ pub(super) async fn read(
             }
         }
     };
-    if kept
-        && let Some(e) = index.lock().get_mut(&key)
-        && e.shown == shown
-        && e.changes == changes(&e.queries, shared)
-    {
-        e.resource_version = version;
-        return Ok(e.answer.clone());
+    let kept = kept.then(|| {
+        memory.get(&key, |p| {
+            let e = p.related.as_mut()?;
+            if e.shown != shown || e.changes != changes(&e.queries, shared) {
+                return None;
+            }
+            e.resource_version = version.clone();
+            Some(e.answer.clone())
+        })
+    });
+    if let Some(answer) = kept.flatten().flatten() {
+        return Ok(answer);
     }
     // Counted before the caches are read: a change landing in between is read again next time.
     let changes = changes(&queries, shared);
@@ -240,7 +204,7 @@ pub(super) async fn read(
         answer: answer.clone(),
         changes,
     };
-    index.lock().insert(key, entry);
+    memory.with(&key, |p| p.related = Some(entry));
     Ok(answer)
 }
 

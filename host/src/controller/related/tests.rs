@@ -1,4 +1,5 @@
 use super::*;
+use crate::controller::per_object::PerObject;
 use capstan_contract::{Metadata, RelatedQuery, Selector};
 use kube::api::DynamicObject;
 
@@ -12,7 +13,7 @@ fn kind(kind: &str, namespaced: bool) -> Kind {
     }
 }
 
-fn remember(index: &Index, parent: &str, queries: &[RelatedQuery], answer: &[DynamicObject]) {
+fn remember(index: &PerObject, parent: &str, queries: &[RelatedQuery], answer: &[DynamicObject]) {
     let metadata = Metadata {
         name: "p".into(),
         version: "1".into(),
@@ -34,7 +35,7 @@ fn remember(index: &Index, parent: &str, queries: &[RelatedQuery], answer: &[Dyn
         answer: Arc::new(answer.iter().map(|o| Arc::new(Compact::of(o.clone()))).collect()),
         changes: vec![],
     };
-    index.lock().insert(ObjectKey::new(Some("a"), parent), entry);
+    index.with(&ObjectKey::new(Some("a"), parent), |p| p.related = Some(entry));
 }
 
 fn object(namespace: Option<&str>, name: &str, labels: &[(&str, &str)]) -> DynamicObject {
@@ -54,7 +55,7 @@ fn object(namespace: Option<&str>, name: &str, labels: &[(&str, &str)]) -> Dynam
 
 #[test]
 fn a_changed_object_wakes_exactly_the_parents_whose_queries_select_it() {
-    let index = Index::default();
+    let index = PerObject::default();
     let query = |kind: &str, selector: Selector| RelatedQuery {
         group: String::new(),
         kind: kind.into(),
@@ -82,7 +83,7 @@ fn a_changed_object_wakes_exactly_the_parents_whose_queries_select_it() {
     let woken = |kind, o: &DynamicObject| {
         let compact = Compact::of(o.clone());
         let mut names: Vec<String> = index
-            .parents_of(kind, &compact)
+            .reading(kind, &compact)
             .into_iter()
             .map(|k| k.name)
             .collect();

@@ -53,8 +53,10 @@ impl Sink for Live {
         if version == *seen {
             // Answered at the version it was made over: the child held this already (a list
             // a webhook extends looks unapplied here). Nothing was written.
-            let churn = &at.shared.per_object.churn;
-            churn.unchanged(&ObjectKey::of(at.parent), &target, step.digest(), &version);
+            let memory = &at.shared.per_object;
+            memory.with(&ObjectKey::of(at.parent), |p| {
+                p.churn.unchanged(&target, step.digest(), &version)
+            });
             return Ok(Writes::default());
         }
         expect(at, step, Seen::AtLeast(version));
@@ -69,8 +71,7 @@ impl Sink for Live {
             key: ObjectKey::of(&*child.object),
         };
         let seen = Seen::Past(child.object.resource_version().unwrap_or_default());
-        let written = &at.shared.per_object.written;
-        written.expect(&ObjectKey::of(at.parent), Expected { cache, seen });
+        written::expect(at.shared, &ObjectKey::of(at.parent), Expected { cache, seen });
         Ok(Writes::wrote(at.writer))
     }
 
@@ -84,8 +85,10 @@ impl Sink for Live {
             // Answered at the version it was made over: the status held this already (a
             // condition list another controller shares looks unapplied here).
             apply::StatusWrite::Written(version) if version == seen => {
-                let churn = &at.shared.per_object.churn;
-                churn.unchanged(&ObjectKey::of(at.parent), "status", &digest, &version);
+                let memory = &at.shared.per_object;
+                memory.with(&ObjectKey::of(at.parent), |p| {
+                    p.churn.unchanged("status", &digest, &version)
+                });
                 return Ok(Writes::default());
             }
             apply::StatusWrite::Written(version) => {
@@ -148,7 +151,7 @@ impl Live {
     /// parent off), or put the parent off while the object's write budget refills.
     fn guard(&self, at: &At<'_>, target: &str, (digest, seen): (&str, &str)) -> Result<bool, Error> {
         let key = ObjectKey::of(at.parent);
-        let wait = match at.shared.per_object.churn.check(&key, target, digest, seen) {
+        let wait = match at.shared.per_object.check_write(&key, target, (digest, seen)) {
             Verdict::Write => return Ok(true),
             Verdict::Unchanged => return Ok(false),
             Verdict::Later(wait) => wait,
@@ -174,6 +177,5 @@ fn expect(at: &At<'_>, step: &Step, seen: Seen) {
         kind: step.kind,
         key: plan::key_of(&step.child),
     };
-    let written = &at.shared.per_object.written;
-    written.expect(&ObjectKey::of(at.parent), Expected { cache, seen });
+    written::expect(at.shared, &ObjectKey::of(at.parent), Expected { cache, seen });
 }
