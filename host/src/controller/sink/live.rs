@@ -146,7 +146,7 @@ impl Sink for Live {
 
 impl Live {
     /// Let a write of `target` (content `digest`, observed at `seen`) through (`true`), or
-    /// say it would change nothing (`false`: [`churn::Churn::unchanged`]); refuse it as
+    /// say it would change nothing (`false`: [`churn::Targets::unchanged`]); refuse it as
     /// ping-pong (a `WriteLoop`, `capstan_write_loops_total`, and an error that backs the
     /// parent off), or put the parent off while the object's write budget refills.
     fn guard(&self, at: &At<'_>, target: &str, (digest, seen): (&str, &str)) -> Result<bool, Error> {
