@@ -22,7 +22,7 @@ pub mod ops;
 pub mod preview;
 pub mod project;
 pub mod record;
-pub mod registry;
+pub use capstan_registry as registry;
 pub mod reload;
 /// Splitting the watched objects between replicas by hash range.
 pub mod shard;

@@ -358,7 +358,12 @@ fn message(row: &str) -> Option<&str> {
 #[test]
 fn every_message_the_errors_page_explains_is_one_the_host_writes() -> Result<()> {
     let page = std::fs::read_to_string(workspace().join("docs/reference/errors.md"))?;
-    let source = sources(&["host/src", "host/engine/src", "sdk/contract/src"])?;
+    let source = sources(&[
+        "host/src",
+        "host/engine/src",
+        "host/registry/src",
+        "sdk/contract/src",
+    ])?;
     let mut checked = 0;
     let mut missing = Vec::new();
     for message in page.lines().filter_map(message) {

@@ -9,7 +9,7 @@
 //!
 //! ```no_run
 //! # fn main() -> anyhow::Result<()> {
-//! use capstan::registry::{PluginRef, Registry, Settings};
+//! use capstan_registry::{PluginRef, Registry, Settings};
 //! let registry = Registry::new(Settings::default(), std::path::Path::new("/var/cache/capstan/oci"))?;
 //! let pulled = registry.pull_blocking(&PluginRef::parse("oci://registry.example/plugins/echo:1.0")?)?;
 //! println!("{} is {}", pulled.reference, pulled.path.display());

@@ -73,7 +73,7 @@ impl Component {
 pub fn pack(wasm: Vec<u8>) -> anyhow::Result<(Config, ImageLayer)> {
     let component = Component::of(&wasm).map_err(|e| anyhow::anyhow!("not a WebAssembly component: {e}"))?;
     let config = WasmConfig {
-        created: k8s_openapi::jiff::Timestamp::now().to_string(),
+        created: jiff::Timestamp::now().to_string(),
         architecture: "wasm",
         os: "wasip2",
         layer_digests: vec![super::sha256(&wasm)],
@@ -124,7 +124,7 @@ mod tests {
         let json: serde_json::Value = serde_json::from_slice(&config.data).unwrap();
         assert_eq!(json["component"]["imports"][0], "wasi:clocks/wall-clock@0.2.0");
         assert_eq!(json["component"]["exports"][0], "capstan:reconciler/plugin@0.2.0");
-        assert_eq!(json["layerDigests"][0], super::super::sha256(&component));
+        assert_eq!(json["layerDigests"][0], crate::sha256(&component));
         let module = wat::parse_str("(module)").unwrap();
         let refused = pack(module).err().expect("a core module is refused");
         assert!(refused.to_string().contains("core module"), "{refused}");

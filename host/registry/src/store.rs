@@ -45,7 +45,7 @@ impl Store {
             "links",
         ] {
             let path = dir.join(sub);
-            crate::engine::private_dir(&path)
+            capstan_engine::private_dir(&path)
                 .map_err(|e| anyhow::anyhow!("pulled plugins in {}: {e}", path.display()))?;
         }
         Ok(Store {
