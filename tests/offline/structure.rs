@@ -13,12 +13,14 @@ type Module = Vec<String>;
 
 #[test]
 fn no_two_modules_of_the_host_import_each_other() {
-    for (root, least) in [("host/src", 20), ("host/engine/src", 8), ("host/registry/src", 3)] {
+    // The registry's four modules use only the crate root (not counted): none to read yet.
+    for (root, least) in [("host/src", 21), ("host/engine/src", 9), ("host/registry/src", 0)] {
         no_circle_in(&workspace().join(root), least);
     }
 }
 
-/// The crate at `root` has no import circle, and at least `least` modules import others.
+/// The crate at `root` has no import circle, and at least `least` modules import others
+/// (so a reader that finds nothing fails).
 fn no_circle_in(root: &Path, least: usize) {
     let modules = modules(root);
     let mut edges: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
@@ -34,7 +36,7 @@ fn no_circle_in(root: &Path, least: usize) {
         }
     }
     assert!(
-        edges.len() > least,
+        edges.len() >= least,
         "too few imports read in {}: {}",
         root.display(),
         edges.len()
