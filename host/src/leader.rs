@@ -1,15 +1,15 @@
 //! Leader election on a `coordination.k8s.io` Lease, with fencing.
 //!
 //! The algorithm is client-go's (optimistic-concurrency updates of one Lease), under the
-//! lease discipline of [`crate::lease`] that shard membership shares:
+//! lease discipline of the `lease` module that shard membership shares:
 //!
-//! - **Fencing.** Leadership is a [`Tenure`] whose term ends `renew_deadline` after the
+//! - **Fencing.** Leadership is a `Tenure` whose term ends `renew_deadline` after the
 //!   start of the last successful renewal, even while a renew request still hangs or the
 //!   process was paused — before any standby may consider the lease expired
 //!   (`renew_deadline < lease_duration`). Reconciles are pinned to the term they started
 //!   in and cancelled with it; their writes are refused after it.
 //! - **Expiry** of another holder's lease is timed from when this process saw the record
-//!   change ([`Observed`]), so clocks need not agree.
+//!   change (`lease::Observed`), so clocks need not agree.
 //! - **Fast hand-over.** Standbys watch the Lease, so a released lease is taken within one
 //!   API round trip rather than on the next retry tick. The watch backs off while the API
 //!   is unavailable (kube-runtime's default backoff), so an outage does not make it spin.

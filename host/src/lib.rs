@@ -1,11 +1,11 @@
 //! Capstan: Kubernetes reconcilers as sandboxed WebAssembly plugins.
 //!
 //! The host loads plugins with [`engine`] and runs them against a cluster as a [`Host`]
-//! (one [`controller`] per plugin, under a [`supervisor`]); [`cli`] is the command line.
+//! (one [`controller`] per plugin, under a supervisor); [`cli`] is the command line.
 
-pub mod admission;
+pub(crate) mod admission;
 pub mod apply;
-pub use capstan_engine::bucket;
+pub(crate) use capstan_engine::bucket;
 pub mod cli;
 pub mod config;
 pub mod controller;
@@ -14,19 +14,19 @@ pub mod dev;
 pub use capstan_engine as engine;
 mod field_name;
 pub mod host;
-pub mod key;
-pub mod layered;
+pub(crate) mod key;
+pub(crate) mod layered;
 pub mod leader;
-pub mod lease;
+pub(crate) mod lease;
 pub mod ops;
-pub mod preview;
-pub mod project;
+pub(crate) mod preview;
+pub(crate) mod project;
 pub mod record;
 pub use capstan_registry as registry;
-pub mod reload;
+pub(crate) mod reload;
 /// Splitting the watched objects between replicas by hash range.
 pub mod shard;
-pub mod supervisor;
+pub(crate) mod supervisor;
 pub mod validate;
 
 pub use host::{Host, HostConfig};

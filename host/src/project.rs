@@ -46,7 +46,9 @@ pub enum Language {
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Plugin {
-    /// The plugin's name, as its metadata gives it.
+    /// The plugin's name, as its metadata gives it: required in the file, read by no
+    /// command yet (the built component's metadata is what the host goes by).
+    #[allow(dead_code)]
     pub name: String,
     /// The language it is written in.
     pub language: Language,

@@ -123,7 +123,7 @@ pub fn unchanged(desired: &Value, observed: &impl Existing) -> bool {
 pub trait Existing {
     /// Its [`APPLIED_ANNOTATION`].
     fn applied(&self) -> Option<&str>;
-    /// Whether every field of `desired` is present with the same value ([`is_subset`]).
+    /// Whether every field of `desired` is present with the same value (the subset rule of `subset.rs`).
     fn holds(&self, desired: &Value) -> bool;
 }
 

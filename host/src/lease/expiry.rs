@@ -27,6 +27,7 @@ impl Observed {
     }
 
     /// When Lease `name` expires if it stays unchanged for `duration`.
+    #[cfg(test)]
     pub fn expires(&self, name: &str, duration: Duration) -> Option<Instant> {
         self.seen.get(name).map(|(_, at)| *at + duration)
     }

@@ -276,11 +276,6 @@ impl Fence {
         self.term.borrow().held_at(at)
     }
 
-    /// The current term's number.
-    pub fn generation(&self) -> u64 {
-        self.term.borrow().generation
-    }
-
     /// The latest a Lease call started at `attempt` may finish and still count: the
     /// term's end while held, else one renew deadline.
     pub fn deadline(&self, attempt: Instant) -> Instant {
@@ -300,6 +295,7 @@ impl Fence {
     /// A renewal that started at `attempt` succeeded: the term now ends one renew deadline
     /// after `attempt`. Returns `true` when that began a new term (the last one had ended
     /// by `attempt`, or none was held). The clocks are read now, as for an attempt just made.
+    #[cfg(test)]
     pub fn renewed(&self, attempt: Instant) -> bool {
         self.renewed_at(attempt, Clocks::read())
     }

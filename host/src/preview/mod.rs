@@ -24,6 +24,8 @@ pub use fields::FieldChange;
 /// What one write of a reconcile would have done.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
+// `change` is what `capstan diff --output json` and the metric's label call it.
+#[allow(clippy::enum_variant_names)]
 pub enum Change {
     /// A child would be created.
     Create,

@@ -2,7 +2,7 @@
 //! every replica holds a Lease of its own (labelled with the group), the live members
 //! split the hash space on a consistent-hash [`Ring`], and a joining or leaving member
 //! moves only its share. Renewal, fencing and expiry follow the one lease discipline of
-//! [`crate::lease`]: a member's term ends `renew_deadline` after the start of its last
+//! the `lease` module: a member's term ends `renew_deadline` after the start of its last
 //! renewal whatever the API or the process does, and the others time its Lease from when
 //! they saw it change, on their own clocks.
 //!
