@@ -27,6 +27,6 @@ pub(crate) mod reload;
 /// Splitting the watched objects between replicas by hash range.
 pub mod shard;
 pub(crate) mod supervisor;
-pub mod validate;
+pub(crate) mod validate;
 
 pub use host::{Host, HostConfig};

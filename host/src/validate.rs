@@ -3,7 +3,4 @@
 //! `capstan run`, `capstan test` and the SDK's `testing::Fixture`, so offline and online
 //! checks cannot disagree.
 
-pub use capstan_contract::{
-    Allowances, Child, Refusal, children, dns1123_label, dns1123_subdomain, home_namespace, object_name,
-    parent_namespace, response,
-};
+pub use capstan_contract::{Allowances, Child, Refusal, dns1123_label, parent_namespace, response};

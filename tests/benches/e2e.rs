@@ -762,7 +762,7 @@ async fn echo_writes(client: &kube::Client, namespace: &str) -> Result<Vec<Floor
         let response = echo
             .reconcile(&request)
             .map_err(|e| anyhow::anyhow!("Echo on a floor parent: {e:?}"))?;
-        let children = capstan::validate::children(
+        let children = capstan_contract::children(
             echo.metadata(),
             Some(namespace),
             response.children,

@@ -17,30 +17,25 @@ use serde_json::{Value, json};
 
 use crate::validate::Child;
 
-pub mod dry;
-pub mod ownership;
+pub(crate) mod dry;
+pub(crate) mod ownership;
 mod status;
 mod subset;
 pub(crate) use status::is_status_apply;
-pub use status::{StatusApply, StatusWrite, status_unchanged};
+pub(crate) use status::{StatusApply, StatusWrite, status_unchanged};
 pub(crate) use subset::{is_subset, is_subset_of_text};
 
 /// Capstan's labels and annotation, defined with the rules that keep them the host's.
 pub use capstan_contract::{APPLIED_ANNOTATION, MANAGED_BY, PLUGIN_LABEL};
 
-/// Label selector for the children of one plugin.
-pub fn selector(plugin: &str) -> String {
-    format!("{}={},{PLUGIN_LABEL}={plugin}", MANAGED_BY.0, MANAGED_BY.1)
-}
-
 /// Label selector for the children of every plugin (one shared watch per kind).
-pub fn selector_all() -> String {
+pub(crate) fn selector_all() -> String {
     format!("{}={},{PLUGIN_LABEL}", MANAGED_BY.0, MANAGED_BY.1)
 }
 
 /// An object whose labels the host reads. Not every `kube::Resource`: the caches' form
 /// keeps labels apart from its `ObjectMeta`, where `ResourceExt::labels` would find none.
-pub trait Labelled: kube::Resource {
+pub(crate) trait Labelled: kube::Resource {
     /// The value of label `key`.
     fn label(&self, key: &str) -> Option<&str>;
 }
@@ -52,15 +47,15 @@ impl Labelled for kube::api::DynamicObject {
 }
 
 /// Whether `object` carries `plugin`'s label: one of its children, or was.
-pub fn made_by(object: &impl Labelled, plugin: &str) -> bool {
+pub(crate) fn made_by(object: &impl Labelled, plugin: &str) -> bool {
     object.label(PLUGIN_LABEL) == Some(plugin)
 }
 
 /// What every plugin's field manager starts with.
-pub const MANAGER_PREFIX: &str = "capstan/";
+pub(crate) const MANAGER_PREFIX: &str = "capstan/";
 
 /// Field manager of one plugin's writes.
-pub fn field_manager(plugin: &str) -> String {
+pub(crate) fn field_manager(plugin: &str) -> String {
     format!("{MANAGER_PREFIX}{plugin}")
 }
 
@@ -91,7 +86,7 @@ pub fn own(child: &mut Child, parent: &DynamicObject, parent_ar: &ApiResource, p
 
 /// SHA-256 of an object's JSON, as 32 hex digits. serde_json's maps are sorted (no
 /// `preserve_order`), so equal objects always give equal digests.
-pub fn digest(object: &Value) -> String {
+pub(crate) fn digest(object: &Value) -> String {
     use sha2::Digest;
     struct Hasher(sha2::Sha256);
     impl std::io::Write for Hasher {
@@ -113,14 +108,14 @@ pub fn digest(object: &Value) -> String {
 
 /// True when applying `desired` (made by [`own`]) over `observed` would change nothing:
 /// the last apply was of this very object and its values still hold.
-pub fn unchanged(desired: &Value, observed: &impl Existing) -> bool {
+pub(crate) fn unchanged(desired: &Value, observed: &impl Existing) -> bool {
     let applied = desired["metadata"]["annotations"][APPLIED_ANNOTATION].as_str();
     applied.is_some() && applied == observed.applied() && observed.holds(desired)
 }
 
 /// An existing child as [`unchanged`] reads it: a tree, or the caches' compact form, which
 /// answers without building one.
-pub trait Existing {
+pub(crate) trait Existing {
     /// Its [`APPLIED_ANNOTATION`].
     fn applied(&self) -> Option<&str>;
     /// Whether every field of `desired` is present with the same value (the subset rule of `subset.rs`).
@@ -140,7 +135,7 @@ impl Existing for Value {
 /// Whether an existing object is a child of `parent_uid` made by `plugin`: its controller
 /// owner reference names the parent and its label names the plugin. Anything else belongs
 /// to someone else and is never adopted.
-pub fn controlled_by(object: &impl Labelled, parent_uid: &str, plugin: &str) -> bool {
+pub(crate) fn controlled_by(object: &impl Labelled, parent_uid: &str, plugin: &str) -> bool {
     made_by(object, plugin)
         && object
             .owner_references()
@@ -149,7 +144,7 @@ pub fn controlled_by(object: &impl Labelled, parent_uid: &str, plugin: &str) -> 
 }
 
 /// Who controls an existing object, for a message: its controller and managing plugin.
-pub fn controller_of(object: &impl Labelled) -> String {
+pub(crate) fn controller_of(object: &impl Labelled) -> String {
     let controller = object
         .owner_references()
         .iter()
@@ -175,7 +170,7 @@ pub(crate) fn api(client: &Client, ar: &ApiResource, namespace: Option<&str>) ->
 /// observed with `uid`: if that object was deleted or replaced since, the server refuses
 /// the apply instead of taking over whatever now holds the name. Returns the
 /// resourceVersion written.
-pub async fn update(
+pub(crate) async fn update(
     client: &Client,
     ar: &ApiResource,
     child: &Child,
@@ -222,7 +217,7 @@ pub(crate) async fn written(
 
 /// What became of a child's creation.
 #[derive(Debug)]
-pub enum Created {
+pub(crate) enum Created {
     /// The child was made, at this resourceVersion.
     Made(String),
     /// An object someone else made holds the name; nothing was written to it.
@@ -234,7 +229,12 @@ pub enum Created {
 /// the caches were read, leaving it exactly as it was; it is then read once, to name its
 /// owner. The server records the create's fields as an `Update` by the plugin's field
 /// manager; [`ownership::hand_over`] gives them to its applies before the first update.
-pub async fn create(client: &Client, ar: &ApiResource, child: &Child, plugin: &str) -> kube::Result<Created> {
+pub(crate) async fn create(
+    client: &Client,
+    ar: &ApiResource,
+    child: &Child,
+    plugin: &str,
+) -> kube::Result<Created> {
     let api = api(client, ar, child.namespace.as_deref());
     let body = serde_json::to_vec(&child.object).map_err(kube::Error::SerdeError)?;
     let params = PostParams {
@@ -254,7 +254,11 @@ pub async fn create(client: &Client, ar: &ApiResource, child: &Child, plugin: &s
 }
 
 /// The object that holds a child's name now, if any: read once, to decide before writing.
-pub async fn holder(client: &Client, ar: &ApiResource, child: &Child) -> kube::Result<Option<DynamicObject>> {
+pub(crate) async fn holder(
+    client: &Client,
+    ar: &ApiResource,
+    child: &Child,
+) -> kube::Result<Option<DynamicObject>> {
     api(client, ar, child.namespace.as_deref())
         .get_opt(&child.name)
         .await
@@ -263,7 +267,12 @@ pub async fn holder(client: &Client, ar: &ApiResource, child: &Child) -> kube::R
 /// Delete a child just made, only at the version made: a response refused after it was
 /// created (a later child met another holder) leaves nothing behind. A changed or gone
 /// object is left to the next reconcile.
-pub async fn take_back(client: &Client, ar: &ApiResource, child: &Child, version: &str) -> kube::Result<()> {
+pub(crate) async fn take_back(
+    client: &Client,
+    ar: &ApiResource,
+    child: &Child,
+    version: &str,
+) -> kube::Result<()> {
     let exactly = Preconditions {
         uid: None,
         resource_version: Some(version.to_string()),
@@ -274,7 +283,11 @@ pub async fn take_back(client: &Client, ar: &ApiResource, child: &Child, version
 /// Delete an observed child that is no longer desired, only if it is still the object
 /// observed: the same UID and the same resourceVersion, so a stale cache (a child changed,
 /// relabelled or handed to another owner since) never deletes what it did not see.
-pub async fn prune(client: &Client, ar: &ApiResource, observed: &impl kube::Resource) -> kube::Result<()> {
+pub(crate) async fn prune(
+    client: &Client,
+    ar: &ApiResource,
+    observed: &impl kube::Resource,
+) -> kube::Result<()> {
     let exactly = Preconditions {
         uid: observed.uid(),
         resource_version: observed.resource_version(),
@@ -307,7 +320,7 @@ async fn delete_if(
 
 /// Set the parent's finalizers to `finalizers` (and, when given, one annotation beside
 /// them), guarded by its resourceVersion; returns the resourceVersion written.
-pub async fn finalizers(
+pub(crate) async fn finalizers(
     client: &Client,
     ar: &ApiResource,
     parent: &DynamicObject,
