@@ -79,6 +79,7 @@ impl Health {
     }
 
     /// Where plugin `name` stands, if it is known.
+    #[cfg(test)]
     pub fn state(&self, name: &str) -> Option<PluginState> {
         self.plugins().get(name).cloned()
     }

@@ -1,7 +1,7 @@
 //! Operating the host: metrics with controller-runtime's names, and the health,
 //! readiness and metrics endpoints, and giving memory back after bursts.
 
-pub mod health;
-pub mod heap;
+pub(crate) mod health;
+pub(crate) mod heap;
 pub mod metrics;
-pub mod server;
+pub(crate) mod server;

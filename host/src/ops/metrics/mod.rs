@@ -5,7 +5,7 @@
 mod labels;
 mod register;
 
-pub use labels::*;
+pub(crate) use labels::*;
 pub use register::Described;
 
 use std::sync::OnceLock;
@@ -27,85 +27,85 @@ pub struct Metrics {
     /// Every metric in `registry`: name, kind, help.
     described: Vec<Described>,
     /// controller_runtime_reconcile_total.
-    pub reconcile_total: Family<ResultLabels, Counter>,
+    pub(crate) reconcile_total: Family<ResultLabels, Counter>,
     /// controller_runtime_reconcile_errors_total.
-    pub reconcile_errors: Family<ControllerLabel, Counter>,
+    pub(crate) reconcile_errors: Family<ControllerLabel, Counter>,
     /// controller_runtime_reconcile_panics_total (plugin panics and other traps).
-    pub reconcile_panics: Family<ControllerLabel, Counter>,
+    pub(crate) reconcile_panics: Family<ControllerLabel, Counter>,
     /// controller_runtime_reconcile_time_seconds.
-    pub reconcile_time: Family<ControllerLabel, Histogram>,
+    pub(crate) reconcile_time: Family<ControllerLabel, Histogram>,
     /// controller_runtime_max_concurrent_reconciles.
-    pub max_concurrent: Family<ControllerLabel, Gauge>,
+    pub(crate) max_concurrent: Family<ControllerLabel, Gauge>,
     /// controller_runtime_active_workers.
-    pub active_workers: Family<ControllerLabel, Gauge>,
+    pub(crate) active_workers: Family<ControllerLabel, Gauge>,
     /// workqueue_retries_total: reconciles requeued with backoff.
-    pub retries: Family<QueueLabel, Counter>,
+    pub(crate) retries: Family<QueueLabel, Counter>,
     /// workqueue_adds_total.
-    pub queue_adds: Family<QueueLabel, Counter>,
+    pub(crate) queue_adds: Family<QueueLabel, Counter>,
     /// workqueue_depth.
-    pub queue_depth: Family<QueueLabel, Gauge>,
+    pub(crate) queue_depth: Family<QueueLabel, Gauge>,
     /// workqueue_queue_duration_seconds: from add to the start of the reconcile.
-    pub queue_duration: Family<QueueLabel, Histogram>,
+    pub(crate) queue_duration: Family<QueueLabel, Histogram>,
     /// workqueue_work_duration_seconds.
-    pub work_duration: Family<QueueLabel, Histogram>,
+    pub(crate) work_duration: Family<QueueLabel, Histogram>,
     /// leader_election_master_status: 1 while this process leads.
-    pub leader: Family<LeaseLabel, Gauge>,
+    pub(crate) leader: Family<LeaseLabel, Gauge>,
     /// capstan_wasm_dispatch_seconds: one sandboxed call, instantiation included.
-    pub dispatch_time: Family<CallLabels, Histogram>,
+    pub(crate) dispatch_time: Family<CallLabels, Histogram>,
     /// capstan_wasm_faults_total by cause.
-    pub faults: Family<FaultLabels, Counter>,
+    pub(crate) faults: Family<FaultLabels, Counter>,
     /// capstan_plugin_response_refused_total: responses refused by validation.
-    pub refused: Family<PluginLabel, Counter>,
+    pub(crate) refused: Family<PluginLabel, Counter>,
     /// capstan_api_writes_total: API writes made by reconciles.
-    pub api_writes: Family<PluginLabel, Counter>,
+    pub(crate) api_writes: Family<PluginLabel, Counter>,
     /// capstan_reconcile_unchanged_total: reconciles that found a parent's inputs as its
     /// last quiet reconcile left them, and did not call the plugin.
-    pub unchanged: Family<PluginLabel, Counter>,
+    pub(crate) unchanged: Family<PluginLabel, Counter>,
     /// capstan_reconcile_put_off_total: reconciles that did nothing and come back later,
     /// by cause (see [`PUT_OFF_CAUSES`]).
-    pub put_off: Family<CauseLabels, Counter>,
+    pub(crate) put_off: Family<CauseLabels, Counter>,
     /// capstan_plugin_reloads_total: hot reloads by result.
-    pub reloads: Family<ReloadLabels, Counter>,
+    pub(crate) reloads: Family<ReloadLabels, Counter>,
     /// capstan_child_conflicts_total: responses refused because a child they name
     /// already exists and belongs to someone else.
-    pub child_conflicts: Family<PluginLabel, Counter>,
+    pub(crate) child_conflicts: Family<PluginLabel, Counter>,
     /// capstan_events_dropped_total: events not recorded, by cause: over their object's
     /// and reason's budget, a full queue, a failed write.
-    pub events_dropped: Family<EventsDroppedLabels, Counter>,
+    pub(crate) events_dropped: Family<EventsDroppedLabels, Counter>,
     /// capstan_events_written_total: Event creates and series updates written.
-    pub events_written: Family<PluginLabel, Counter>,
+    pub(crate) events_written: Family<PluginLabel, Counter>,
     /// capstan_status_conflicts_total: status writes not made because another plugin
     /// manages a field they set.
-    pub status_conflicts: Family<PluginLabel, Counter>,
+    pub(crate) status_conflicts: Family<PluginLabel, Counter>,
     /// capstan_write_loops_total: writes not made because they rewrote content the
     /// plugin had just written (ping-pong with another writer, or a flipping plugin).
-    pub write_loops: Family<PluginLabel, Counter>,
+    pub(crate) write_loops: Family<PluginLabel, Counter>,
     /// capstan_plugin_up: 1 while a plugin's controller runs, 0 while it waits (e.g. for
     /// its kinds to be served) or failed to load.
-    pub plugin_up: Family<PluginLabel, Gauge>,
+    pub(crate) plugin_up: Family<PluginLabel, Gauge>,
     /// capstan_shadow_divergences_total: what a shadow's reconciles would have written
     /// differently, counted per reconcile.
-    pub divergences: Family<DivergenceLabels, Counter>,
+    pub(crate) divergences: Family<DivergenceLabels, Counter>,
     /// capstan_shadow_divergent_objects: objects a shadow's last reconcile of each parent
     /// would write differently, now.
-    pub divergent: Family<DivergenceLabels, Gauge>,
+    pub(crate) divergent: Family<DivergenceLabels, Gauge>,
     /// capstan_cache_objects: objects each plugin's caches hold, by kind.
-    pub cached_objects: Family<CacheLabels, Gauge>,
+    pub(crate) cached_objects: Family<CacheLabels, Gauge>,
     /// capstan_shard_members: live members this replica counts.
-    pub shard_members: Gauge,
+    pub(crate) shard_members: Gauge,
     /// capstan_shard_ranges: hash ranges this replica reconciles.
-    pub shard_ranges: Gauge,
+    pub(crate) shard_ranges: Gauge,
     /// capstan_shard_share: the share of the hash space they cover (0 to 1).
-    pub shard_share: Gauge<f64, std::sync::atomic::AtomicU64>,
+    pub(crate) shard_share: Gauge<f64, std::sync::atomic::AtomicU64>,
     /// capstan_shard_rebalances_total: changes of this replica's ranges.
-    pub shard_rebalances: Counter,
+    pub(crate) shard_rebalances: Counter,
     /// capstan_finalizers_stuck_total: deletions found waiting past the finalizer
     /// timeout for a plugin's cleanup (each time the host warns about one).
-    pub finalizers_stuck: Family<PluginLabel, Counter>,
+    pub(crate) finalizers_stuck: Family<PluginLabel, Counter>,
     /// capstan_memory_budget_bytes: the host's memory budget for plugins (`--memory-budget`).
-    pub memory_budget: Gauge,
+    pub(crate) memory_budget: Gauge,
     /// capstan_memory_budget_used_bytes: what plugins reserve of it, and hold above that.
-    pub memory_budget_used: Gauge,
+    pub(crate) memory_budget_used: Gauge,
 }
 
 /// client-go's workqueue buckets: 1 µs to 10 s, ×10.
@@ -118,7 +118,7 @@ fn latency() -> Family<CallLabels, Histogram> {
 }
 
 /// Count one event of `plugin`'s in a counter family labelled by plugin alone.
-pub fn count(family: impl Fn(&Metrics) -> &Family<PluginLabel, Counter>, plugin: &str) {
+pub(crate) fn count(family: impl Fn(&Metrics) -> &Family<PluginLabel, Counter>, plugin: &str) {
     family(get())
         .get_or_create(&PluginLabel {
             plugin: plugin.into(),
