@@ -21,36 +21,23 @@ pub(super) fn push_field(text: &mut Vec<u8>, key: &str, value: &impl serde::Seri
 /// `ObjectMeta` as it serializes, but for `managedFields`, which no plugin is shown. Every
 /// field is named (no `..`), so one k8s-openapi adds fails to compile here instead of
 /// going missing from what plugins see.
+#[serde_with::skip_serializing_none]
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct Shown<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
     annotations: Option<&'a Pairs>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     creation_timestamp: Option<&'a Time>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     deletion_grace_period_seconds: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     deletion_timestamp: Option<&'a Time>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     finalizers: Option<&'a Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     generate_name: Option<&'a String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     generation: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     labels: Option<&'a Pairs>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     name: Option<&'a String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     namespace: Option<&'a String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     owner_references: Option<&'a Vec<OwnerReference>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     resource_version: Option<&'a String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     self_link: Option<&'a String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     uid: Option<&'a String>,
 }
 
