@@ -10,7 +10,7 @@
 # 36 µs: one global lock). Swapping in mimalloc doubled the host's peak RSS instead.
 #
 # `capstan dev image` builds the same image offline (no engine, no registry) for the local
-# plane's real node; a test (host/src/dev/image/capstan.rs) holds the two to the same
+# plane's real node; a test (host/dev/src/image/capstan.rs) holds the two to the same
 # user, entrypoint, command, ports, labels and binary path.
 
 ARG RUST_VERSION=1.95

@@ -10,7 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod controller;
 #[cfg(feature = "dev")]
-pub mod dev;
+pub use capstan_dev as dev;
 pub use capstan_engine as engine;
 mod field_name;
 pub mod host;

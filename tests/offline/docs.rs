@@ -362,6 +362,7 @@ fn every_message_the_errors_page_explains_is_one_the_host_writes() -> Result<()>
         "host/src",
         "host/engine/src",
         "host/registry/src",
+        "host/dev/src",
         "sdk/contract/src",
     ])?;
     let mut checked = 0;

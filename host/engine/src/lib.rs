@@ -57,6 +57,7 @@ pub use fault::{DispatchError, Fault};
 pub use instance::Instance;
 pub use limits::Limits;
 pub use load::LoadError;
+pub use memory::rss_bytes;
 pub use parsed::Held;
 use plugin::NO_SETTINGS;
 pub use plugin::Plugin;

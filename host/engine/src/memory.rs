@@ -237,6 +237,19 @@ fn over(used: usize, floor: usize) -> usize {
     used.saturating_sub(floor)
 }
 
+/// The resident memory of process `pid` as the kernel counts it (`VmRSS`), in bytes; 0
+/// when it cannot be read. What `capstan bench` and the local plane report.
+pub fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

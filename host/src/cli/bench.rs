@@ -231,7 +231,7 @@ impl Measured {
 fn copies(plugin: &Plugin, request: &Request, mut counts: Vec<usize>) -> anyhow::Result<ExitCode> {
     counts.sort_unstable();
     counts.dedup();
-    let rss_mib = || crate::ops::heap::rss_bytes(std::process::id()) as f64 / f64::from(1 << 20);
+    let rss_mib = || capstan_engine::rss_bytes(std::process::id()) as f64 / f64::from(1 << 20);
     let name = &plugin.metadata().name;
     println!(
         "plugin {name}: copies under distinct names, one reconcile each; measured at load {:.1} MiB an instance",

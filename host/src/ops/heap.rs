@@ -6,18 +6,6 @@
 /// How often the host gives freed heap memory back.
 pub const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Resident memory of a process in bytes, from /proc.
-pub fn rss_bytes(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
 /// Return the allocator's free pages to the kernel.
 pub fn trim() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -5,7 +5,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
-//! let plane = capstan::dev::Plane::shared().await?;
+//! let plane = capstan_dev::Plane::shared().await?;
 //! let ns = plane.namespace("echo").await?;
 //! let client = plane.client().await?;
 //! # let _ = (ns, client); Ok(()) }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 
-use crate::dev::components::{Layout, wait_until};
-use crate::dev::process::{self, Lifetime, Proc};
+use crate::components::{Layout, wait_until};
+use crate::process::{self, Lifetime, Proc};
 
 /// Kills what was started so far if boot fails or its future is dropped half-way, and
 /// runs the undo steps registered meanwhile (a real node's teardown), last first.

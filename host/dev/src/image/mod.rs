@@ -10,8 +10,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::dev::image::oci::{Config, Layer, archive};
-use crate::dev::node::runtime::PAUSE_IMAGE;
+use crate::image::oci::{Config, Layer, archive};
+use crate::node::runtime::PAUSE_IMAGE;
 
 /// An image archive written to disk.
 #[derive(Debug, Clone)]

@@ -5,18 +5,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::dev::api;
-use crate::dev::binaries::Binaries;
-use crate::dev::certs::Pki;
-use crate::dev::components::{
+use crate::api;
+use crate::binaries::Binaries;
+use crate::certs::Pki;
+use crate::components::{
     APISERVER, ETCD, KCM, KUBE_PROXY, KUBELET, KWOK, Layout, PortMap, SCHEDULER, http_get, listening,
     wait_until,
 };
-use crate::dev::kubeconfig;
-use crate::dev::node;
-use crate::dev::process::{self, Lifetime, Proc};
-use crate::dev::starter::{Started, Starter};
-use crate::dev::{Plane, PlaneConfig};
+use crate::kubeconfig;
+use crate::node;
+use crate::process::{self, Lifetime, Proc};
+use crate::starter::{Started, Starter};
+use crate::{Plane, PlaneConfig};
 
 /// A plane whose components all answered.
 pub(crate) struct Booted {

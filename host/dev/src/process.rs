@@ -285,6 +285,6 @@ mod tests {
         let me = std::process::id();
         assert!(alive(me));
         assert!(start_time(me).is_some());
-        assert!(crate::ops::heap::rss_bytes(me) > 0);
+        assert!(capstan_engine::rss_bytes(me) > 0);
     }
 }

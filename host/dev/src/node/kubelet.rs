@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde_json::json;
 
-use crate::dev::node::REAL_NODE;
-use crate::dev::node::network::{NODE_IP, POD_CIDR};
-use crate::dev::node::preflight::{Cgroups, Machine};
+use crate::node::REAL_NODE;
+use crate::node::network::{NODE_IP, POD_CIDR};
+use crate::node::preflight::{Cgroups, Machine};
 
 /// Files and ports of the node's agents.
 #[derive(Debug, Clone)]

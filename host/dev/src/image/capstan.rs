@@ -7,8 +7,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::dev::image::oci::{Config, Layer};
-use crate::dev::node::preflight::elf_interpreter;
+use crate::image::oci::{Config, Layer};
+use crate::node::preflight::elf_interpreter;
 
 /// Where the binary sits in the image.
 pub const BINARY: &str = "/usr/local/bin/capstan";

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PatchParams, PostParams};
 
-use crate::dev::components::KWOK_ANNOTATION;
+use crate::components::KWOK_ANNOTATION;
 
 /// Name of the one fake node kwok runs pods on.
 pub const FAKE_NODE: &str = "kwok-node-0";

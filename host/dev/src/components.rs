@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::dev::binaries::{Binaries, KWOK_STAGES};
-use crate::dev::certs::Pki;
-use crate::dev::process::Proc;
+use crate::binaries::{Binaries, KWOK_STAGES};
+use crate::certs::Pki;
+use crate::process::Proc;
 
 pub(crate) const ETCD: &str = "etcd";
 pub(crate) const APISERVER: &str = "kube-apiserver";

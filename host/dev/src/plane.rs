@@ -8,12 +8,12 @@ use anyhow::{Context, Result};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use tempfile::TempDir;
 
-use crate::dev::api;
-use crate::dev::binaries::Binaries;
-use crate::dev::boot::{self, Booted};
-use crate::dev::components::PortMap;
-use crate::dev::kubeconfig;
-use crate::dev::process::{self, Lifetime, Proc};
+use crate::api;
+use crate::binaries::Binaries;
+use crate::boot::{self, Booted};
+use crate::components::PortMap;
+use crate::kubeconfig;
+use crate::process::{self, Lifetime, Proc};
 
 /// Env var naming a kubeconfig that [`Plane::shared`] uses instead of starting a plane.
 /// Deliberately not `KUBECONFIG`, so tests never reach a real cluster by accident.
@@ -244,17 +244,17 @@ impl Plane {
     pub fn rss_bytes(&self) -> u64 {
         self.pids()
             .iter()
-            .map(|(_, pid)| crate::ops::heap::rss_bytes(*pid))
+            .map(|(_, pid)| capstan_engine::rss_bytes(*pid))
             .sum()
     }
 
-    /// Imports an OCI image archive (see [`crate::dev::image`]) into this plane's real node.
+    /// Imports an OCI image archive (see [`crate::image`]) into this plane's real node.
     pub fn load_image(&self, archive: &Path) -> Result<()> {
         let dir = self
             .dir
             .as_deref()
             .context("an external cluster has no node of ours")?;
-        crate::dev::node::load_image(dir, archive)
+        crate::node::load_image(dir, archive)
     }
 
     /// Applies the CRDs and waits until each is Established.
@@ -279,7 +279,7 @@ impl Plane {
         if let Some(dir) = &self.dir
             && self.server.is_some()
         {
-            crate::dev::node::stop(dir);
+            crate::node::stop(dir);
         }
         drop(self.temp.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
@@ -333,7 +333,7 @@ fn sweep_stale(root: &Path) {
             && !process::alive(pid)
         {
             // A real node that died with its plane still has mounts in there.
-            crate::dev::node::stop(&entry.path());
+            crate::node::stop(&entry.path());
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }

@@ -11,8 +11,8 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::dev::node::network::output;
-use crate::dev::node::preflight::Tools;
+use crate::node::network::output;
+use crate::node::preflight::Tools;
 
 /// The chains of every table of one family, before the node started.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -8,10 +8,10 @@ use anyhow::{Context, Result, bail};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::dev::api;
-use crate::dev::components::{APISERVER, ETCD, wait_until};
-use crate::dev::plane::Plane;
-use crate::dev::process::{self, Lifetime};
+use crate::api;
+use crate::components::{APISERVER, ETCD, wait_until};
+use crate::plane::Plane;
+use crate::process::{self, Lifetime};
 
 impl Plane {
     fn signal(&self, component: &str, signal: libc::c_int) -> Result<()> {

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::dev::node::iptables::{self, Snapshot};
-use crate::dev::node::network;
-use crate::dev::node::preflight::Tools;
+use crate::node::iptables::{self, Snapshot};
+use crate::node::network;
+use crate::node::preflight::Tools;
 
 /// Where the record lives: one real node per machine (its links, addresses and the
 /// `kubernetes` Service rule are machine-wide).

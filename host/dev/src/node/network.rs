@@ -8,7 +8,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use crate::dev::node::preflight::Tools;
+use crate::node::preflight::Tools;
 
 /// The link that carries the node's address.
 pub(crate) const NODE_LINK: &str = "capstan-node";

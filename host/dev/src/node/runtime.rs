@@ -6,8 +6,8 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
-use crate::dev::node::network::output;
-use crate::dev::node::preflight::Machine;
+use crate::node::network::output;
+use crate::node::preflight::Machine;
 
 /// The image every pod's sandbox runs; the node imports a locally built one under it.
 pub(crate) const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";

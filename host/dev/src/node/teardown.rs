@@ -5,10 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::dev::node::iptables::Snapshot;
-use crate::dev::node::network;
-use crate::dev::node::record::Record;
-use crate::dev::process;
+use crate::node::iptables::Snapshot;
+use crate::node::network;
+use crate::node::record::Record;
+use crate::process;
 
 /// Stops and removes everything `record` names; errors are logged, never fatal, so one
 /// stuck piece does not leave the others behind.

@@ -6,12 +6,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::dev::binaries::cache_root;
-use crate::dev::boot;
-use crate::dev::components::PortMap;
-use crate::dev::plane::resolve_binaries;
-use crate::dev::process::{self, Lifetime};
-use crate::dev::{Plane, PlaneConfig};
+use crate::binaries::cache_root;
+use crate::boot;
+use crate::components::PortMap;
+use crate::plane::resolve_binaries;
+use crate::process::{self, Lifetime};
+use crate::{Plane, PlaneConfig};
 
 const STATE_FILE: &str = "plane.json";
 
@@ -63,7 +63,7 @@ impl Plane {
             let has_node = state
                 .components
                 .iter()
-                .any(|p| p.name == crate::dev::components::KUBELET);
+                .any(|p| p.name == crate::components::KUBELET);
             if state.components.iter().all(DetachedProcess::running) {
                 if has_node != config.real_node {
                     let (runs, asked) = if has_node {
@@ -153,7 +153,7 @@ impl Plane {
                 process::stop_foreign(p.pid, p.start_time, Duration::from_secs(5));
             }
         }
-        crate::dev::node::stop(dir);
+        crate::node::stop(dir);
         let path = dir.join(STATE_FILE);
         std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
         Ok(any)

@@ -17,12 +17,12 @@ use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 
-use crate::dev::api::{self, FAKE_NODE};
-use crate::dev::binaries::Binaries;
-use crate::dev::components::{CONTAINERD, KUBE_PROXY, KUBELET, http_get};
-use crate::dev::image;
-use crate::dev::process;
-use crate::dev::starter::Starter;
+use crate::api::{self, FAKE_NODE};
+use crate::binaries::Binaries;
+use crate::components::{CONTAINERD, KUBE_PROXY, KUBELET, http_get};
+use crate::image;
+use crate::process;
+use crate::starter::Starter;
 
 pub(crate) use record::Record;
 
@@ -139,7 +139,7 @@ fn load_base_images(
 }
 
 /// Imports an image archive into the node of the plane in `plane_dir`.
-pub(crate) fn load_image(plane_dir: &Path, archive: &Path) -> Result<()> {
+pub fn load_image(plane_dir: &Path, archive: &Path) -> Result<()> {
     let dir = node_dir(plane_dir);
     let Some(record) = Record::load()?.filter(|r| r.dir == dir) else {
         bail!(

@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::dev::certs::CertFiles;
+use crate::certs::CertFiles;
 
 /// Writes a kubeconfig that reaches `server` as the holder of `client`, trusting `ca`.
 /// Files are referenced by absolute path so the kubeconfig works from any directory.
