@@ -22,20 +22,10 @@
 //! before anyone takes over, by `lease_duration - renew_deadline` at least, whatever the
 //! clocks say, provided their rates agree within that margin.
 //!
-//! ```
-//! # #[tokio::main(flavor = "current_thread")] async fn main() {
-//! use std::time::Duration;
-//! use capstan::lease::Fence;
-//! let (fence, tenure) = Fence::new(Duration::from_secs(10));
-//! let attempt = tokio::time::Instant::now();
-//! // ... a renewal that started at `attempt` succeeded:
-//! fence.renewed(attempt);
-//! assert!(tenure.is_held());
-//! let reconcile = tenure.pin(); // this term only
-//! fence.end();
-//! assert!(!reconcile.is_held());
-//! # }
-//! ```
+//! The sequence (the unit test
+//! `a_renewal_after_the_term_ended_begins_another_and_pinned_work_stays_fenced`): a renewal
+//! that started at `attempt` succeeded, so the tenure is held; a reconcile pinned to that
+//! term stays fenced once the term ends, even if another begins.
 
 pub mod clock;
 mod expiry;
