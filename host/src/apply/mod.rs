@@ -7,6 +7,7 @@
 //! dropped a field since the last apply, which server-side apply would act on) and every
 //! desired value is still what is observed (nobody else has changed one).
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{
     Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
 };
@@ -136,20 +137,20 @@ impl Existing for Value {
 /// owner reference names the parent and its label names the plugin. Anything else belongs
 /// to someone else and is never adopted.
 pub(crate) fn controlled_by(object: &impl Labelled, parent_uid: &str, plugin: &str) -> bool {
-    made_by(object, plugin)
-        && object
-            .owner_references()
-            .iter()
-            .any(|r| r.controller == Some(true) && r.uid == parent_uid)
+    made_by(object, plugin) && controller(object.owner_references()).is_some_and(|r| r.uid == parent_uid)
+}
+
+/// An object's controller: the one owner reference marked `controller: true` (the API
+/// server allows one at most). What owns a child, for the host's ownership rule, the
+/// owner index of the caches and the shard a child belongs to.
+pub(crate) fn controller(references: &[OwnerReference]) -> Option<&OwnerReference> {
+    references.iter().find(|r| r.controller == Some(true))
 }
 
 /// Who controls an existing object, for a message: its controller and managing plugin.
 pub(crate) fn controller_of(object: &impl Labelled) -> String {
-    let controller = object
-        .owner_references()
-        .iter()
-        .find(|r| r.controller == Some(true))
-        .map(|r| format!("{} {} (uid {})", r.kind, r.name, r.uid));
+    let controller =
+        controller(object.owner_references()).map(|r| format!("{} {} (uid {})", r.kind, r.name, r.uid));
     let plugin = object.label(PLUGIN_LABEL);
     match (controller, plugin) {
         (Some(c), Some(p)) => format!("{c}, plugin {p}"),

@@ -48,11 +48,7 @@ impl Index {
 
 /// The UID of an object's controller, if it has one.
 fn controller_uid(object: &Compact) -> Option<String> {
-    object
-        .owner_references()
-        .iter()
-        .find(|r| r.controller == Some(true))
-        .map(|r| r.uid.clone())
+    crate::apply::controller(object.owner_references()).map(|r| r.uid.clone())
 }
 
 /// A cache of one child kind, shared by the watch that feeds it and the reconciles.

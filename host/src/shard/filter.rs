@@ -41,12 +41,11 @@ impl Filter {
         let meta = child.meta();
         match self.key {
             ShardKey::Namespace => self.has(hash_of(self.key, meta.namespace.as_deref(), "")),
-            ShardKey::Uid => meta
-                .owner_references
-                .iter()
-                .flatten()
-                .find(|r| r.controller == Some(true))
-                .is_some_and(|r| self.has(hash_of(self.key, None, &r.uid))),
+            ShardKey::Uid => {
+                let references = meta.owner_references.as_deref().unwrap_or_default();
+                crate::apply::controller(references)
+                    .is_some_and(|r| self.has(hash_of(self.key, None, &r.uid)))
+            }
         }
     }
 
