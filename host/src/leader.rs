@@ -34,7 +34,6 @@
 //! ```
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -245,7 +244,7 @@ async fn try_acquire_or_renew(inner: &Inner) -> Result<bool, kube::Error> {
     let spec = lease.spec.take().unwrap_or_default();
     let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
     let ours = holder.as_deref() == Some(s.identity.as_str());
-    let valid_for = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64);
+    let valid_for = crate::lease::valid_for(Some(&spec));
     if holder.is_some() && !ours && unchanged < valid_for {
         return Ok(false);
     }
@@ -284,6 +283,7 @@ async fn release(inner: &Inner) -> Result<(), kube::Error> {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::time::Duration;
 
     use axum::body::Body;
     use axum::extract::{Request, State};

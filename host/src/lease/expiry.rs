@@ -6,7 +6,15 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::LeaseSpec;
 use tokio::time::Instant;
+
+/// How long a Lease stays valid after its holder last renewed it: its
+/// `leaseDurationSeconds`, none when unset or negative (a Lease anyone may take).
+pub fn valid_for(spec: Option<&LeaseSpec>) -> Duration {
+    let seconds = spec.and_then(|s| s.lease_duration_seconds).unwrap_or(0);
+    Duration::from_secs(seconds.max(0).unsigned_abs().into())
+}
 
 /// When this process first saw each Lease at its current resourceVersion.
 #[derive(Debug, Default)]
@@ -62,5 +70,17 @@ mod tests {
         );
         observed.retain(|n| n != "a");
         assert_eq!(observed.expires("a", Duration::from_secs(15)), None);
+    }
+
+    #[test]
+    fn a_lease_is_valid_for_its_duration_and_never_less_than_nothing() {
+        let spec = |seconds| LeaseSpec {
+            lease_duration_seconds: seconds,
+            ..LeaseSpec::default()
+        };
+        assert_eq!(valid_for(Some(&spec(Some(15)))), Duration::from_secs(15));
+        assert_eq!(valid_for(Some(&spec(Some(-5)))), Duration::ZERO);
+        assert_eq!(valid_for(Some(&spec(None))), Duration::ZERO);
+        assert_eq!(valid_for(None), Duration::ZERO);
     }
 }

@@ -40,7 +40,7 @@ use tokio::time::Instant;
 
 use clock::Clocks;
 pub use clock::now;
-pub use expiry::Observed;
+pub use expiry::{Observed, valid_for};
 pub use guard::guard;
 pub use hold::{Holder, hold};
 pub use settings::{Settings, identity};

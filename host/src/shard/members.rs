@@ -250,16 +250,7 @@ impl Members {
             if name == self.name {
                 continue;
             }
-            let valid = Duration::from_secs(
-                lease
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.lease_duration_seconds)
-                    .unwrap_or(0)
-                    .max(0)
-                    .unsigned_abs()
-                    .into(),
-            );
+            let valid = crate::lease::valid_for(lease.spec.as_ref());
             let unchanged = self.observed.see(name, version, now);
             if unchanged < valid {
                 let expires = now + (valid - unchanged) + EXPIRY_MARGIN;
