@@ -3,6 +3,8 @@
 //! The host loads plugins with [`engine`] and runs them against a cluster as a [`Host`]
 //! (one [`controller`] per plugin, under a supervisor); [`cli`] is the command line.
 
+#![warn(missing_docs)]
+
 pub(crate) mod admission;
 pub mod apply;
 pub(crate) use capstan_engine::bucket;

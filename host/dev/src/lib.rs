@@ -11,6 +11,8 @@
 //! # let _ = (ns, client); Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 mod api;
 mod binaries;
 mod boot;

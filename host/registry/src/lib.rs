@@ -17,6 +17,8 @@
 //! # }
 //! ```
 
+#![warn(missing_docs)]
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
