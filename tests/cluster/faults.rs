@@ -274,7 +274,8 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
+        // Kept for a look after a failure when asked (`CAPSTAN_KEEP_LOGS`).
+        if !std::thread::panicking() && std::env::var_os("CAPSTAN_KEEP_LOGS").is_none() {
             std::fs::remove_dir_all(&self.dir).ok();
         }
     }

@@ -80,8 +80,12 @@ async fn admitted(parent: Arc<Compact>, shared: &Shared) -> Option<Arc<Compact>>
         return Some(parent);
     }
     if !shared.tenure.acquired().await {
+        // Over for good: this unit's controllers stop, and whoever holds the parent next
+        // lists it afresh; a term only late in being renewed was waited out (`acquired`).
+        tracing::debug!("not reconciled: the lease term is over or the host is stopping");
         return None;
     }
+    tracing::debug!("the lease term was renewed (or acquired) after this reconcile was due; reconciling now");
     // It may have changed or gone while this process was a standby.
     shared
         .cache

@@ -123,6 +123,15 @@ impl Tenure {
         self.pinned.is_none_or(|g| g == term.generation) && term.held_at(now)
     }
 
+    /// Whether a pinned term is over for good: a later term began, or the holder ended it.
+    /// Until then a pinned term past its end may still be renewed — a renewal that started
+    /// in time and answered late (a loaded API server or host) extends it — so work that
+    /// waits for it must wait for that answer, not give up on the first look.
+    fn ended(&self, term: &Term) -> bool {
+        self.pinned
+            .is_some_and(|g| g != term.generation || term.until.is_none())
+    }
+
     /// Held right now.
     pub fn is_held(&self) -> bool {
         self.held_in(&self.term.borrow(), now())
@@ -137,7 +146,7 @@ impl Tenure {
     }
 
     /// Wait until held (`true`), or until the process is stopping or a pinned term is
-    /// over (`false`).
+    /// over for good (`false`).
     pub async fn acquired(&self) -> bool {
         let (mut term, mut stopping) = (self.term.clone(), self.stopping.clone());
         loop {
@@ -145,7 +154,7 @@ impl Tenure {
             if self.held_in(&now, self::now()) {
                 return true;
             }
-            if self.pinned.is_some() || *stopping.borrow() {
+            if self.ended(&now) || *stopping.borrow() {
                 return false;
             }
             tokio::select! {

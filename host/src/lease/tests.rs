@@ -40,6 +40,39 @@ async fn a_renewal_after_the_term_ended_begins_another_and_pinned_work_stays_fen
 }
 
 #[tokio::test(start_paused = true)]
+async fn pinned_work_waits_out_a_renewal_that_answers_after_the_term_end() {
+    let (fence, tenure) = Fence::new(DEADLINE);
+    fence.renewed(Instant::now());
+    let pinned = tenure.pin();
+    // A renewal starts in time; the API (or a loaded host) answers after the term's end.
+    tokio::time::advance(Duration::from_secs(9)).await;
+    let attempt = Instant::now();
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(!pinned.is_held(), "past the term's end, not yet renewed");
+    let waiting = tokio::spawn({
+        let pinned = pinned.clone();
+        async move { pinned.acquired().await }
+    });
+    tokio::task::yield_now().await;
+    assert!(
+        !waiting.is_finished(),
+        "the term may still be renewed: wait, do not give up"
+    );
+    assert!(
+        !fence.renewed(attempt),
+        "started in time: the same term, extended"
+    );
+    assert!(waiting.await.expect("joined"), "held again in its own term");
+    // The same wait ends with `false` once the holder ends the term for good.
+    tokio::time::advance(DEADLINE).await;
+    let waiting = tokio::spawn(async move { pinned.acquired().await });
+    tokio::task::yield_now().await;
+    assert!(!waiting.is_finished());
+    fence.end();
+    assert!(!waiting.await.expect("joined"), "ended: never held again");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_call_gets_the_term_end_as_its_deadline() {
     let (fence, _tenure) = Fence::new(DEADLINE);
     let t0 = Instant::now();
