@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use capstan::dev::{Plane, PlaneConfig};
-use capstan::shard::{self, Collection, Range, Ring, ShardKey, wire};
+use capstan::shard::{self, Collection, Range, Ring, ShardKey};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams, WatchEvent, WatchParams};
@@ -26,7 +26,7 @@ async fn config(plane: &Plane) -> Result<kube::Config> {
 
 async fn sharded(plane: &Plane, key: ShardKey, ranges: &[Range]) -> Result<Client> {
     let selector = shard::render(key, ranges);
-    wire::client(config(plane).await?, &selector, [Collection::of::<ConfigMap>()])
+    shard::client(config(plane).await?, &selector, [Collection::of::<ConfigMap>()])
 }
 
 async fn create(api: &Api<ConfigMap>, name: &str, run: &str) -> Result<ConfigMap> {
@@ -110,7 +110,7 @@ async fn the_server_splits_lists_and_watches_as_matches_predicts() -> Result<()>
     drop(guard);
     let client = plane.client().await?;
     assert!(
-        wire::served(&client).await?,
+        shard::served(&client).await?,
         "the gate is on, yet shardSelector is not honoured"
     );
 
@@ -139,7 +139,7 @@ async fn the_server_splits_lists_and_watches_as_matches_predicts() -> Result<()>
     )
     .await?;
     assert_eq!(got, BTreeSet::from([(ns.clone(), name.clone())]));
-    let rest = shard::range::subtract(&[Range::FULL], &[one]);
+    let rest = shard::subtract(&[Range::FULL], &[one]);
     let got = listed(
         sharded(&plane, ShardKey::Uid, &rest).await?,
         Some(&ns),
@@ -244,7 +244,7 @@ async fn served_tells_the_gate_on_from_the_gate_off() -> Result<()> {
         let plane = Plane::start(config).await?;
         drop(guard);
         let client = plane.client().await?;
-        assert_eq!(wire::served(&client).await?, gate, "gate {gate}");
+        assert_eq!(shard::served(&client).await?, gate, "gate {gate}");
         let (bad, short) = (
             status_of(&client, malformed).await?,
             status_of(&client, short_hex).await?,

@@ -4,8 +4,8 @@
 use k8s_openapi::api::coordination::v1::Lease;
 
 use super::Sharding;
+use crate::shard::Collection;
 use crate::shard::members::{self, Channels, Membership};
-use crate::shard::{Collection, ring};
 use crate::supervisor::Shards;
 
 /// Join `sharding`'s group: the membership, and the feed the supervisor runs on.
@@ -23,7 +23,7 @@ pub async fn join(client: &kube::Client, mut sharding: Sharding) -> (Membership,
         }
     };
     // Replicas split the objects together only if they hash the same key on the same ring.
-    let space = format!("{}/{}", sharding.key, ring::parameters());
+    let space = format!("{}/{}", sharding.key, crate::shard::parameters());
     tracing::info!(
         group = %s.name,
         namespace = %s.namespace,

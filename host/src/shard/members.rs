@@ -33,8 +33,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-pub use super::member_lease::{GROUP_LABEL, HELD, SPACE, VIEW, decode, encode};
-use super::member_lease::{Member, lease_name, member, renew, view_of};
+use super::member_lease::{
+    GROUP_LABEL, HELD, Member, SPACE, VIEW, encode, lease_name, member, renew, view_of,
+};
 use super::range::{self, Range};
 use super::ring::Ring;
 use crate::lease::{Fence, Holder, Observed, Settings, Tenure};
@@ -374,6 +375,7 @@ fn report(members: usize, ranges: &[Range]) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::member_lease::decode;
     use super::*;
 
     #[test]

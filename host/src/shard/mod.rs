@@ -1,19 +1,23 @@
 //! Sharding the host across replicas (issue 18): which hashes each replica owns
-//! ([`ring`], [`range`]), the selector naming them ([`selector`]), and a client that has
-//! the API server filter by it ([`wire`]). The API server's side is alpha in Kubernetes
-//! v1.37 (KEP-5866, feature gate `ShardedListAndWatch`); [`selector::matches`] is the
-//! same filter for servers without it.
+//! ([`Ring`](crate::shard::Ring), [`Range`](crate::shard::Range)), the selector naming
+//! them ([`render`](crate::shard::render)) and a client that has the API server filter by
+//! it ([`client`](crate::shard::client)). The API server's side is alpha in Kubernetes
+//! v1.37 (KEP-5866, feature gate `ShardedListAndWatch`); [`matches`](crate::shard::matches)
+//! is the same filter for servers without it. Membership, the host's own filter and the
+//! member Leases' wire format are the crate's own.
 
-pub mod filter;
+pub(crate) mod filter;
 mod member_lease;
-pub mod members;
-pub mod range;
-pub mod ring;
-pub mod selector;
-pub mod wire;
+pub(crate) mod members;
+pub(crate) mod range;
+mod ring;
+mod selector;
+mod wire;
 
-pub use filter::Filter;
-pub use range::Range;
-pub use ring::{Ring, fnv1a64};
+pub(crate) use filter::Filter;
+pub use range::{Range, subtract};
+pub use ring::Ring;
+pub(crate) use ring::parameters;
 pub use selector::{ShardKey, hash_of, matches, render};
-pub use wire::{Collection, served, served_at};
+pub(crate) use wire::served_at;
+pub use wire::{Collection, client, served};

@@ -80,7 +80,7 @@ pub fn hash_of(key: ShardKey, namespace: Option<&str>, uid: &str) -> u64 {
     }
 }
 
-/// The `shardSelector` for `ranges` (normalized first); [`NOTHING`] for an empty set.
+/// The `shardSelector` for `ranges` (normalized first); one matching nothing for an empty set.
 pub fn render(key: ShardKey, ranges: &[Range]) -> String {
     let mut ranges = normalize(ranges);
     if ranges.is_empty() {

@@ -178,7 +178,7 @@ pub fn client(
 }
 
 /// Whether the API server filters by `shardSelector` (feature gate `ShardedListAndWatch`),
-/// probed on the Namespace list (which needs RBAC to list Namespaces; see [`served_at`]).
+/// probed on the Namespace list (which needs RBAC to list Namespaces; see `served_at`).
 pub async fn served(client: &kube::Client) -> Result<bool> {
     served_at(client, &Collection::of::<Namespace>(), None).await
 }
