@@ -287,12 +287,13 @@ fn reconciles_in(body: &str) -> f64 {
 
 /// Reconciles per Echo by what they did: the plugin called, answered from memory
 /// (inputs unchanged), or put off: the caches not yet showing the last writes (`unseen`),
-/// the plugin over its CPU share, its writes slowed; and its `related` calls.
+/// the plugin over its CPU share, its writes slowed, its creations waiting for the budget;
+/// and its `related` calls.
 struct Kinds {
     called: f64,
     related: f64,
     unchanged: f64,
-    put_off: [f64; 3],
+    put_off: [f64; 4],
 }
 
 impl Kinds {
@@ -1028,14 +1029,15 @@ async fn one_size(plane: &Plane, modes: &[String], n: usize) -> Result<Vec<Round
             r.cpu * 1000.0 / n as f64
         );
         println!(
-            "          reconciles per Echo: plugin called {:.2} (and `related` {:.2}), inputs unchanged {:.2}, put off {:.2} (unseen {:.2}, CPU share {:.2}, writes slowed {:.2})",
+            "          reconciles per Echo: plugin called {:.2} (and `related` {:.2}), inputs unchanged {:.2}, put off {:.2} (unseen {:.2}, CPU share {:.2}, writes slowed {:.2}, creations waiting {:.2})",
             r.kinds.called,
             r.kinds.related,
             r.kinds.unchanged,
             r.kinds.put_off.iter().sum::<f64>(),
             r.kinds.put_off[0],
             r.kinds.put_off[1],
-            r.kinds.put_off[2]
+            r.kinds.put_off[2],
+            r.kinds.put_off[3]
         );
         if r.rss.len() > 1 {
             let each: Vec<String> = r.rss.iter().map(|m| format!("{m:.1}")).collect();

@@ -459,6 +459,65 @@ async fn a_declared_finalizer_holds_deletion_until_the_plugin_says_finalized() -
     Ok(())
 }
 
+/// The creation budget holds back what creates without end, not a plugin with many
+/// parents: 40 Echos of a user's under `creationsPerSecond: 1` (2 at once) get their Jobs
+/// on their own allowances, and no reconcile is put off for a creation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_many_parents_create_their_children_however_low_the_plugins_rate() -> Result<()> {
+    let plane = Plane::shared().await?;
+    install_plugin_crd(plane, "echo").await?;
+    let ns = plane.namespace("run-allowance").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
+    std::fs::create_dir_all(&dir)?;
+    let config = dir.join("capstan.yaml");
+    std::fs::write(
+        &config,
+        "plugins:\n- path: echo.wasm\n  limits: {creationsPerSecond: 1}\n",
+    )?;
+    let host = start_host_with(
+        plane,
+        &["echo"],
+        &ns,
+        &dir,
+        &["--config", config.to_str().context("utf-8 path")?],
+    )?;
+    let client = plane.client().await?;
+    let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
+    for i in 0..40 {
+        let echo = capstan_tests::host::echo(&format!("e{i}"), &format!("message {i}"))?;
+        echoes.create(&PostParams::default(), &echo).await?;
+    }
+    let jobs: Api<Job> = Api::namespaced(client, &ns);
+    eventually(
+        "a Job for each of 40 Echos",
+        Duration::from_secs(180),
+        async || {
+            let owners: std::collections::BTreeSet<String> = jobs
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .flat_map(|j| j.owner_references().iter().map(|o| o.name.clone()))
+                .collect();
+            Ok((owners.len() == 40).then_some(()))
+        },
+    )
+    .await?;
+    let metrics = host.address("metrics").context("metrics address logged")?;
+    let body = http_get(&metrics, "/metrics")?.1;
+    let put_off = r#"capstan_reconcile_put_off_total{plugin="echo",cause="creation_rate"}"#;
+    assert!(body.contains(put_off), "the cause is exported:\n{body}");
+    assert_eq!(
+        sample(&body, put_off),
+        0.0,
+        "a creation of a user's parent waited"
+    );
+    echoes
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steady_state_is_quiet_a_full_resync_of_50_echos_writes_nothing() -> Result<()> {
     let plane = Plane::shared().await?;

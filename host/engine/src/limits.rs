@@ -37,8 +37,9 @@ pub struct Limits {
     /// over ten seconds for cheap calls (a restart's pass) and one for the rest; over it,
     /// its reconciles wait.
     pub cpu_millicores: u32,
-    /// Children the plugin may create per second (twice that at once); over it, creations
-    /// wait.
+    /// Children the plugin may create per second (twice that at once) beyond what its
+    /// users' parents create on their own allowance (16 each at once, one more a minute);
+    /// parents a plugin made have none. Over it, creations wait.
     pub creations_per_second: u32,
     /// Bytes of text (`log` lines, stdout, stderr) the plugin may put in the host's log
     /// per second, after a burst of 256 KiB; the rest is dropped and counted.

@@ -49,7 +49,12 @@ impl Labelled for kube::api::DynamicObject {
 
 /// Whether `object` carries `plugin`'s label: one of its children, or was.
 pub(crate) fn made_by(object: &impl Labelled, plugin: &str) -> bool {
-    object.label(PLUGIN_LABEL) == Some(plugin)
+    maker(object) == Some(plugin)
+}
+
+/// The plugin whose label `object` carries: `None` for what no plugin made.
+pub(crate) fn maker(object: &impl Labelled) -> Option<&str> {
+    object.label(PLUGIN_LABEL)
 }
 
 /// What every plugin's field manager starts with.

@@ -6,6 +6,7 @@
 mod backoff;
 mod churn;
 mod compact;
+mod creations;
 mod discovery;
 mod dispatch;
 mod events;
@@ -141,8 +142,8 @@ struct Shared {
     per_object: Arc<PerObject>,
     /// The plugin's share of CPU.
     cpu: throttle::CpuBudget,
-    /// The plugin's budget of child creations.
-    creations: std::sync::Mutex<crate::bucket::Bucket>,
+    /// The plugin's budget of child creations beyond its parents' own.
+    creations: creations::Budget,
     queue: Arc<queue::Queue>,
     tenure: Tenure,
     /// True once the parent and every child cache have listed.
@@ -156,15 +157,20 @@ impl Shared {
         self.versions.current().plugin
     }
 
-    /// Take one creation from the plugin's budget, or say how long until there is one.
-    fn creation(&self) -> Result<(), Duration> {
-        let mut bucket = self.creations.lock().unwrap_or_else(|e| e.into_inner());
+    /// Take one creation for `parent`: from its own allowance when it is a user's (no
+    /// plugin made it), else — or once that is spent — from the plugin's budget; or say
+    /// how long until there is one ([`creations`]).
+    fn creation(&self, parent: &kube::api::DynamicObject) -> Result<(), Duration> {
         let now = std::time::Instant::now();
-        if bucket.try_take(1.0, now) {
-            Ok(())
-        } else {
-            Err(bucket.until(1.0, now))
+        let users = crate::apply::maker(parent).is_none();
+        if users
+            && self
+                .per_object
+                .with(&ObjectKey::of(parent), |p| p.creations.take(now))
+        {
+            return Ok(());
         }
+        self.creations.take(now)
     }
 }
 
@@ -306,7 +312,6 @@ impl Wiring {
             controller: format!("capstan-{name}"),
             instance: std::env::var("POD_NAME").ok(),
         };
-        let creations = f64::from(self.options.creations_per_second.max(1));
         let sink: Box<dyn sink::Sink> = match &self.options.preview {
             Some(preview) => Box::new(sink::Dry(preview.clone())),
             None => Box::new(sink::Live),
@@ -314,11 +319,7 @@ impl Wiring {
         Shared {
             sink,
             cpu: throttle::CpuBudget::new(self.options.cpu_millicores),
-            creations: std::sync::Mutex::new(crate::bucket::Bucket::new(
-                creations,
-                2.0 * creations,
-                std::time::Instant::now(),
-            )),
+            creations: creations::Budget::new(self.options.creations_per_second, std::time::Instant::now()),
             reporter,
             events,
             busy,

@@ -1,9 +1,9 @@
 //! What a plugin's controller remembers per parent — its backoff, events, recent writes,
-//! related queries, last quiet answer and writes the caches may not show yet — as one
-//! value ([`Parent`]) with one lifetime: from the parent's first reconcile until it is
-//! deleted or a fresh list of the parents no longer holds it. The memory outlives the
-//! controller: the supervisor hands it to a controller restarted on other shard ranges,
-//! so the parents it keeps are not reconciled as if new.
+//! related queries, last quiet answer, writes the caches may not show yet and what it may
+//! still create — as one value ([`Parent`]) with one lifetime: from the parent's first
+//! reconcile until it is deleted or a fresh list of the parents no longer holds it. The
+//! memory outlives the controller: the supervisor hands it to a controller restarted on
+//! other shard ranges, so the parents it keeps are not reconciled as if new.
 //!
 //! The parents are spread over a few maps by key, each behind its own lock, so
 //! reconciles of different parents on many cores seldom wait for each other; a
@@ -14,7 +14,7 @@ use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::{backoff, churn, events, quiet, related, written};
+use super::{backoff, churn, creations, events, quiet, related, written};
 use crate::key::ObjectKey;
 
 /// How many maps the parents are spread over.
@@ -35,6 +35,8 @@ pub(super) struct Parent {
     pub quiet: Option<quiet::Inputs>,
     /// The writes of its last reconcile, until the caches show them.
     pub written: written::Pending,
+    /// What it may still create on its own allowance.
+    pub creations: creations::Allowance,
 }
 
 /// What the host remembers per parent, forgotten when the parent is gone.

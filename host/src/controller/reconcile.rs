@@ -280,11 +280,7 @@ fn put_off(plugin: &str, error: &Error) -> bool {
         Error::Slowed(_) => "write_rate",
         _ => return false,
     };
-    let labels = crate::ops::metrics::CauseLabels {
-        plugin: plugin.into(),
-        cause: cause.into(),
-    };
-    crate::ops::metrics::get().put_off.get_or_create(&labels).inc();
+    metrics::put_off(plugin, cause);
     true
 }
 

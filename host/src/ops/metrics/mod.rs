@@ -17,9 +17,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// Why a reconcile was put off: its parent's last writes not yet in the caches, the
-/// plugin over its CPU share, the parent's writes slowed by the write-loop guard.
-pub const PUT_OFF_CAUSES: [&str; 3] = ["unseen", "cpu_share", "write_rate"];
+/// Why a reconcile was put off, wholly or in part: its parent's last writes not yet in
+/// the caches, the plugin over its CPU share, the parent's writes slowed by the write-loop
+/// guard, creations left for later by the creation budget.
+pub const PUT_OFF_CAUSES: [&str; 4] = ["unseen", "cpu_share", "write_rate", "creation_rate"];
 
 /// Every metric the host exports.
 pub struct Metrics {
@@ -124,6 +125,15 @@ pub(crate) fn count(family: impl Fn(&Metrics) -> &Family<PluginLabel, Counter>, 
             plugin: plugin.into(),
         })
         .inc();
+}
+
+/// Count one reconcile of `plugin`'s put off by `cause` (one of [`PUT_OFF_CAUSES`]).
+pub(crate) fn put_off(plugin: &str, cause: &str) {
+    let labels = CauseLabels {
+        plugin: plugin.into(),
+        cause: cause.into(),
+    };
+    get().put_off.get_or_create(&labels).inc();
 }
 
 /// The process-wide metrics.

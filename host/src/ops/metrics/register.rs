@@ -211,7 +211,7 @@ pub(super) fn capstan(r: &mut Registrar, m: &Metrics) {
     );
     r.register(
         "capstan_reconcile_put_off",
-        "Reconciles that did nothing and come back later, by cause: unseen (the caches do not show the parent's last writes yet), cpu_share (the plugin is over its CPU share), write_rate (the parent's writes are slowed by the write-loop guard)",
+        "Reconciles put off, wholly or in part, to come back later, by cause: unseen (the caches do not show the parent's last writes yet), cpu_share (the plugin is over its CPU share), write_rate (the parent's writes are slowed by the write-loop guard), creation_rate (creations left for later by the creation budget)",
         m.put_off.clone(),
     );
     r.register(

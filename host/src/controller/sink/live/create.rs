@@ -1,10 +1,12 @@
 //! Creating an answer's new children: all of them, or — when one meets an object another
 //! owner holds — none. With more than one to make, each name is read first; a holder
 //! that appears after that read is met by the create, and what was made is taken back.
-//! Creations are rate-limited per plugin: one that multiplies its children (or, granted
-//! its own kind, itself) is slowed, not stopped — a creation over the rate is left for
-//! later, and the answer says when to come back for it. Nothing waits in line, so
-//! shutdown never waits for a plugin's budget.
+//! Creations spend a budget (`controller::creations`): a plugin that multiplies its
+//! children (or, granted its own kind, itself) is slowed, not stopped — a creation over
+//! the budget is left for later, and the answer says when to come back for it. Nothing
+//! waits in line, so shutdown never waits for a plugin's budget.
+
+use std::time::Duration;
 
 use kube::ResourceExt;
 
@@ -22,10 +24,12 @@ pub(super) async fn all(live: &Live, at: &At<'_>, steps: &[&Step]) -> Outcome {
     }
     let mut writes = Writes::default();
     let mut made = Vec::new();
+    let mut later = None;
     for &step in steps {
         match one(live, at, step).await {
             Ok(Creation::Made(version)) => made.push((step, version)),
             Ok(Creation::Not(w)) => writes = writes.and(w),
+            Ok(Creation::Later(wait)) => later = Some(later.map_or(wait, |l: Duration| l.min(wait))),
             Err(error) => {
                 if matches!(error, Error::Conflict(_)) {
                     take_back(at, &made).await;
@@ -44,6 +48,11 @@ pub(super) async fn all(live: &Live, at: &At<'_>, steps: &[&Step]) -> Outcome {
     for (step, version) in made {
         expect(at, step, Seen::AtLeast(version));
         writes = writes.and(Writes::wrote(at.writer));
+    }
+    if let Some(wait) = later {
+        // Once per reconcile, however many of its creations wait.
+        crate::ops::metrics::put_off(at.writer, "creation_rate");
+        writes = writes.and(Writes::deferred(wait));
     }
     Ok(writes)
 }
@@ -84,16 +93,18 @@ async fn take_back(at: &At<'_>, made: &[(&Step, String)]) {
 enum Creation {
     /// Made, at this resourceVersion.
     Made(String),
-    /// Not made, and nothing to take back: left for later, or made already.
+    /// Not made, and nothing to take back: made already, or a ping-pong.
     Not(Writes),
+    /// Left for later by the creation budget, which has room again after this long.
+    Later(Duration),
 }
 
 /// Create one child, unless over the plugin's creation rate or a ping-pong.
 async fn one(live: &Live, at: &At<'_>, step: &Step) -> Result<Creation, Error> {
     let target = plan::describe(&step.child);
-    if let Err(wait) = at.shared.creation() {
-        tracing::debug!(wait = ?wait, child = %target, "plugin over its creation rate; later");
-        return Ok(Creation::Not(Writes::deferred(wait)));
+    if let Err(wait) = at.shared.creation(at.parent) {
+        tracing::debug!(wait = ?wait, child = %target, "plugin over its creation budget; later");
+        return Ok(Creation::Later(wait));
     }
     // A creation is over no observed version: never found unchanged.
     live.guard(at, &target, (step.digest(), ""))?;
