@@ -7,6 +7,7 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument;
 
 use super::compact::Compact;
@@ -21,9 +22,25 @@ use crate::engine::Response;
 use crate::key::ObjectKey;
 use crate::ops::metrics::{self, ControllerLabel, QueueLabel};
 
-/// kube-runtime's reconcile entry point: waits for leadership, runs one reconcile with
-/// the current plugin version (cancelled if leadership is lost) and accounts for it.
+/// kube-runtime's reconcile entry point: one reconcile ([`reconcile_one`]) as a task of
+/// its own. kube-runtime polls every reconcile of a controller from the one task that
+/// runs it, which would keep a plugin's reconciles — building requests, checking answers,
+/// planning and encoding writes — to one core however many the machine has; as tasks,
+/// they spread over the runtime's workers. Dropping the reconcile (a shutdown past its
+/// grace) still stops it where it is: the task is aborted with it.
 pub async fn reconcile(parent: Arc<Compact>, shared: Arc<Shared>) -> Result<Action, Error> {
+    let work = reconcile_one(parent, shared).instrument(tracing::Span::current());
+    match AbortOnDropHandle::new(tokio::spawn(work)).await {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Aborted by the runtime shutting down: nobody is left to act on the answer.
+        Err(_) => Ok(Action::await_change()),
+    }
+}
+
+/// Wait for leadership, run one reconcile with the current plugin version (cancelled if
+/// leadership is lost) and account for it.
+async fn reconcile_one(parent: Arc<Compact>, shared: Arc<Shared>) -> Result<Action, Error> {
     let object = ObjectKey::of(&*parent);
     let dequeued = shared.queue.start(&object);
     let plugin = shared.versions.for_parent(parent.labels());
