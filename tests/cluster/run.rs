@@ -1,14 +1,15 @@
 //! `capstan run` end to end against the real local control plane (controller-manager,
 //! scheduler and kwok's fake node running, so Jobs really complete).
 
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use capstan::dev::Plane;
 use capstan_tests::host::{
-    echo_resource, eventually, first_listed, hostile_crd, hostile_resource, http_get, install_plugin_crd,
-    sample, scheduled_echo_resource, start_host, start_host_with,
+    Host, echo_resource, eventually, first_listed, hostile_crd, hostile_resource, http_get,
+    install_plugin_crd, sample, scheduled_echo_resource, start_host, start_host_with,
 };
 use capstan_tests::{capstan_bin, compile_cache, workspace};
 use k8s_openapi::api::batch::v1::Job;
@@ -459,6 +460,20 @@ async fn a_declared_finalizer_holds_deletion_until_the_plugin_says_finalized() -
     Ok(())
 }
 
+/// `capstan run` on Echo alone in `ns`, its config file entry `path: echo.wasm` followed by
+/// `entry` (indented YAML lines); and the directory it runs from.
+fn start_echo(plane: &Plane, ns: &str, entry: &str) -> Result<(Host, PathBuf)> {
+    let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
+    std::fs::create_dir_all(&dir)?;
+    let config = dir.join("capstan.yaml");
+    std::fs::write(&config, format!("plugins:\n- path: echo.wasm\n{entry}"))?;
+    let config = config.to_str().context("utf-8 path")?;
+    Ok((
+        start_host_with(plane, &["echo"], ns, &dir, &["--config", config])?,
+        dir,
+    ))
+}
+
 /// The creation budget holds back what creates without end, not a plugin with many
 /// parents: 40 Echos of a user's under `creationsPerSecond: 1` (2 at once) get their Jobs
 /// on their own allowances, and no reconcile is put off for a creation.
@@ -467,20 +482,7 @@ async fn a_users_many_parents_create_their_children_however_low_the_plugins_rate
     let plane = Plane::shared().await?;
     install_plugin_crd(plane, "echo").await?;
     let ns = plane.namespace("run-allowance").await?;
-    let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
-    std::fs::create_dir_all(&dir)?;
-    let config = dir.join("capstan.yaml");
-    std::fs::write(
-        &config,
-        "plugins:\n- path: echo.wasm\n  limits: {creationsPerSecond: 1}\n",
-    )?;
-    let host = start_host_with(
-        plane,
-        &["echo"],
-        &ns,
-        &dir,
-        &["--config", config.to_str().context("utf-8 path")?],
-    )?;
+    let (host, _) = start_echo(plane, &ns, "  limits: {creationsPerSecond: 1}\n")?;
     let client = plane.client().await?;
     let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
     for i in 0..40 {
@@ -526,21 +528,9 @@ async fn steady_state_is_quiet_a_full_resync_of_50_echos_writes_nothing() -> Res
     )?)?;
     plane.install_crds(&[crd]).await?;
     let ns = plane.namespace("run-quiet").await?;
-    let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
-    // The resync period comes from a config file entry for the plugin in the directory.
-    std::fs::create_dir_all(&dir)?;
-    let config = dir.join("capstan.yaml");
-    std::fs::write(
-        &config,
-        "plugins:\n- path: echo.wasm\n  resync: 3s\n  concurrency: 4\n",
-    )?;
-    let host = start_host_with(
-        plane,
-        &["echo"],
-        &ns,
-        &dir,
-        &["--config", config.to_str().unwrap()],
-    )?;
+    // The resync period comes from a config file entry for the plugin.
+    let entry = "  resync: 3s\n  concurrency: 4\n";
+    let (host, dir) = start_echo(plane, &ns, entry)?;
     let client = plane.client().await?;
     let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
     for i in 0..50 {
@@ -613,13 +603,7 @@ async fn steady_state_is_quiet_a_full_resync_of_50_echos_writes_nothing() -> Res
     let mut host = host;
     host.signal(libc::SIGTERM);
     assert_eq!(host.wait(Duration::from_secs(30))?.code(), Some(0));
-    let host = start_host_with(
-        plane,
-        &["echo"],
-        &ns,
-        &dir,
-        &["--config", config.to_str().unwrap()],
-    )?;
+    let (host, _) = start_echo(plane, &ns, entry)?;
     let metrics = eventually("the new host's metrics", Duration::from_secs(30), async || {
         Ok(host.address("metrics"))
     })
@@ -902,17 +886,7 @@ async fn a_condition_list_shared_with_another_writer_is_quiet_and_never_a_write_
     let plane = Plane::shared().await?;
     install_plugin_crd(plane, "echo").await?;
     let ns = plane.namespace("run-shared").await?;
-    let dir = std::env::temp_dir().join(format!("capstan-run-{ns}"));
-    std::fs::create_dir_all(&dir)?;
-    let config = dir.join("capstan.yaml");
-    std::fs::write(&config, "plugins:\n- path: echo.wasm\n  resync: 2s\n")?;
-    let host = start_host_with(
-        plane,
-        &["echo"],
-        &ns,
-        &dir,
-        &["--config", config.to_str().unwrap()],
-    )?;
+    let (host, dir) = start_echo(plane, &ns, "  resync: 2s\n")?;
     let client = plane.client().await?;
     let echoes: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &echo_resource());
     let echo: DynamicObject = serde_json::from_value(json!({
