@@ -39,9 +39,10 @@ scripts/toolchain-js.sh >/dev/null
 scripts/toolchain-mdbook.sh >/dev/null
 cargo build --profile plugin --target wasm32-wasip2 -p echo -p hostile -p scheduled-echo -p tenant -p broken-metadata -p greedy -p echo-canary -p hostile-twin -p namespace-defaults -p misdeclared -p misdeclared-orphans -p echo-rogue
 
-# Build every test once, then run them two jobs at a time: integration tests spend part of
-# their time waiting on a local control plane (leases, pauses, pods starting), so on a
-# 2-core machine two at once took 26 minutes where one at a time took 35. A job is one
+# Build every test once, then run them three jobs at a time (CAPSTAN_TEST_JOBS): integration
+# tests spend much of their time waiting on a local control plane (leases, pauses, pods
+# starting), so on a 2-core machine two at once took 26 minutes where one at a time took
+# 35, and with two at once the cores were still idle part of the time. A job is one
 # module of an area's test binary (`cargo test --test cluster -- --exact faults::…`), or a
 # whole target where it has no modules. Jobs start longest first (the names below, from a
 # CI run's timings), each one's output printed whole as it ends.
@@ -101,12 +102,20 @@ run_job() {
 }
 export -f run_job
 export jobs
-xargs -a "$jobs/list" -d '\n' -P 2 -I{} bash -c 'run_job "$1"' _ {}
+# The cores' busy share over the jobs, printed with the totals: whether more jobs at once
+# could still help (idle cores) or only slow each one down (all busy).
+cpu_ticks() { [ -r /proc/stat ] && awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
+ticks_before=$(cpu_ticks || true)
+xargs -a "$jobs/list" -d '\n' -P "${CAPSTAN_TEST_JOBS:-3}" -I{} bash -c 'run_job "$1"' _ {}
 
 # One line for the whole run: the sum of cargo's result lines, and the jobs that failed.
 cat "$jobs"/log.?????? | awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1) } }
      END { printf "tests: %d passed, %d failed", p, f }'
-echo " in $SECONDS s${busy:+, one core kept busy}"
+busy_share=""
+if [ -n "$ticks_before" ]; then
+  busy_share=$(echo "$ticks_before $(cpu_ticks)" | awk '{ printf ", cores %d%% busy while jobs ran", 100 * ($3 - $1) / ($4 - $2) }')
+fi
+echo " in $SECONDS s$busy_share${busy:+, one core kept busy}"
 status=0
 for s in "$jobs"/log.*.status; do
   if [ "$(cat "$s")" != 0 ]; then
