@@ -11,6 +11,20 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if command -v rustup >/dev/null; then
   rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
 fi
+# A real node needs root, Linux and Debian's runtime packages; without them Jobs run on
+# kwok's fake node, and one line says why.
+can_real_node=false
+[ "$(uname -s)" = Linux ] && [ "$(id -u)" = 0 ] && can_real_node=true
+# On a fresh machine the plane's Go build (~13 min on 2 cores) and the host's Rust build
+# (~8) come first; side by side each fills the cores the other leaves idle in its serial
+# stretches (linking kube-apiserver, the host's last crates).
+plane_parts=(all helm)
+[ "$can_real_node" = true ] && plane_parts=(all node helm)
+plane_log=$(mktemp)
+# In a session of its own, so a demo that stops early takes the whole Go build with it.
+setsid scripts/k8s-build.sh "${plane_parts[@]}" >"$plane_log" 2>&1 &
+plane_build=$!
+trap 'kill -- "-$plane_build" 2>/dev/null || true' EXIT
 # The dev profile: it builds in minutes, and a newcomer's `scripts/test.sh` reuses it. The
 # release profile's whole-program LTO is for the Dockerfile's image and the benches.
 cargo build -p capstan
@@ -22,13 +36,12 @@ cp target/wasm32-wasip2/plugin/echo.wasm "$plugins/"
 echo "== offline: capstan test on a new Echo"
 $capstan test "$plugins/echo.wasm" --parent plugins/echo/fixtures/echo.yaml
 
-# A real node needs root, Linux and Debian's runtime packages; without them Jobs run on
-# kwok's fake node, and one line says why.
+echo "== the control plane's binaries (built from pinned Go modules on the first run)"
+wait "$plane_build" || { cat "$plane_log" >&2; echo "demo: building the control plane failed" >&2; exit 1; }
 real_node=false
-if [ "$(uname -s)" = Linux ] && [ "$(id -u)" = 0 ]; then
+if [ "$can_real_node" = true ]; then
   scripts/node-packages.sh
-  scripts/k8s-build.sh all node >/dev/null
-  echo "== capstan dev up --real-node (the first run builds the control plane: ~10 min)"
+  echo "== capstan dev up --real-node"
   if env_line=$($capstan dev up --real-node 2>"$plugins/up.log" | tail -n 1); then
     real_node=true
   else
@@ -38,7 +51,7 @@ else
   echo "demo: no real node here (it needs root on Linux); Jobs run on kwok's fake node"
 fi
 if [ "$real_node" = false ]; then
-  echo "== capstan dev up (the first run builds the control plane: ~10 min)"
+  echo "== capstan dev up"
   env_line=$($capstan dev up | tail -n 1)
 fi
 eval "$env_line"
