@@ -39,10 +39,12 @@ scripts/toolchain-js.sh >/dev/null
 scripts/toolchain-mdbook.sh >/dev/null
 cargo build --profile plugin --target wasm32-wasip2 -p echo -p hostile -p scheduled-echo -p tenant -p broken-metadata -p greedy -p echo-canary -p hostile-twin -p namespace-defaults -p misdeclared -p misdeclared-orphans -p echo-rogue
 
-# Build every test once, then run them three jobs at a time (CAPSTAN_TEST_JOBS): integration
-# tests spend much of their time waiting on a local control plane (leases, pauses, pods
+# Build every test once, then run them two jobs at a time (CAPSTAN_TEST_JOBS): integration
+# tests spend part of their time waiting on a local control plane (leases, pauses, pods
 # starting), so on a 2-core machine two at once took 26 minutes where one at a time took
-# 35, and with two at once the cores were still idle part of the time. A job is one
+# 35. Three at once kept the cores 98% busy and made each job slower (node 639 -> 1157 s,
+# new 394 -> 767 s): the jobs took 1911 s where two at once took 1978, too little to be
+# worth the longer jobs' timeouts. A job is one
 # module of an area's test binary (`cargo test --test cluster -- --exact faults::…`), or a
 # whole target where it has no modules. Jobs start longest first (the names below, from a
 # CI run's timings), each one's output printed whole as it ends.
@@ -96,9 +98,13 @@ run_job() {
   local start=$SECONDS status=0
   # shellcheck disable=SC2086 # the job is cargo's arguments, split on spaces
   cargo test $args >"$log" 2>&1 || status=$?
+  # The CPU its processes took (those it waited for: planes, hosts, builds): on a machine
+  # whose cores are all busy, what a job costs the others is its CPU, not its time.
+  local cpu
+  cpu=$(times | awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.0f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }')
   echo "$name" >"$log.job"
   echo "$status" >"$log.status"
-  { cat "$log"; echo "test.sh: $name: exit $status in $((SECONDS - start)) s"; } | flock "$jobs/list" cat
+  { cat "$log"; echo "test.sh: $name: exit $status in $((SECONDS - start)) s, CPU ${cpu} s"; } | flock "$jobs/list" cat
 }
 export -f run_job
 export jobs
@@ -106,7 +112,7 @@ export jobs
 # could still help (idle cores) or only slow each one down (all busy).
 cpu_ticks() { [ -r /proc/stat ] && awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
 ticks_before=$(cpu_ticks || true)
-xargs -a "$jobs/list" -d '\n' -P "${CAPSTAN_TEST_JOBS:-3}" -I{} bash -c 'run_job "$1"' _ {}
+xargs -a "$jobs/list" -d '\n' -P "${CAPSTAN_TEST_JOBS:-2}" -I{} bash -c 'run_job "$1"' _ {}
 
 # One line for the whole run: the sum of cargo's result lines, and the jobs that failed.
 cat "$jobs"/log.?????? | awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1) } }
