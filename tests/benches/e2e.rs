@@ -23,6 +23,10 @@
 //! Then failover with the default lease settings: `kill -9` of the leader → first
 //! reconcile by the standby, and SIGTERM → standby leads.
 //!
+//! `CAPSTAN_BENCH_SERVER=null` runs the wasm host against a null API server instead (in
+//! this process, answering at once from memory): the host's own ceiling, in parents per
+//! second per core, on any machine (see `e2e/ceiling.rs`).
+//!
 //! `cargo bench -p capstan-tests --bench e2e`. The host (`capstan::Host`: servers,
 //! supervisor, readiness, as `capstan run` wires them) runs as a child process (this
 //! binary with `--serve`) so its RSS is its own.
@@ -52,6 +56,11 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::runtime::watcher;
+
+#[path = "e2e/ceiling.rs"]
+mod ceiling;
+#[path = "e2e/null_server.rs"]
+mod null_server;
 
 /// Echo's own code, called natively through the same SDK glue as the Wasm export.
 struct NativeEcho(Metadata);
@@ -397,6 +406,54 @@ fn signal_group(child: &tokio::process::Child, signal: i32) {
     }
 }
 
+/// The command that runs one host (this binary with `--serve`) against `kubeconfig`: in a
+/// process group of its own, killed with the bench.
+fn host_command(
+    serve_mode: &str,
+    ns: &str,
+    n: usize,
+    kubeconfig: &std::path::Path,
+) -> Result<tokio::process::Command> {
+    // `CAPSTAN_BENCH_WRAP="heaptrack -o /tmp/host"` runs each host under a profiler
+    // (its CPU and RSS are then the wrapper's).
+    let wrap = std::env::var("CAPSTAN_BENCH_WRAP").unwrap_or_default();
+    let mut words = wrap.split_whitespace();
+    let mut command = match words.next() {
+        Some(program) => {
+            let mut command = tokio::process::Command::new(program);
+            command.args(words).arg(std::env::current_exe()?);
+            command
+        }
+        None => tokio::process::Command::new(std::env::current_exe()?),
+    };
+    command
+        .args(["--serve", serve_mode, "--namespace", ns, "--resync"])
+        .arg(resync_for(n).as_secs().to_string())
+        .env("KUBECONFIG", kubeconfig)
+        // `CAPSTAN_BENCH_LOG=debug` shows what a host does (its log on the bench's stderr).
+        .env(
+            "RUST_LOG",
+            std::env::var("CAPSTAN_BENCH_LOG").unwrap_or_else(|_| "warn,kube_client=off".into()),
+        )
+        .stdout(std::process::Stdio::piped())
+        // Its own process group, so a profiler it runs under and the host inside it
+        // are stopped together (see `stop`).
+        .process_group(0)
+        .kill_on_drop(true);
+    // A bench killed outright (SIGKILL, `pkill`) takes its hosts with it; a host that
+    // outlived it would idle on, retrying a dead plane, on the next run's cores.
+    // SAFETY: prctl is async-signal-safe and allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Ok(command)
+}
+
 /// Echos created after a replica is killed, for the takeover.
 const AFTER_KILL: usize = 60;
 
@@ -465,39 +522,7 @@ async fn run_mode(plane: &Plane, mode: &str, n: usize) -> Result<Row> {
     let start = Instant::now();
     let mut children = Vec::new();
     for replica in 0..replicas {
-        // `CAPSTAN_BENCH_WRAP="heaptrack -o /tmp/host"` runs each host under a profiler
-        // (its CPU and RSS are then the wrapper's).
-        let wrap = std::env::var("CAPSTAN_BENCH_WRAP").unwrap_or_default();
-        let mut words = wrap.split_whitespace();
-        let mut command = match words.next() {
-            Some(program) => {
-                let mut command = tokio::process::Command::new(program);
-                command.args(words).arg(std::env::current_exe()?);
-                command
-            }
-            None => tokio::process::Command::new(std::env::current_exe()?),
-        };
-        command
-            .args(["--serve", serve_mode, "--namespace", &ns, "--resync"])
-            .arg(resync_for(n).as_secs().to_string())
-            .env("KUBECONFIG", plane.kubeconfig())
-            .env("RUST_LOG", "warn,kube_client=off")
-            .stdout(std::process::Stdio::piped())
-            // Its own process group, so a profiler it runs under and the host inside it
-            // are stopped together (see `stop`).
-            .process_group(0)
-            .kill_on_drop(true);
-        // A bench killed outright (SIGKILL, `pkill`) takes its hosts with it; a host that
-        // outlived it would idle on, retrying a dead plane, on the next run's cores.
-        // SAFETY: prctl is async-signal-safe and allocates nothing.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        let mut command = host_command(serve_mode, &ns, n, plane.kubeconfig())?;
         if replicas > 1 {
             command.args(["--sharding", &format!("replica-{replica}")]);
         }
@@ -925,6 +950,9 @@ fn main() -> Result<()> {
     // Build the plugin and fill the compile cache before anything is timed.
     std::fs::remove_dir_all(cache_dir()).ok();
     engine(Some(cache_dir()))?.load_file(&capstan_tests::plugin("echo"), Default::default())?;
+    if std::env::var("CAPSTAN_BENCH_SERVER").as_deref() == Ok("null") {
+        return runtime.block_on(ceiling::run(&sizes));
+    }
     runtime.block_on(async {
         println!(
             "Echos created before the host starts; API server + etcd on loopback; {} cores",
