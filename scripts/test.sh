@@ -100,8 +100,10 @@ run_job() {
   cargo test $args >"$log" 2>&1 || status=$?
   # The CPU its processes took (those it waited for: planes, hosts, builds): on a machine
   # whose cores are all busy, what a job costs the others is its CPU, not its time.
+  # (`times` in this shell, not in a command substitution's subshell, which has waited for none.)
   local cpu
-  cpu=$(times | awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.0f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }')
+  times >"$log.times"
+  cpu=$(awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.0f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$log.times")
   echo "$name" >"$log.job"
   echo "$status" >"$log.status"
   { cat "$log"; echo "test.sh: $name: exit $status in $((SECONDS - start)) s, CPU ${cpu} s"; } | flock "$jobs/list" cat
