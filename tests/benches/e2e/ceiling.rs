@@ -98,7 +98,8 @@ async fn one(n: usize) -> Result<()> {
         writes as f64 / n as f64,
     );
     println!(
-        "        of the CPU, {started_cpu:.2} s before the host served (its start: the plugin from the compile cache, the servers)"
+        "        of the CPU, {started_cpu:.2} s before the host served (its start: the plugin from the compile cache, the servers); Events written per parent {:.3}",
+        server.events() as f64 / n as f64
     );
     if !server.unknown().is_empty() {
         println!("        asked for and not served: {:?}", server.unknown());
