@@ -421,7 +421,10 @@ impl Store {
                 object["status"] = s.clone();
             }
         } else if json_patch {
-            apply_json_patch(&mut object, &patch);
+            // json-patch, as the host itself uses it; a patch it cannot apply changes nothing.
+            if let Ok(ops) = serde_json::from_value::<json_patch::Patch>(patch.clone()) {
+                json_patch::patch(&mut object, &ops).ok();
+            }
         } else {
             merge(&mut object, &patch);
             object["metadata"]["uid"] = old["metadata"]["uid"].clone();
@@ -589,49 +592,6 @@ fn merge(target: &mut Value, patch: &Value) {
             }
         }
         (target, patch) => *target = patch.clone(),
-    }
-}
-
-/// The operations a host sends as a JSON patch (finalizers): add, remove, replace, test.
-fn apply_json_patch(target: &mut Value, patch: &Value) {
-    for op in patch.as_array().into_iter().flatten() {
-        let path = op["path"].as_str().unwrap_or("");
-        match op["op"].as_str() {
-            Some("add" | "replace") => {
-                let (parent, last) = path.rsplit_once('/').unwrap_or(("", path));
-                if let Some(parent) = target.pointer_mut(parent) {
-                    match parent {
-                        Value::Array(items) if last == "-" => items.push(op["value"].clone()),
-                        Value::Array(items) => {
-                            if let Ok(i) = last.parse::<usize>() {
-                                items.insert(i.min(items.len()), op["value"].clone());
-                            }
-                        }
-                        Value::Object(fields) => {
-                            fields.insert(last.replace("~1", "/").replace("~0", "~"), op["value"].clone());
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            Some("remove") => {
-                let (parent, last) = path.rsplit_once('/').unwrap_or(("", path));
-                match target.pointer_mut(parent) {
-                    Some(Value::Array(items)) => {
-                        if let Ok(i) = last.parse::<usize>()
-                            && i < items.len()
-                        {
-                            items.remove(i);
-                        }
-                    }
-                    Some(Value::Object(fields)) => {
-                        fields.remove(&last.replace("~1", "/").replace("~0", "~"));
-                    }
-                    _ => {}
-                }
-            }
-            _ => {}
-        }
     }
 }
 
