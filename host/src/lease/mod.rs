@@ -70,6 +70,10 @@ struct Term {
     generation: u64,
     /// When the term ends unless renewed; `None`: not held.
     until: Option<Instant>,
+    /// When this generation's term ended, once its holder ended it ([`Fence::end`]): what
+    /// work pinned to it reports as its fence, however late it looks after (a thawed
+    /// process whose renew loop ran first).
+    ended: Option<Instant>,
     /// Held for good (no election).
     always: bool,
     /// The clocks when the last renewal started, and how far the boot or wall clock may
@@ -108,6 +112,7 @@ impl Tenure {
         let term = Term {
             generation: 0,
             until: None,
+            ended: None,
             always: true,
             renewed: None,
             jump_limit: None,
@@ -168,12 +173,12 @@ impl Tenure {
     /// does — with when the term ended (for a pinned tenure: its own term).
     pub async fn lost(&self) -> Instant {
         let mut term = self.term.clone();
-        let mut ends = term.borrow().until;
+        let mut ends = None;
         loop {
             let now = *term.borrow_and_update();
             let at = self::now();
             if self.pinned.is_none_or(|g| g == now.generation) {
-                ends = now.until;
+                ends = now.until.or(now.ended);
             }
             if !self.held_in(&now, at) {
                 return ends.map_or(at, |e| e.min(at));
@@ -243,6 +248,7 @@ impl Fence {
         let (term, rx) = watch::channel(Term {
             generation: 0,
             until: None,
+            ended: None,
             always: false,
             renewed: None,
             jump_limit: None,
@@ -306,6 +312,7 @@ impl Fence {
         self.term.send_modify(|t| {
             if !t.held_at(attempt) {
                 t.generation += 1;
+                t.ended = None;
                 began = true;
             }
             t.until = Some(t.until.filter(|_| !began).map_or(until, |u| u.max(until)));
@@ -320,7 +327,10 @@ impl Fence {
         let mut was = false;
         self.term.send_if_modified(|t| {
             was = t.held_at(now);
-            t.until.take().is_some()
+            let until = t.until.take();
+            // A term that ran out before its end was noticed ended when it ran out.
+            t.ended = until.map(|u| u.min(now)).or(t.ended);
+            until.is_some()
         });
         was
     }

@@ -125,6 +125,34 @@ async fn work_within_a_term_is_fenced_at_its_end_whoever_finishes_first() {
     assert_eq!(crossing, Err(until));
 }
 
+/// The CI failure of stop 63: after a SIGSTOP the renew loop ran first and ended the term;
+/// the reconcile pinned to it then said it was fenced at the thaw, 20 s after its term
+/// really ended, and so seemed to run beside the successor.
+#[tokio::test(start_paused = true)]
+async fn work_thawed_after_its_holder_ended_the_term_is_fenced_at_the_term_end() {
+    let (fence, tenure) = Fence::new(DEADLINE);
+    let start = Instant::now();
+    fence.renewed(start);
+    let term = tenure.pin();
+    let (thawed, thaw) = tokio::sync::oneshot::channel::<()>();
+    let work = term.within(thaw);
+    tokio::pin!(work);
+    assert!(futures::poll!(&mut work).is_pending());
+    // Frozen past the term's end (the work is not polled); the renew loop wakes first.
+    tokio::time::advance(DEADLINE * 2).await;
+    assert!(!fence.end(), "the term had run out by itself");
+    thawed.send(()).expect("work waiting");
+    assert_eq!(work.await.map(|_| ()), Err(start + DEADLINE));
+    // A term its holder ends early (the lease lost to another) ends then.
+    fence.renewed(Instant::now());
+    let term = tenure.pin();
+    tokio::time::advance(Duration::from_secs(3)).await;
+    let ended_at = Instant::now();
+    fence.end();
+    tokio::time::advance(Duration::from_secs(30)).await;
+    assert_eq!(term.lost().await, ended_at);
+}
+
 #[tokio::test]
 async fn always_is_held_and_never_lost() {
     let tenure = Tenure::always();
