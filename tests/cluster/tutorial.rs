@@ -18,18 +18,29 @@ fn page(path: &str) -> String {
     std::fs::read_to_string(workspace().join(path)).unwrap()
 }
 
+/// Where the tutorial shows the SDK a reader's `capstan` extracted (`/home/you`'s cache).
+const SHOWN_SDK: &str = "/home/you/.cache/capstan/sdk/0.1.0-1a2b3c4d5e6f";
+
 /// Every file of a new `greeter` project in `lang`, as `capstan new` writes it for a
-/// reader (the SDK by version, no `--sdk`).
+/// reader (the SDK the binary carries, no `--sdk`), with the extracted SDK's directory
+/// written as the tutorial shows it.
 fn scaffold(lang: &str) -> BTreeMap<String, String> {
     let dir = tempfile::tempdir().unwrap();
-    succeeded(
-        "capstan new",
-        &run_in(
-            dir.path(),
-            arg(&capstan_bin()),
-            &["new", "greeter", "--lang", lang],
-        ),
-    );
+    let cache = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(capstan_bin())
+        .args(["new", "greeter", "--lang", lang])
+        .current_dir(dir.path())
+        .env("XDG_CACHE_HOME", cache.path())
+        .env_remove("CAPSTAN_SDK")
+        .output()
+        .unwrap();
+    succeeded("capstan new", &out);
+    let sdk = std::fs::read_dir(cache.path().join("capstan/sdk"))
+        .unwrap()
+        .flatten()
+        .next()
+        .expect("the SDK extracted")
+        .path();
     let mut files = BTreeMap::new();
     let mut todo = vec![dir.path().join("greeter")];
     while let Some(at) = todo.pop() {
@@ -38,7 +49,7 @@ fn scaffold(lang: &str) -> BTreeMap<String, String> {
             if path.is_dir() {
                 todo.push(path);
             } else if let Ok(text) = std::fs::read_to_string(&path) {
-                files.insert(path.display().to_string(), text);
+                files.insert(path.display().to_string(), text.replace(arg(&sdk), SHOWN_SDK));
             }
         }
     }
@@ -137,7 +148,8 @@ async fn the_tutorial_runs_as_written_on_the_local_plane() -> Result<()> {
         &[
             ("PATH", path()?),
             ("KUBECONFIG", plane.kubeconfig().display().to_string()),
-            // The one override the tutorial names, since nothing is published yet.
+            // The override the tutorial names: the checkout's SDK, whose crates the
+            // workspace built already (the bundled copy would be built again).
             ("CAPSTAN_SDK", workspace().display().to_string()),
             ("CARGO_TARGET_DIR", target),
             ("CAPSTAN_CACHE_DIR", compile_cache().display().to_string()),

@@ -2,6 +2,7 @@
 
 mod bench;
 mod build;
+mod bundle;
 #[cfg(feature = "dev")]
 mod dev;
 mod diff;

@@ -20,8 +20,9 @@ pub struct NewArgs {
     /// Where to make it [default: ./NAME]; must not exist or be empty.
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Use the SDK of this Capstan checkout instead of the published one (nothing is
-    /// published yet): the one override of the SDK's source, for every language.
+    /// Use the SDK of this Capstan checkout instead of the one this binary carries
+    /// (extracted into `$XDG_CACHE_HOME/capstan/sdk`): the one override of the SDK's
+    /// source, for every language.
     #[arg(long, env = "CAPSTAN_SDK", value_name = "CHECKOUT")]
     sdk: Option<PathBuf>,
 }
@@ -110,56 +111,53 @@ pub fn run(args: NewArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Where a project's SDK comes from: the published packages of this version, or the
-/// `sdk` directory of a checkout.
+/// Where a project's SDK comes from: a checkout's `sdk` directory, or the bundled one's.
 struct Sdk {
     version: &'static str,
-    path: Option<String>,
+    /// The `sdk` directory, absolute.
+    path: String,
 }
 
+/// The SDK of `checkout`, or else the one this binary carries, extracted into the cache.
 fn sdk_source(checkout: Option<&Path>) -> anyhow::Result<Sdk> {
-    let version = env!("CARGO_PKG_VERSION");
-    let Some(checkout) = checkout else {
-        return Ok(Sdk { version, path: None });
+    let root = match checkout {
+        Some(checkout) => {
+            let checkout = std::path::absolute(checkout)?;
+            anyhow::ensure!(
+                checkout.join("sdk/Cargo.toml").is_file(),
+                "{} is not a Capstan checkout (no sdk/Cargo.toml)",
+                checkout.display()
+            );
+            checkout
+        }
+        None => {
+            let cache = super::user_cache("sdk").context(
+                "no cache directory for the SDK: set XDG_CACHE_HOME or HOME, or pass --sdk CHECKOUT",
+            )?;
+            super::bundle::extracted(&cache)?
+        }
     };
-    let checkout = std::path::absolute(checkout)?;
-    anyhow::ensure!(
-        checkout.join("sdk/Cargo.toml").is_file(),
-        "{} is not a Capstan checkout (no sdk/Cargo.toml)",
-        checkout.display()
-    );
-    let sdk = checkout.join("sdk");
-    let path = sdk
-        .to_str()
-        .context("the checkout's path is not UTF-8")?
-        .to_string();
+    let path = root.join("sdk");
+    let path = path.to_str().context("the SDK's path is not UTF-8")?.to_string();
     Ok(Sdk {
-        version,
-        path: Some(path),
+        version: env!("CARGO_PKG_VERSION"),
+        path,
     })
 }
 
 impl Sdk {
     /// The Rust dependency lines: (dependencies, dev-dependencies).
     fn rust(&self) -> (String, String) {
-        let version = self.version;
-        let path = self
-            .path
-            .as_ref()
-            .map(|p| format!(", path = {p:?}"))
-            .unwrap_or_default();
+        let (version, path) = (self.version, &self.path);
         (
-            format!("capstan-sdk = {{ version = \"{version}\"{path} }}"),
-            format!("capstan-sdk = {{ version = \"{version}\"{path}, features = [\"testing\"] }}"),
+            format!("capstan-sdk = {{ version = \"{version}\", path = {path:?} }}"),
+            format!("capstan-sdk = {{ version = \"{version}\", path = {path:?}, features = [\"testing\"] }}"),
         )
     }
 
-    /// The JS dependency's version range or `file:` source.
-    fn js(&self) -> String {
-        match &self.path {
-            Some(path) => format!("file:{path}/js"),
-            None => format!("^{}", self.version),
-        }
+    /// The Python requirement, `extra` (`[testing]`) or none: the package's directory.
+    fn python(&self, extra: &str) -> String {
+        format!("capstan-sdk{extra} @ file://{}/python", self.path)
     }
 }
 
@@ -189,9 +187,10 @@ impl Names {
                 ("{{Kind}}", kind),
                 ("{{sdk}}", rust),
                 ("{{sdk-testing}}", rust_testing),
-                ("{{sdk-path}}", sdk.path.clone().unwrap_or_default()),
-                ("{{js-sdk}}", sdk.js()),
-                ("{{version}}", sdk.version.to_string()),
+                ("{{sdk-path}}", sdk.path.clone()),
+                ("{{py-sdk}}", sdk.python("")),
+                ("{{py-sdk-testing}}", sdk.python("[testing]")),
+                ("{{js-sdk}}", format!("file:{}/js", sdk.path)),
             ],
         }
     }
@@ -209,24 +208,22 @@ mod tests {
 
     #[test]
     fn names_make_a_kind_a_crate_and_a_plural() {
-        let published = Sdk {
+        let sdk = Sdk {
             version: "1.2.3",
-            path: None,
+            path: "/src/capstan/sdk".into(),
         };
-        let names = Names::of("ping-pong", &published);
+        let names = Names::of("ping-pong", &sdk);
         assert_eq!(
             names.fill("{{name}} {{crate}} {{Kind}} {{kind}} {{plural}} {{js-sdk}} [{{sdk-path}}]"),
-            "ping-pong ping_pong PingPong pingpong pingpongs ^1.2.3 []"
+            "ping-pong ping_pong PingPong pingpong pingpongs file:/src/capstan/sdk/js [/src/capstan/sdk]"
         );
-        assert_eq!(names.fill("{{sdk}}"), r#"capstan-sdk = { version = "1.2.3" }"#);
-        let checkout = Sdk {
-            version: "1.2.3",
-            path: Some("/src/capstan/sdk".into()),
-        };
-        let names = Names::of("a", &checkout);
         assert_eq!(
-            names.fill("{{sdk-testing}} {{js-sdk}}"),
-            r#"capstan-sdk = { version = "1.2.3", path = "/src/capstan/sdk", features = ["testing"] } file:/src/capstan/sdk/js"#
+            names.fill("{{sdk-testing}}"),
+            r#"capstan-sdk = { version = "1.2.3", path = "/src/capstan/sdk", features = ["testing"] }"#
+        );
+        assert_eq!(
+            names.fill("{{py-sdk}}; {{py-sdk-testing}}"),
+            "capstan-sdk @ file:///src/capstan/sdk/python; capstan-sdk[testing] @ file:///src/capstan/sdk/python"
         );
     }
 }

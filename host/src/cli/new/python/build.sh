@@ -5,12 +5,12 @@
 # Where things come from, each overridable:
 #   COMPONENTIZE_PY  the componentize-py executable. Default: componentize-py on PATH
 #                    (pip install componentize-py==0.25.1).
-#   the SDK          SDK_PATH below when the project was made with `capstan new --sdk
-#                    CHECKOUT` (that checkout's sdk/python/src), else the capstan_sdk
-#                    package installed for $PYTHON (default python3, or the Python beside
-#                    componentize-py).
+#   the SDK          SDK_PATH below: the SDK the `capstan` binary that made this project
+#                    carries (extracted into its cache), or `capstan new --sdk CHECKOUT`'s.
+#                    Emptied, the capstan_sdk package installed for $PYTHON (default
+#                    python3, or the Python beside componentize-py).
 #   CAPSTAN_WIT      the directory holding capstan:reconciler@0.2.0's WIT. Default: the
-#                    one the SDK ships (capstan_sdk.wit_dir()), or the checkout's wit/.
+#                    one the SDK ships (capstan_sdk.wit_dir()), or SDK_PATH/../wit.
 set -eu
 cd "$(dirname "$0")"
 

@@ -1,6 +1,6 @@
 """pytest's setup: {{crate}}.py importable from the tests, and the SDK the project was
-made with. `capstan new --sdk CHECKOUT` names the checkout's SDK here (SDK_PATH); else
-capstan_sdk is the pip-installed package (pip install 'capstan-sdk[testing]')."""
+made with (SDK_PATH: the one the `capstan` binary carries, or `capstan new --sdk
+CHECKOUT`'s); emptied, capstan_sdk is the pip-installed package."""
 
 import sys
 from pathlib import Path
