@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use capstan_tests::toolchains::{run_in, succeeded};
+use capstan_tests::toolchains::succeeded;
 use capstan_tests::{arg, book, capstan_bin, compile_cache, workspace};
 
 fn tutorial() -> String {
