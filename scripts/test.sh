@@ -49,6 +49,9 @@ cargo build --profile plugin --target wasm32-wasip2 -p echo -p hostile -p schedu
 # whole target where it has no modules. Jobs start longest first (the names below, from a
 # CI run's timings), each one's output printed whole as it ends.
 cargo test --workspace --no-run
+# The `capstan` binary the cluster tests start, with the features the tests resolve (as
+# `capstan_bin()` builds it): only the binary is linked, every crate is the tests' own.
+cargo build --workspace --tests --bin capstan
 echo "test.sh: every test built at $SECONDS s" >&2
 jobs=$(mktemp -d)
 trap 'rm -rf "$jobs"; [ -z "${busy:-}" ] || kill "$busy" 2>/dev/null || true' EXIT
