@@ -5,7 +5,6 @@
 //! so it builds with no checkout and nothing published; only the language toolchains come
 //! from the package registries.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -64,13 +63,11 @@ fn write_all(root: &Path) -> anyhow::Result<()> {
             std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
         }
         let bytes = if *relative == "Cargo.toml" {
-            workspace_manifest(bytes)?.into_bytes()
+            std::borrow::Cow::Owned(workspace_manifest(bytes)?.into_bytes())
         } else {
-            bytes.to_vec()
+            std::borrow::Cow::Borrowed(*bytes)
         };
-        std::fs::File::create(&path)
-            .and_then(|mut f| f.write_all(&bytes))
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
     }
     // The Rust crate finds the contract at `sdk/wit`, as in a checkout.
     std::os::unix::fs::symlink("../wit", root.join("sdk/wit"))
