@@ -104,10 +104,23 @@ pub fn arg(p: &Path) -> &str {
 }
 
 /// The compile cache of every `capstan` process the tests start (set as
-/// `CAPSTAN_CACHE_DIR`), so no test writes into the user's `~/.cache/capstan/wasm`: a
-/// directory of this test process's own under the system temp dir, removed at exit.
-/// `capstan` creates the `wasm` directory itself, private to the user as it insists.
+/// `CAPSTAN_CACHE_DIR`), so no test writes into the user's `~/.cache/capstan/wasm`: one
+/// directory in the target dir, shared by every test process. Entries are named by the
+/// component's digest and the engine's settings and renamed into place whole, so processes
+/// that compile the same component at once are safe. Each test process used to have its
+/// own: Echo in Python or JavaScript was then compiled cold by every one that loaded it
+/// (about a minute of CPU each in the debug host). Tests about the cache itself use
+/// their own directories. `capstan` creates the `wasm` directory, private to the user as
+/// it insists.
 pub fn compile_cache() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| target_dir().join("capstan-tests/wasm"))
+}
+
+/// Where the `capstan` processes the tests start keep pulled plugins (`CAPSTAN_PULL_DIR`):
+/// a directory of this test process's own under the system temp dir, removed at exit, so
+/// every test process pulls afresh.
+pub fn pull_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     extern "C" fn remove() {
         if let Some(root) = DIR.get().and_then(|d| d.parent()) {
@@ -121,19 +134,14 @@ pub fn compile_cache() -> &'static Path {
             .recursive(true)
             .mode(0o700)
             .create(&root)
-            .expect("creating the tests' compile cache directory");
+            .expect("creating the tests' pull directory");
         // SAFETY: registering a plain extern "C" fn; it only removes files.
         unsafe {
             libc::atexit(remove);
         }
-        root.join("wasm")
+        root.join("oci")
     })
-}
-
-/// Where the `capstan` processes the tests start keep pulled plugins (`CAPSTAN_PULL_DIR`):
-/// beside [`compile_cache`], removed with it.
-pub fn pull_dir() -> PathBuf {
-    compile_cache().with_file_name("oci")
+    .clone()
 }
 
 /// `cargo build` for Wasm plugins (`plugin` profile, `wasm32-wasip2`) with `args`.
