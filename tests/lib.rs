@@ -107,11 +107,11 @@ pub fn arg(p: &Path) -> &str {
 /// `CAPSTAN_CACHE_DIR`), so no test writes into the user's `~/.cache/capstan/wasm`: one
 /// directory in the target dir, shared by every test process. Entries are named by the
 /// component's digest and the engine's settings and renamed into place whole, so processes
-/// that compile the same component at once are safe. Each test process used to have its
-/// own: Echo in Python or JavaScript was then compiled cold by every one that loaded it
-/// (about a minute of CPU each in the debug host). Tests about the cache itself use
-/// their own directories. `capstan` creates the `wasm` directory, private to the user as
-/// it insists.
+/// that compile the same component at once are safe. Only byte-identical components share
+/// an entry: the Rust plugins do, but componentize-py and componentize-js builds of one
+/// project differ from process to process, so each process still compiles its own. Tests
+/// about the cache itself use their own directories. `capstan` creates the `wasm`
+/// directory, private to the user as it insists.
 pub fn compile_cache() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| target_dir().join("capstan-tests/wasm"))

@@ -415,9 +415,9 @@ async fn the_node_is_ready_and_kwoks_node_takes_no_pods() -> Result<()> {
     Ok(())
 }
 
-/// How long a debug host may take to load Echo in Python or JavaScript when no test process
-/// of this run has compiled it yet (the tests share one compile cache): the component (19 and 12 MB, an interpreter inside) is compiled
-/// with Cranelift. Measured with `capstan inspect` of the debug build on an empty cache,
+/// How long a debug host may take to load Echo in Python or JavaScript that this test
+/// process built: the component (19 and 12 MB, an interpreter inside) is compiled with
+/// Cranelift (builds are not byte-reproducible, so no other process's entry matches). Measured with `capstan inspect` of the debug build on an empty cache,
 /// beside the faults test's three replicas on 2 cores: Python 76 s of CPU in 130 s, JS 59
 /// s of CPU in 104 s. That compile is where the two minutes the Echo was given went.
 /// With one core kept busy as well, the compile may get half of what it got then: 360 s.
@@ -442,7 +442,7 @@ async fn echo_in_python_and_javascript_run_jobs_on_the_real_node() -> Result<()>
         let args = ["--plugins", plugins.to_str().unwrap(), "--namespace", &ns];
         let mut host = Host::start(plane, &args, &dir.path().join("host.log"), &[])?;
         // The Echo's two minutes start once the host runs it: before that it compiles the
-        // component, cold unless another test process did (see COLD_LOAD).
+        // component, cold (see COLD_LOAD).
         host.ready(COLD_LOAD).await?;
         let message = format!("hello from {lang}");
         let log = echo_runs(&admin, &ns, "hello", &message).await;
