@@ -56,7 +56,6 @@ class BaseHTTPRequestHandler:
     def send_response_only(self, code: int, message: str | None = None) -> None:
         if message is None:
             message = self.responses.get(code, ("",))[0]
-        self._status = code
         self._head = [f"{self.protocol_version} {code} {message}\r\n"]
 
     def send_header(self, keyword: str, value: str) -> None:
@@ -163,7 +162,6 @@ class Hook:
         h.headers, h.rfile, h.wfile = headers, io.BytesIO(body), io.BytesIO()
         h.client_address, h.server, h.close_connection = ("127.0.0.1", 0), None, True
         h._head = []
-        h._status = None
         if not hasattr(h, "do_POST"):
             raise HookError(f"{self.path}: its handler {self.handler.__name__} has no do_POST")
         h.do_POST()
