@@ -417,9 +417,9 @@ async fn the_node_is_ready_and_kwoks_node_takes_no_pods() -> Result<()> {
 
 /// How long a debug host may take to load Echo in Python or JavaScript that this test
 /// process built: the component (19 and 12 MB, an interpreter inside) is compiled with
-/// Cranelift (builds are not byte-reproducible, so no other process's entry matches). Measured with `capstan inspect` of the debug build on an empty cache,
-/// beside the faults test's three replicas on 2 cores: Python 76 s of CPU in 130 s, JS 59
-/// s of CPU in 104 s. That compile is where the two minutes the Echo was given went.
+/// Cranelift (builds are not byte-reproducible, so no other process's entry matches).
+/// Measured with `capstan inspect` of the debug build on an empty cache, beside the faults
+/// test's three replicas on 2 cores: Python 76 s of CPU in 130 s, JS 59 s of CPU in 104 s. That compile is where the two minutes the Echo was given went.
 /// With one core kept busy as well, the compile may get half of what it got then: 360 s.
 const COLD_LOAD: Duration = Duration::from_secs(360);
 
