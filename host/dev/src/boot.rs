@@ -58,7 +58,7 @@ pub(crate) fn wipe_state(dir: &Path) -> Result<()> {
 
 /// Whether a start failed only because an auto-picked port was taken meanwhile.
 pub(crate) fn is_port_clash(err: &anyhow::Error) -> bool {
-    format!("{err:#}").contains("address already in use")
+    format!("{err:#}").contains(process::PORT_CLASH)
 }
 
 fn resolve_ports(config: &PlaneConfig) -> Result<PortMap> {

@@ -87,24 +87,38 @@ fn log_hint(log: &Path) -> String {
         return String::new();
     };
     let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    if let Some(line) = lines.iter().rev().find(|l| l.contains(PORT_CLASH)) {
+        return format!(": {}", around_clash(line));
+    }
     let pick = lines
         .iter()
         .rev()
-        .find(|l| l.contains("address already in use"))
-        .or_else(|| {
-            lines.iter().rev().find(|l| {
-                let l = l.to_ascii_lowercase();
-                l.contains("error") || l.contains("fatal") || l.contains("panic")
-            })
+        .find(|l| {
+            let l = l.to_ascii_lowercase();
+            l.contains("error") || l.contains("fatal") || l.contains("panic")
         })
         .or(lines.last());
     match pick {
         Some(line) => {
-            let short: String = line.chars().take(240).collect();
+            let short: String = line.chars().take(HINT_CHARS).collect();
             format!(": {short}")
         }
         None => String::new(),
     }
+}
+
+/// What a component logs when its port was taken; callers retry on it, so a hint must keep it.
+pub(crate) const PORT_CLASH: &str = "address already in use";
+const HINT_CHARS: usize = 240;
+
+/// The end of `line` up to and including the clash, so a long (JSON) line keeps the words
+/// the retry looks for.
+fn around_clash(line: &str) -> String {
+    let end = line.find(PORT_CLASH).map_or(line.len(), |i| i + PORT_CLASH.len());
+    let chars: Vec<char> = line[..end].chars().collect();
+    let from = chars.len().saturating_sub(HINT_CHARS);
+    let cut: String = chars[from..].iter().collect();
+    if from > 0 { format!("…{cut}") } else { cut }
 }
 
 fn signal_group(pgid: libc::pid_t, sig: libc::c_int) {
@@ -288,6 +302,20 @@ pub(crate) fn stop_foreign(pid: u32, expected_start: Option<u64>, grace: Duratio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_json_line_keeps_the_port_clash_in_its_hint() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("kwok.log");
+        let pad = "x".repeat(400);
+        let line = format!(
+            r#"{{"level":"ERROR","msg":"Failed to run server","id":"{pad}","err":"listen tcp 127.0.0.1:4321: bind: address already in use"}}"#
+        );
+        std::fs::write(&log, format!("starting\n{line}\nbye\n")).unwrap();
+        let err = component_error("kwok", &log, "exited during start");
+        assert!(crate::boot::is_port_clash(&err), "{err:#}");
+        assert!(format!("{err:#}").contains("127.0.0.1:4321"), "{err:#}");
+    }
 
     #[test]
     fn stat_fields_survive_spaces_in_comm() {
