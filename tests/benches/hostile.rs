@@ -166,6 +166,9 @@ async fn main() -> Result<()> {
     let report = capstan_tests::governance::Report {
         case: "combined".into(),
         cpu_cores: cpu,
+        // Many plugins in one host: their calls are not told apart here, the host's total is.
+        plugin_cpu_cores: 0.0,
+        window_s: elapsed,
         peak_rss_mib: used.peak_rss_mib,
         rss_mib: used.rss_mib,
         writes_per_s,
@@ -175,7 +178,8 @@ async fn main() -> Result<()> {
     };
     let budget = capstan_tests::governance::Budget {
         rss_mib: RSS_MIB,
-        cpu_cores: 2.0,
+        host_cores: 2.0,
+        share_cores: f64::INFINITY,
         writes_per_s: f64::INFINITY,
     };
     let report = case.stop(report, &budget)?;

@@ -86,7 +86,7 @@ async fn a_spinning_plugin_gets_its_cpu_share_and_no_more() -> Result<()> {
         .await?;
     ensure!(echo_faults == 0.0, "Echo timed out {echo_faults} times");
     let budget = Budget {
-        cpu_cores: 0.8,
+        share_cores: 0.5,
         ..Budget::default()
     };
     case.stop(report, &budget)?;

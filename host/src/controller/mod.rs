@@ -308,6 +308,10 @@ impl Wiring {
                 controller: name.clone(),
             })
             .set(i64::from(self.options.concurrency));
+        let cpu_meter = metrics
+            .cpu_seconds
+            .get_or_create(&crate::ops::metrics::PluginLabel { plugin: name.clone() })
+            .clone();
         let reporter = Reporter {
             controller: format!("capstan-{name}"),
             instance: std::env::var("POD_NAME").ok(),
@@ -318,7 +322,7 @@ impl Wiring {
         };
         Shared {
             sink,
-            cpu: throttle::CpuBudget::new(self.options.cpu_millicores),
+            cpu: throttle::CpuBudget::new(self.options.cpu_millicores).metered(cpu_meter),
             creations: creations::Budget::new(self.options.creations_per_second, std::time::Instant::now()),
             reporter,
             events,

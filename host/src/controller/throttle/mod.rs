@@ -171,7 +171,12 @@ pub struct CpuBudget {
     inner: Arc<Mutex<Inner>>,
     /// Told whenever a call leaves flight, for the calls waiting to learn a cost.
     ended: Arc<tokio::sync::Notify>,
+    /// Where every charge is also counted, for operators (`capstan_wasm_cpu_seconds_total`).
+    meter: Meter,
 }
+
+/// A counter of CPU seconds charged.
+pub type Meter = prometheus_client::metrics::counter::Counter<f64, std::sync::atomic::AtomicU64>;
 
 /// One call's place in the budget: [`Permit::run`] runs it and charges what it used.
 pub struct Permit {
@@ -193,7 +198,13 @@ impl CpuBudget {
                 line: line::Line::default(),
             })),
             ended: Arc::new(tokio::sync::Notify::new()),
+            meter: Meter::default(),
         }
+    }
+
+    /// The same budget, counting every charge into `meter` as well.
+    pub fn metered(self, meter: Meter) -> Self {
+        CpuBudget { meter, ..self }
     }
 
     /// A permit for one call for `object`, or how long to wait before asking again: while
@@ -260,6 +271,7 @@ impl Permit {
     fn charge_at(self, used: Duration, now: Instant) {
         let mut inner = self.budget.inner();
         let used = used.as_secs_f64();
+        self.budget.meter.inc_by(used);
         inner.bucket.spend(used, now);
         let cost = inner.cost(self.call);
         cost.per_call = Some(match cost.per_call {

@@ -262,3 +262,15 @@ fn cheap_calls_in_flight_are_committed_to_one_seconds_credit() {
         .collect();
     assert_eq!(permits.len(), 33);
 }
+
+#[test]
+fn every_charge_is_counted_into_the_meter() {
+    let meter = super::Meter::default();
+    let cpu = CpuBudget::new(1000).metered(meter.clone());
+    let t0 = Instant::now();
+    let first = cpu.start_at(Call::Related, &key("a"), t0).unwrap();
+    first.charge_at(Duration::from_millis(30), t0);
+    let second = cpu.start_at(Call::Reconcile, &key("a"), t0).unwrap();
+    second.charge_at(Duration::from_millis(12), t0);
+    assert!((meter.get() - 0.042).abs() < 1e-9, "{}", meter.get());
+}

@@ -9,6 +9,7 @@ pub(crate) use labels::*;
 pub use register::Described;
 
 use std::sync::OnceLock;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
@@ -55,6 +56,9 @@ pub struct Metrics {
     pub(crate) dispatch_time: Family<CallLabels, Histogram>,
     /// capstan_wasm_faults_total by cause.
     pub(crate) faults: Family<FaultLabels, Counter>,
+    /// capstan_wasm_cpu_seconds_total: CPU time of the plugin's calls, as charged to its
+    /// CPU share.
+    pub(crate) cpu_seconds: Family<PluginLabel, Counter<f64, AtomicU64>>,
     /// capstan_plugin_response_refused_total: responses refused by validation.
     pub(crate) refused: Family<PluginLabel, Counter>,
     /// capstan_api_writes_total: API writes made by reconciles.
@@ -159,6 +163,7 @@ pub fn get() -> &'static Metrics {
             leader: Family::default(),
             dispatch_time: latency(),
             faults: Family::default(),
+            cpu_seconds: Family::default(),
             refused: Family::default(),
             api_writes: Family::default(),
             unchanged: Family::default(),
@@ -268,6 +273,7 @@ impl Metrics {
         ] {
             drop(family.get_or_create(&label));
         }
+        drop(self.cpu_seconds.get_or_create(&label));
     }
 
     /// The memory budget, `(total, used)` bytes, as the engine reports it.

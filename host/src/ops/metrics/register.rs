@@ -200,6 +200,11 @@ pub(super) fn capstan(r: &mut Registrar, m: &Metrics) {
     );
     r.register("capstan_wasm_faults", "Plugin faults by cause", m.faults.clone());
     r.register(
+        "capstan_wasm_cpu_seconds",
+        "CPU seconds the plugin's calls used (reconcile and related), as charged to its CPU share",
+        m.cpu_seconds.clone(),
+    );
+    r.register(
         "capstan_plugin_response_refused",
         "Plugin responses refused by validation",
         m.refused.clone(),
