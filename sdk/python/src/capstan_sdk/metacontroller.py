@@ -1,0 +1,194 @@
+"""Metacontroller's hook contract on Capstan's: a CompositeController's ``sync``,
+``finalize`` and ``customize`` hooks run as a plugin's ``reconcile`` and ``related``.
+
+A hook is anything that maps a request's JSON to a response's JSON; a script written for
+``http.server`` becomes one with :func:`webhook`. :class:`Composite` builds each hook's
+request as Metacontroller would — the ``controller`` object, the ``parent``, the
+``children`` and ``related`` object maps keyed by ``Kind.apiVersion`` and then by name
+(hook version ``v1``) or ``namespace/name`` (``v2``), ``finalizing`` — and turns the
+response into Capstan's: the children applied (namespaced ones without a namespace in
+the parent's), the status as the hook returns it with ``observedGeneration``, the resync
+as a requeue, ``finalized`` as the finalizer's release.
+
+The kinds are the plugin's declaration (its :class:`Metadata`): Metacontroller names
+resources by plural, and a ``customize`` rule for a resource the plugin does not
+declare related is refused as the plugin's error, naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from .context import Context
+from .errors import Fatal, Retry
+from .kinds import KindRef
+from .metadata import Metadata
+from .objects import namespace as namespace_of
+from .reconciler import Reconciler
+from .related import Related
+from .response import Response
+
+Hook = Callable[[dict[str, Any]], dict[str, Any]]
+"""A hook: a request's JSON in, its response's JSON out."""
+
+VERSIONS = ("v1", "v2")
+"""The hook versions Metacontroller defines: how the object maps are keyed."""
+
+
+def webhook(hook: Any, url_path: str) -> Hook:
+    """A loaded ``http.server`` script (:func:`capstan_sdk.http_hook.load`) as a hook
+    served at ``url_path``: a status other than 2xx is an error to retry, as
+    Metacontroller retries a failed webhook."""
+
+    def call(request: dict[str, Any]) -> dict[str, Any]:
+        answer = hook.post(url_path, json.dumps(request).encode())
+        if not 200 <= answer.status < 300:
+            text = answer.body.decode(errors="replace")[:200]
+            raise Retry(f"{url_path} answered {answer.status}: {text}")
+        try:
+            value = json.loads(answer.body or b"{}")
+        except ValueError as e:
+            raise Retry(f"{url_path} answered with JSON that does not parse: {e}") from None
+        if not isinstance(value, dict):
+            raise Retry(f"{url_path} answered {type(value).__name__}, not an object")
+        return value
+
+    return call
+
+
+def kind_key(kind: KindRef) -> str:
+    """``Kind.apiVersion``, the key of a kind's map: ``Pod.v1``, ``StatefulSet.apps/v1``."""
+    return f"{kind.kind}.{kind.api_version}"
+
+
+def object_key(obj: Mapping[str, Any], parent_namespaced: bool, version: str) -> str:
+    """An object's key in its kind's map. ``v2``: ``namespace/name`` for a namespaced
+    object, its name otherwise. ``v1``: the name when the object and the parent have one
+    scope, ``namespace/name`` for a namespaced object of a cluster-scoped parent."""
+    meta = obj.get("metadata") or {}
+    name, ns = meta.get("name", ""), meta.get("namespace")
+    if not ns or (version == "v1" and parent_namespaced):
+        return name
+    return f"{ns}/{name}"
+
+
+def object_map(
+    kinds: Iterable[KindRef], objects: list[dict[str, Any]], parent: Mapping[str, Any], version: str
+) -> dict[str, dict[str, Any]]:
+    """Every kind's map (an empty one for a kind with no objects), as Metacontroller sends them."""
+    parent_namespaced = bool(namespace_of(parent))
+    out: dict[str, dict[str, Any]] = {}
+    for kind in kinds:
+        out[kind_key(kind)] = {
+            object_key(o, parent_namespaced, version): o for o in objects if kind.matches(o)
+        }
+    return out
+
+
+def label_selector(selector: Mapping[str, Any] | None) -> str:
+    """A ``metav1.LabelSelector`` as selector text: ``app=web,tier in (a,b),!legacy``."""
+    if not selector:
+        return ""
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key", ""), expr.get("operator", ""), expr.get("values") or []
+        if op == "In":
+            parts.append(f"{key} in ({','.join(values)})")
+        elif op == "NotIn":
+            parts.append(f"{key} notin ({','.join(values)})")
+        elif op == "Exists":
+            parts.append(key)
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+        else:
+            raise Fatal(f"label selector: unknown operator {op!r} for key {key!r}")
+    return ",".join(parts)
+
+
+@dataclass
+class Composite(Reconciler):
+    """A CompositeController's hooks as a plugin.
+
+    ``controller`` is the CompositeController object as Metacontroller would send it;
+    ``metadata`` declares its parent, child and related kinds (and a finalizer when there
+    is a ``finalize`` hook). ``version`` is the hooks' (``spec.hooks.sync.version``).
+    """
+
+    controller: dict[str, Any]
+    declared: Metadata
+    sync: Hook
+    finalize: Hook | None = None
+    customize: Hook | None = None
+    version: str = "v1"
+    resync_seconds: float | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.version not in VERSIONS:
+            raise ValueError(f"hook version {self.version!r}: Metacontroller has {', '.join(VERSIONS)}")
+
+    def metadata(self) -> Metadata:
+        return self.declared
+
+    def related(self, parent: dict[str, Any], ctx: Context) -> list[Related]:
+        if self.customize is None:
+            return []
+        answer = self.customize({"controller": self.controller, "parent": parent})
+        rules = answer.get("relatedResources") or []
+        return [self._query(rule, parent) for rule in rules]
+
+    def _query(self, rule: Mapping[str, Any], parent: Mapping[str, Any]) -> Related:
+        api_version, resource = rule.get("apiVersion", ""), rule.get("resource", "")
+        kind = next(
+            (k for k in self.declared.related_kinds if k.api_version == api_version and k.plural == resource),
+            None,
+        )
+        if kind is None:
+            raise Fatal(f"customize: {resource} ({api_version}) is not declared related")
+        names = rule.get("names")
+        query = Related.named(kind, names) if names else Related.labelled(kind, label_selector(rule.get("labelSelector")))
+        ns = rule.get("namespace")
+        return query.in_namespace(ns) if ns else query
+
+    def request(self, parent: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        """The hook request for ``parent``, as Metacontroller sends it."""
+        return {
+            "controller": self.controller,
+            "parent": parent,
+            "children": object_map(self.declared.children, ctx.children, parent, self.version),
+            "related": object_map(self.declared.related_kinds, ctx.related, parent, self.version),
+            "finalizing": ctx.finalizing,
+        }
+
+    def reconcile(self, parent: dict[str, Any], ctx: Context) -> Response:
+        hook = self.finalize if ctx.finalizing and self.finalize is not None else self.sync
+        answer = hook(self.request(parent, ctx))
+        return self.response(answer, parent, ctx.finalizing)
+
+    def response(self, answer: Mapping[str, Any], parent: Mapping[str, Any], finalizing: bool) -> Response:
+        """Capstan's response for a hook's ``answer``."""
+        out = Response()
+        for child in answer.get("children") or []:
+            out = out.with_child(self._placed(child, parent))
+        status = answer.get("status")
+        if status is not None:
+            generation = (parent.get("metadata") or {}).get("generation")
+            out = out.with_status({**status, "observedGeneration": generation} if generation else dict(status))
+        resync = [s for s in (answer.get("resyncAfterSeconds"), self.resync_seconds) if s]
+        if resync:
+            out = out.with_requeue_after(float(min(resync)))
+        if finalizing and answer.get("finalized"):
+            out = out.with_finalized()
+        return out
+
+    def _placed(self, child: Mapping[str, Any], parent: Mapping[str, Any]) -> dict[str, Any]:
+        """``child`` with the parent's namespace when it is of a namespaced kind and names none."""
+        out = dict(child)
+        meta = dict(out.get("metadata") or {})
+        ns = namespace_of(parent)
+        kind = next((k for k in self.declared.children if k.matches(child)), None)
+        if ns and not meta.get("namespace") and (kind is None or kind.namespaced):
+            meta["namespace"] = ns
+        out["metadata"] = meta
+        return out

@@ -1,0 +1,194 @@
+"""capstan_sdk.metacontroller: Metacontroller's hook requests and responses over Capstan's."""
+
+import json
+import textwrap
+from datetime import timedelta
+
+import pytest
+
+from capstan_sdk import Context, Fatal, KindRef, Metadata, Retry, http_hook, kinds
+from capstan_sdk.metacontroller import Composite, label_selector, object_key, webhook
+
+TEAM = KindRef("example.com", "v1", "Team", "teams")
+REGION = KindRef("example.com", "v1", "Region", "regions", namespaced=False)
+ROLE = KindRef("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", namespaced=False)
+
+
+def obj(kind, name, ns=None, **rest):
+    return {**kind.new(name, ns), **rest}
+
+
+def recorder(answer=None):
+    """A hook that keeps each request and answers ``answer``."""
+    seen = []
+
+    def hook(request):
+        seen.append(request)
+        return answer if answer is not None else {}
+
+    return hook, seen
+
+
+def team(generation=3):
+    return {**obj(TEAM, "a", "ns1"), "metadata": {"name": "a", "namespace": "ns1", "generation": generation}}
+
+
+def composite(hook, version="v1", parent=TEAM, **kw):
+    meta = Metadata("teams", "0.1.0", parent=parent).child(kinds.CONFIG_MAP).child(ROLE).related(kinds.SECRET)
+    return Composite({"metadata": {"name": "teams"}}, meta, hook, version=version, **kw)
+
+
+def test_v1_keys_a_namespaced_parents_children_by_name_and_lists_every_child_kind():
+    hook, seen = recorder()
+    ctx = Context(children=[obj(kinds.CONFIG_MAP, "one", "ns1")], related=[obj(kinds.SECRET, "s", "ns1")])
+    composite(hook).reconcile(team(), ctx)
+    request = seen[0]
+    assert request["children"] == {
+        "ConfigMap.v1": {"one": obj(kinds.CONFIG_MAP, "one", "ns1")},
+        "ClusterRole.rbac.authorization.k8s.io/v1": {},
+    }
+    assert list(request["related"]["Secret.v1"]) == ["s"]
+    assert request["controller"] == {"metadata": {"name": "teams"}}
+    assert request["finalizing"] is False
+
+
+def test_v2_keys_namespaced_objects_by_namespace_and_name_and_cluster_ones_by_name():
+    hook, seen = recorder()
+    ctx = Context(children=[obj(kinds.CONFIG_MAP, "one", "ns1"), obj(ROLE, "reader")])
+    composite(hook, version="v2").reconcile(team(), ctx)
+    assert list(seen[0]["children"]["ConfigMap.v1"]) == ["ns1/one"]
+    assert list(seen[0]["children"]["ClusterRole.rbac.authorization.k8s.io/v1"]) == ["reader"]
+
+
+def test_v1_keys_a_cluster_scoped_parents_namespaced_children_by_namespace_and_name():
+    region = obj(REGION, "eu")
+    assert object_key(obj(kinds.CONFIG_MAP, "one", "ns1"), parent_namespaced=False, version="v1") == "ns1/one"
+    assert object_key(obj(ROLE, "reader"), parent_namespaced=False, version="v1") == "reader"
+    hook, seen = recorder()
+    composite(hook, parent=REGION).reconcile(region, Context(children=[obj(kinds.CONFIG_MAP, "one", "ns1")]))
+    assert list(seen[0]["children"]["ConfigMap.v1"]) == ["ns1/one"]
+
+
+def test_the_answer_becomes_capstans_response():
+    answer = {
+        "status": {"ready": 1},
+        "children": [obj(kinds.CONFIG_MAP, "made"), obj(ROLE, "reader"), obj(kinds.CONFIG_MAP, "there", "other")],
+        "resyncAfterSeconds": 30,
+    }
+    hook, _ = recorder(answer)
+    response = composite(hook, resync_seconds=60).reconcile(team(generation=7), Context())
+    names = [(c["metadata"]["name"], c["metadata"].get("namespace")) for c in response.children]
+    # Namespaced children without a namespace go to the parent's; cluster-scoped ones stay so.
+    assert names == [("made", "ns1"), ("reader", None), ("there", "other")]
+    assert response.status == {"ready": 1, "observedGeneration": 7}
+    assert response.requeue_after == timedelta(seconds=30)
+    assert not response.finalized
+
+
+def test_the_controllers_resync_period_requeues_when_the_hook_asks_for_none():
+    hook, _ = recorder({"children": []})
+    response = composite(hook, resync_seconds=5).reconcile(team(), Context())
+    assert response.requeue_after_ms == 5000
+    assert response.status is None
+
+
+def test_finalizing_calls_the_finalize_hook_and_its_finalized_releases_the_parent():
+    sync, synced = recorder({"finalized": True})
+    finalize, finalized = recorder({"children": [], "finalized": True})
+    plugin = composite(sync, finalize=finalize)
+    assert not plugin.reconcile(team(), Context()).finalized
+    response = plugin.reconcile(team(), Context(finalizing=True))
+    assert response.finalized
+    assert len(synced) == 1 and len(finalized) == 1
+    assert finalized[0]["finalizing"] is True
+
+
+def test_customize_rules_become_related_queries_of_declared_kinds():
+    customize, asked = recorder(
+        {
+            "relatedResources": [
+                {"apiVersion": "v1", "resource": "secrets", "labelSelector": {"matchLabels": {"app": "web"}}},
+                {"apiVersion": "v1", "resource": "secrets", "names": ["tls", "ca"], "namespace": "certs"},
+            ]
+        }
+    )
+    hook, _ = recorder()
+    queries = composite(hook, customize=customize).related(team(), Context())
+    assert asked[0] == {"controller": {"metadata": {"name": "teams"}}, "parent": team()}
+    assert (queries[0].kind, queries[0].labels, queries[0].namespace) == ("Secret", "app=web", None)
+    assert (queries[1].names, queries[1].namespace) == (("tls", "ca"), "certs")
+
+
+def test_a_customize_rule_for_an_undeclared_resource_is_the_plugins_error_naming_it():
+    customize, _ = recorder({"relatedResources": [{"apiVersion": "v1", "resource": "pods"}]})
+    hook, _ = recorder()
+    with pytest.raises(Fatal, match=r"pods \(v1\) is not declared related"):
+        composite(hook, customize=customize).related(team(), Context())
+
+
+def test_label_selectors_become_selector_text():
+    selector = {
+        "matchLabels": {"tier": "web", "app": "shop"},
+        "matchExpressions": [
+            {"key": "env", "operator": "In", "values": ["a", "b"]},
+            {"key": "zone", "operator": "NotIn", "values": ["x"]},
+            {"key": "owner", "operator": "Exists"},
+            {"key": "legacy", "operator": "DoesNotExist"},
+        ],
+    }
+    assert label_selector(selector) == "app=shop,tier=web,env in (a,b),zone notin (x),owner,!legacy"
+    assert label_selector(None) == ""
+    with pytest.raises(Fatal, match="operator 'Near'"):
+        label_selector({"matchExpressions": [{"key": "k", "operator": "Near"}]})
+
+
+def test_an_unknown_hook_version_is_refused():
+    hook, _ = recorder()
+    with pytest.raises(ValueError, match="'v3'"):
+        composite(hook, version="v3")
+
+
+COUNTER = """
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    import json
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
+            if self.path != '/sync':
+                self.send_response(500)
+                self.end_headers()
+                self.wfile.write(b'no such hook')
+                return
+            maps = body['children']['ConfigMap.v1']
+            out = {'status': {'keys': sorted(maps)},
+                   'children': [{'apiVersion': 'v1', 'kind': 'ConfigMap',
+                                 'metadata': {'name': body['parent']['metadata']['name'] + '-count'},
+                                 'data': {'n': str(len(maps))}}]}
+            self.send_response(200)
+            self.send_header('Content-Type', 'application/json')
+            self.end_headers()
+            self.wfile.write(json.dumps(out).encode())
+
+    HTTPServer(('', 80), Handler).serve_forever()
+"""
+
+
+def test_an_http_server_script_is_a_hook_end_to_end(tmp_path):
+    path = tmp_path / "sync.py"
+    path.write_text(textwrap.dedent(COUNTER))
+    served = http_hook.load(str(path))
+    plugin = composite(webhook(served, "/sync"), version="v2")
+    ctx = Context(children=[obj(kinds.CONFIG_MAP, "a-count", "ns1")])
+    response = plugin.reconcile(team(), ctx)
+    assert response.status == {"keys": ["ns1/a-count"], "observedGeneration": 3}
+    assert response.children[0]["metadata"] == {"name": "a-count", "namespace": "ns1"}
+    assert response.children[0]["data"] == {"n": "1"}
+    with pytest.raises(Retry, match="/finalize answered 500: no such hook"):
+        webhook(served, "/finalize")({"parent": team()})
+
+
+def test_the_request_is_json_as_metacontroller_sends_it():
+    hook, seen = recorder()
+    composite(hook).reconcile(team(), Context(children=[obj(kinds.CONFIG_MAP, "one", "ns1")]))
+    assert json.loads(json.dumps(seen[0])) == seen[0]
