@@ -56,11 +56,6 @@ pub(crate) fn wipe_state(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Whether a start failed only because an auto-picked port was taken meanwhile.
-pub(crate) fn is_port_clash(err: &anyhow::Error) -> bool {
-    format!("{err:#}").contains(process::PORT_CLASH)
-}
-
 fn resolve_ports(config: &PlaneConfig) -> Result<PortMap> {
     let want = config.ports;
     let pick = |p: u16, enabled: bool| -> Result<u16> {

@@ -91,7 +91,7 @@ impl Plane {
             attempt += 1;
             match boot::boot(&config, &bins, dir, Lifetime::Detached).await {
                 Ok(b) => break b,
-                Err(e) if attempt < 3 && boot::is_port_clash(&e) => continue,
+                Err(e) if attempt < 3 && process::is_port_clash(&e) => continue,
                 Err(e) => return Err(e),
             }
         };

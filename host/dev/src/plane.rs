@@ -106,7 +106,7 @@ impl Plane {
             match boot::boot(&config, &bins, &dir, Lifetime::Attached).await {
                 Ok(booted) => return Ok(Self::from_booted(booted, dir, temp, &config)),
                 // Another process can grab a port between our probe and the bind.
-                Err(e) if auto_ports && attempt < 3 && boot::is_port_clash(&e) => continue,
+                Err(e) if auto_ports && attempt < 3 && process::is_port_clash(&e) => continue,
                 Err(e) => {
                     // The error names a log file in there: keep it readable.
                     if let Some(t) = temp {

@@ -108,7 +108,12 @@ fn log_hint(log: &Path) -> String {
 }
 
 /// What a component logs when its port was taken; callers retry on it, so a hint must keep it.
-pub(crate) const PORT_CLASH: &str = "address already in use";
+const PORT_CLASH: &str = "address already in use";
+
+/// Whether a start failed only because an auto-picked port was taken meanwhile.
+pub(crate) fn is_port_clash(err: &anyhow::Error) -> bool {
+    format!("{err:#}").contains(PORT_CLASH)
+}
 const HINT_CHARS: usize = 240;
 
 /// The end of `line` up to and including the clash, so a long (JSON) line keeps the words
@@ -313,7 +318,7 @@ mod tests {
         );
         std::fs::write(&log, format!("starting\n{line}\nbye\n")).unwrap();
         let err = component_error("kwok", &log, "exited during start");
-        assert!(crate::boot::is_port_clash(&err), "{err:#}");
+        assert!(is_port_clash(&err), "{err:#}");
         assert!(format!("{err:#}").contains("127.0.0.1:4321"), "{err:#}");
     }
 
