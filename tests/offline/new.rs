@@ -12,13 +12,13 @@ use capstan_tests::{arg, capstan_bin, compile_cache, workspace};
 
 /// A plugin author's machine: an empty home (so an empty `~/.cache/capstan`) and a
 /// working directory outside the repository.
-struct Author {
-    home: tempfile::TempDir,
-    dir: tempfile::TempDir,
+pub(crate) struct Author {
+    pub(crate) home: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Author {
-    fn new() -> Author {
+    pub(crate) fn new() -> Author {
         Author {
             home: tempfile::tempdir().unwrap(),
             dir: tempfile::tempdir().unwrap(),
@@ -58,7 +58,7 @@ impl Author {
     }
 
     /// `capstan args` in `dir`.
-    fn capstan(&self, dir: &Path, args: &[&str]) -> Output {
+    pub(crate) fn capstan(&self, dir: &Path, args: &[&str]) -> Output {
         self.run(dir, arg(&capstan_bin()), args)
     }
 

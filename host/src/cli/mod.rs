@@ -6,6 +6,7 @@ mod bundle;
 #[cfg(feature = "dev")]
 mod dev;
 mod diff;
+mod import;
 mod input;
 mod inspect;
 mod new;
@@ -71,6 +72,9 @@ enum Command {
     Build(build::BuildArgs),
     /// Make a new plugin project (Rust, Python or JavaScript) that builds and passes its tests.
     New(new::NewArgs),
+    /// Make a plugin project of a controller written for another tool (Metacontroller),
+    /// its hooks' sources unchanged inside.
+    Import(import::ImportArgs),
     /// Measure dispatch latency and throughput of a plugin.
     Bench(bench::BenchArgs),
     /// Reconcile objects in a cluster with the plugins in a directory.
@@ -262,6 +266,7 @@ pub fn main() -> ExitCode {
         Command::Test(args) => test::run(args),
         Command::Build(args) => build::run(args),
         Command::New(args) => new::run(args),
+        Command::Import(args) => import::run(args),
         Command::Bench(args) => bench::run(args),
         #[cfg(feature = "dev")]
         Command::Dev(args) => dev::run(args),
@@ -307,7 +312,8 @@ impl Command {
             | Command::Test(_)
             | Command::Bench(_)
             | Command::Build(_)
-            | Command::New(_) => QUIET_LOG_FILTER,
+            | Command::New(_)
+            | Command::Import(_) => QUIET_LOG_FILTER,
         }
     }
 }

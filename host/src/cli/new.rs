@@ -51,7 +51,7 @@ const PYTHON: &[File] = &[
     ("pyproject.toml", include_str!("new/python/pyproject.toml")),
     ("README.md", include_str!("new/python/README.md")),
     (".gitignore", include_str!("new/python/.gitignore")),
-    ("build.sh", include_str!("new/python/build.sh")),
+    ("build.sh", PYTHON_BUILD),
     ("app.py", include_str!("new/python/app.py")),
     ("{{crate}}.py", include_str!("new/python/{{crate}}.py")),
     ("conftest.py", include_str!("new/python/conftest.py")),
@@ -66,6 +66,10 @@ const PYTHON: &[File] = &[
     ),
     ("golden/new.yaml", include_str!("new/python/golden/new.yaml")),
 ];
+
+/// The Python template's build script (`{{name}}` and `{{sdk-path}}` to fill), which
+/// `capstan import` writes too.
+pub(super) const PYTHON_BUILD: &str = include_str!("new/python/build.sh");
 
 const JS: &[File] = &[
     ("capstan.toml", include_str!("new/js/capstan.toml")),
@@ -112,14 +116,14 @@ pub fn run(args: NewArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Where a project's SDK comes from: a checkout's `sdk` directory, or the bundled one's.
-struct Sdk {
+pub(super) struct Sdk {
     version: &'static str,
     /// The `sdk` directory, absolute.
-    path: String,
+    pub path: String,
 }
 
 /// The SDK of `checkout`, or else the one this binary carries, extracted into the cache.
-fn sdk_source(checkout: Option<&Path>) -> anyhow::Result<Sdk> {
+pub(super) fn sdk_source(checkout: Option<&Path>) -> anyhow::Result<Sdk> {
     let root = match checkout {
         Some(checkout) => {
             let checkout = std::path::absolute(checkout)?;

@@ -76,7 +76,7 @@ def test_the_answer_becomes_capstans_response():
         "resyncAfterSeconds": 30,
     }
     hook, _ = recorder(answer)
-    response = composite(hook, resync_seconds=60).reconcile(team(generation=7), Context())
+    response = composite(hook).reconcile(team(generation=7), Context())
     names = [(c["metadata"]["name"], c["metadata"].get("namespace")) for c in response.children]
     # Namespaced children without a namespace go to the parent's; cluster-scoped ones stay so.
     assert names == [("made", "ns1"), ("reader", None), ("there", "other")]
@@ -85,10 +85,10 @@ def test_the_answer_becomes_capstans_response():
     assert not response.finalized
 
 
-def test_the_controllers_resync_period_requeues_when_the_hook_asks_for_none():
+def test_no_resync_asked_is_no_requeue_and_no_status_is_none_written():
     hook, _ = recorder({"children": []})
-    response = composite(hook, resync_seconds=5).reconcile(team(), Context())
-    assert response.requeue_after_ms == 5000
+    response = composite(hook).reconcile(team(), Context())
+    assert response.requeue_after_ms is None
     assert response.status is None
 
 

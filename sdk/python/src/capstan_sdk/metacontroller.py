@@ -7,8 +7,8 @@ request as Metacontroller would — the ``controller`` object, the ``parent``, t
 ``children`` and ``related`` object maps keyed by ``Kind.apiVersion`` and then by name
 (hook version ``v1``) or ``namespace/name`` (``v2``), ``finalizing`` — and turns the
 response into Capstan's: the children applied (namespaced ones without a namespace in
-the parent's), the status as the hook returns it with ``observedGeneration``, the resync
-as a requeue, ``finalized`` as the finalizer's release.
+the parent's), the status as the hook returns it with ``observedGeneration``,
+``resyncAfterSeconds`` as a requeue, ``finalized`` as the finalizer's release.
 
 The kinds are the plugin's declaration (its :class:`Metadata`): Metacontroller names
 resources by plural, and a ``customize`` rule for a resource the plugin does not
@@ -18,7 +18,7 @@ declare related is refused as the plugin's error, naming it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 from .context import Context
@@ -122,7 +122,6 @@ class Composite(Reconciler):
     finalize: Hook | None = None
     customize: Hook | None = None
     version: str = "v1"
-    resync_seconds: float | None = field(default=None)
 
     def __post_init__(self) -> None:
         if self.version not in VERSIONS:
@@ -175,9 +174,10 @@ class Composite(Reconciler):
         if status is not None:
             generation = (parent.get("metadata") or {}).get("generation")
             out = out.with_status({**status, "observedGeneration": generation} if generation else dict(status))
-        resync = [s for s in (answer.get("resyncAfterSeconds"), self.resync_seconds) if s]
+        # The controller's resyncPeriodSeconds is the host's `resync`, set where it runs.
+        resync = answer.get("resyncAfterSeconds")
         if resync:
-            out = out.with_requeue_after(float(min(resync)))
+            out = out.with_requeue_after(float(resync))
         if finalizing and answer.get("finalized"):
             out = out.with_finalized()
         return out

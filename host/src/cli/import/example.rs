@@ -1,0 +1,98 @@
+//! What a directory laid out as Metacontroller's examples are holds: every YAML document
+//! under it (controllers, CRDs, the hook's Deployment and Service) and the files each
+//! kustomization's `configMapGenerator` turns into a ConfigMap.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde_json::Value;
+
+/// The objects and generated ConfigMaps of one example directory.
+#[derive(Debug, Default)]
+pub(super) struct Example {
+    /// Every Kubernetes object found, with the file it came from.
+    pub objects: Vec<(PathBuf, Value)>,
+    /// `configMapGenerator` entries: (name, files) with each file's path on disk.
+    pub generated: Vec<(String, Vec<PathBuf>)>,
+}
+
+impl Example {
+    /// Everything under `dir`, read in file-name order.
+    pub fn read(dir: &Path) -> anyhow::Result<Example> {
+        anyhow::ensure!(dir.is_dir(), "{} is not a directory", dir.display());
+        let mut example = Example::default();
+        for path in yaml_files(dir)? {
+            example.add(&path)?;
+        }
+        Ok(example)
+    }
+
+    fn add(&mut self, path: &Path) -> anyhow::Result<()> {
+        let is_kustomization = path
+            .file_name()
+            .is_some_and(|n| n == "kustomization.yaml" || n == "kustomization.yml");
+        for doc in super::super::input::documents(path)? {
+            if is_kustomization {
+                self.generators(path, &doc)?;
+            } else if doc.get("kind").is_some_and(Value::is_string) {
+                self.objects.push((path.to_path_buf(), doc));
+            }
+        }
+        Ok(())
+    }
+
+    fn generators(&mut self, path: &Path, doc: &Value) -> anyhow::Result<()> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let entries = doc["configMapGenerator"].as_array().cloned().unwrap_or_default();
+        for (i, entry) in entries.iter().enumerate() {
+            let field = format!("{}: configMapGenerator[{i}]", path.display());
+            let name = entry["name"]
+                .as_str()
+                .with_context(|| format!("{field}.name is missing"))?;
+            let files = entry["files"].as_array().cloned().unwrap_or_default();
+            let files = files
+                .iter()
+                .map(|f| {
+                    let f = f
+                        .as_str()
+                        .with_context(|| format!("{field}.files: not a string"))?;
+                    // `key=path` names the key apart from the file; the key is the file's name here.
+                    let file = f.split_once('=').map_or(f, |(_, p)| p);
+                    Ok(dir.join(file))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            self.generated.push((name.to_string(), files));
+        }
+        Ok(())
+    }
+
+    /// Objects of `kind`.
+    pub fn of_kind<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a (PathBuf, Value)> + 'a {
+        self.objects.iter().filter(move |(_, o)| o["kind"] == kind)
+    }
+}
+
+/// Every `.yaml`/`.yml` file under `dir`, sorted, hidden directories skipped.
+fn yaml_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let entries = std::fs::read_dir(&d).with_context(|| format!("cannot read {}", d.display()))?;
+        for entry in entries {
+            let path = entry?.path();
+            let hidden = path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+            if hidden {
+                continue;
+            }
+            if path.is_dir() {
+                todo.push(path);
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}

@@ -1,0 +1,102 @@
+//! `capstan import metacontroller DIR --out PROJECT`: a Metacontroller controller, laid
+//! out as Metacontroller's examples are, as a plugin project whose hooks' sources are
+//! unchanged inside. What cannot be imported is refused with one line naming the field.
+
+mod controller;
+mod example;
+mod hooks;
+mod kinds;
+mod python;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+/// Arguments of `capstan import`.
+#[derive(Args, Debug)]
+pub struct ImportArgs {
+    #[command(subcommand)]
+    from: From,
+}
+
+/// Where a controller is imported from.
+#[derive(Subcommand, Debug)]
+enum From {
+    /// A Metacontroller CompositeController whose hooks are Python scripts run by a
+    /// Deployment of the directory, from a ConfigMap its kustomization generates.
+    Metacontroller(MetacontrollerArgs),
+}
+
+/// Arguments of `capstan import metacontroller`.
+#[derive(Args, Debug)]
+struct MetacontrollerArgs {
+    /// The directory: the controller's manifest, its kustomization and hook files, CRDs.
+    dir: PathBuf,
+    /// Where to make the project; must not exist or be empty.
+    #[arg(long)]
+    out: PathBuf,
+    /// Which CompositeController, when the directory has several.
+    #[arg(long)]
+    controller: Option<String>,
+    /// A kind the customize hook may ask for, as `APIVERSION/RESOURCE` (`v1/configmaps`),
+    /// beside those whose plural its source quotes.
+    #[arg(long = "related", value_name = "APIVERSION/RESOURCE")]
+    related: Vec<String>,
+    /// Use the SDK of this Capstan checkout instead of the one this binary carries.
+    #[arg(long, env = "CAPSTAN_SDK", value_name = "CHECKOUT")]
+    sdk: Option<PathBuf>,
+}
+
+pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
+    let From::Metacontroller(args) = args.from;
+    let empty = std::fs::read_dir(&args.out).map_or(true, |mut d| d.next().is_none());
+    anyhow::ensure!(empty, "{} exists and is not empty", args.out.display());
+    let example = example::Example::read(&args.dir)?;
+    let picked = controller::pick(&example, args.controller.as_deref())?;
+    let imported = controller::import(&example, picked, &args.related)?;
+    crate::validate::dns1123_label(&imported.name)
+        .map_err(|e| anyhow::anyhow!("controller name {e}: it names the plugin"))?;
+    let hooks = [
+        Some(&imported.sync),
+        imported.finalize.as_ref(),
+        imported.customize.as_ref(),
+    ];
+    let mut files: Vec<PathBuf> = Vec::new();
+    for hook in hooks.into_iter().flatten() {
+        let generated = example.generated.iter().find(|(_, fs)| fs.contains(&hook.script));
+        for f in generated.map(|(_, fs)| fs.clone()).unwrap_or_default() {
+            if !files.contains(&f) {
+                files.push(f);
+            }
+        }
+    }
+    let crds: Vec<serde_json::Value> = example
+        .of_kind("CustomResourceDefinition")
+        .map(|(_, c)| c.clone())
+        .collect();
+    let sdk = super::new::sdk_source(args.sdk.as_deref())?;
+    for (path, file) in python::project(&imported, &files, &crds, &sdk.path)? {
+        let path = args.out.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        match file {
+            python::File::Text(text) => std::fs::write(&path, text),
+            python::File::Copy(from) => std::fs::copy(&from, &path).map(drop),
+        }
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    println!(
+        "imported CompositeController {} into {} (Python hooks: {})",
+        imported.name,
+        args.out.display(),
+        files
+            .iter()
+            .filter_map(|f| f.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(ExitCode::SUCCESS)
+}

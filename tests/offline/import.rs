@@ -1,0 +1,135 @@
+//! `capstan import metacontroller` as someone moving a controller uses it: a directory
+//! laid out as Metacontroller's examples are (`tests/fixtures/metacontroller/counter`, a
+//! controller of ours), imported outside the repository under a fresh `HOME`, built with
+//! `capstan build` and answering through its unchanged hooks in `capstan test`; and what
+//! cannot be imported, refused in one line naming it.
+
+use std::path::{Path, PathBuf};
+
+use capstan_tests::toolchains::{run_in, succeeded};
+use capstan_tests::{arg, capstan_bin, workspace};
+
+use crate::new::Author;
+
+/// The Metacontroller-style controller of `tests/fixtures/metacontroller/counter` (ours,
+/// laid out as Metacontroller's examples are).
+fn counter_example() -> PathBuf {
+    workspace().join("tests/fixtures/metacontroller/counter")
+}
+
+#[test]
+fn an_imported_metacontroller_controller_builds_and_answers_through_its_unchanged_hooks() {
+    let author = Author::new();
+    let example = counter_example();
+    let project = author.dir.path().join("counter");
+    let out = author.capstan(
+        author.dir.path(),
+        &["import", "metacontroller", arg(&example), "--out", arg(&project)],
+    );
+    let said = succeeded("capstan import", &out);
+    assert!(said.contains("CompositeController configmap-counter"), "{said}");
+    let hook = |p: &Path| std::fs::read(p).unwrap();
+    assert_eq!(
+        hook(&project.join("hooks/hooks.py")),
+        hook(&example.join("manifest/hooks.py")),
+        "the hook's source is copied unchanged"
+    );
+    let run = std::fs::read_to_string(project.join("run.yaml")).unwrap();
+    assert!(run.contains("resync: 30000ms"), "{run}");
+    succeeded("capstan build", &author.capstan(&project, &["build"]));
+
+    let dir = tempfile::tempdir().unwrap();
+    let related = dir.path().join("related.yaml");
+    let configmap = |name: &str, app: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: default, labels: {{app: {app}}}}}\n"
+        )
+    };
+    let text = [configmap("a", "web"), configmap("b", "web"), configmap("c", "db")].join("---\n");
+    std::fs::write(&related, text).unwrap();
+    let parent = example.join("my-counter.yaml");
+    let test = |extra: &[&str]| {
+        let mut args = vec!["test", "--parent", arg(&parent)];
+        args.extend_from_slice(extra);
+        let out = succeeded("capstan test", &author.capstan(&project, &args));
+        serde_saphyr::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    // customize selected the two ConfigMaps labelled app=web; sync counted them, v2 keys.
+    let answer = test(&["--related", arg(&related)]);
+    assert_eq!(answer["children"][0]["metadata"]["name"], "web-count");
+    assert_eq!(answer["children"][0]["metadata"]["namespace"], "default");
+    assert_eq!(answer["children"][0]["data"]["names"], "default/a,default/b");
+    assert_eq!(
+        answer["status"],
+        serde_json::json!({"count": 2, "children": 0, "observedGeneration": 2})
+    );
+    // finalize: released once the child is gone.
+    let child = dir.path().join("child.yaml");
+    std::fs::write(
+        &child,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: web-count, namespace: default}\n",
+    )
+    .unwrap();
+    assert_ne!(
+        test(&["--finalizing", "--children", arg(&child)])["finalized"],
+        true
+    );
+    assert_eq!(test(&["--finalizing"])["finalized"], true);
+}
+
+#[test]
+fn what_the_importer_cannot_import_is_refused_in_one_line_naming_it() {
+    let example = counter_example();
+    let controller = std::fs::read_to_string(example.join("manifest/controller.yaml")).unwrap();
+    let cases = [
+        (
+            controller.replace("kind: CompositeController", "kind: DecoratorController"),
+            "DecoratorController configmap-counter",
+        ),
+        (
+            controller.replace(
+                "http://configmap-counter.metacontroller/customize",
+                "https://hooks.example.com/customize",
+            ),
+            "spec.hooks.customize.webhook: url https://hooks.example.com/customize is no Service of the example",
+        ),
+        (
+            controller.replace(
+                r#"command: ["python", "/hooks/hooks.py"]"#,
+                r#"command: ["node", "/hooks/hooks.js"]"#,
+            ),
+            "Deployment configmap-counter: its runtime (image python:3.12",
+        ),
+        (
+            controller.replace(
+                "resource: configmaps\n    updateStrategy",
+                "resource: widgets\n    updateStrategy",
+            ),
+            "spec.childResources[0]: widgets in v1 is neither a CRD of the example nor a built-in kind",
+        ),
+    ];
+    let capstan = capstan_bin();
+    for (text, said) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join("example");
+        for file in ["manifest/kustomization.yaml", "manifest/hooks.py", "v1/crd.yaml"] {
+            let to = copy.join(file);
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(example.join(file), to).unwrap();
+        }
+        std::fs::write(copy.join("manifest/controller.yaml"), text).unwrap();
+        let out = run_in(
+            dir.path(),
+            arg(&capstan),
+            &["import", "metacontroller", "example", "--out", "project"],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.starts_with("error: ") && stderr.contains(said), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            !dir.path().join("project").exists(),
+            "a refused import wrote {stderr}"
+        );
+    }
+}
