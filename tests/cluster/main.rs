@@ -12,6 +12,7 @@ mod ha;
 mod helm_dry_run;
 mod helm_install;
 mod informers;
+mod metacontroller;
 mod monitoring;
 mod parity;
 mod plane;
