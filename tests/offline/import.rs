@@ -133,3 +133,41 @@ fn what_the_importer_cannot_import_is_refused_in_one_line_naming_it() {
         );
     }
 }
+
+#[test]
+fn a_controller_in_two_files_is_one_controller_unless_they_differ() {
+    let example = counter_example();
+    let controller = std::fs::read_to_string(example.join("manifest/controller.yaml")).unwrap();
+    let capstan = capstan_bin();
+    let import = |copy: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        for file in [
+            "manifest/controller.yaml",
+            "manifest/kustomization.yaml",
+            "manifest/hooks.py",
+            "v1/crd.yaml",
+        ] {
+            let to = dir.path().join("example").join(file);
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(example.join(file), to).unwrap();
+        }
+        // An all-in-one copy beside the kustomized manifest, as some examples ship.
+        std::fs::write(dir.path().join("example/all-in-one.yaml"), copy).unwrap();
+        let out = run_in(
+            dir.path(),
+            arg(&capstan),
+            &["import", "metacontroller", "example", "--out", "project"],
+        );
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(import(&controller), (Some(0), String::new()));
+    let (code, stderr) = import(&controller.replace("resyncPeriodSeconds: 30", "resyncPeriodSeconds: 60"));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("CompositeController configmap-counter is defined twice, differently (again in"),
+        "{stderr}"
+    );
+}

@@ -46,7 +46,23 @@ pub(super) fn pick<'a>(example: &'a Example, name: Option<&str>) -> anyhow::Resu
             path.display()
         );
     }
-    let all: Vec<&Value> = example.of_kind("CompositeController").map(|(_, c)| c).collect();
+    let mut all: Vec<&Value> = Vec::new();
+    for (path, c) in example.of_kind("CompositeController") {
+        // One object in two files (a manifest and an all-in-one copy) is one controller,
+        // as `kubectl apply` sees it; two that differ are refused.
+        match all
+            .iter()
+            .find(|seen| seen["metadata"]["name"] == c["metadata"]["name"])
+        {
+            Some(seen) if *seen == c => {}
+            Some(_) => bail!(
+                "CompositeController {} is defined twice, differently (again in {})",
+                c["metadata"]["name"].as_str().unwrap_or_default(),
+                path.display()
+            ),
+            None => all.push(c),
+        }
+    }
     let names: Vec<&str> = all
         .iter()
         .filter_map(|c| c["metadata"]["name"].as_str())
