@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from capstan_sdk import Context, Fatal, KindRef, Metadata, Retry, http_hook, kinds
-from capstan_sdk.metacontroller import Composite, label_selector, object_key, webhook
+from capstan_sdk.metacontroller import Composite, Decorator, label_selector, object_key, selects, webhook
 
 TEAM = KindRef("example.com", "v1", "Team", "teams")
 REGION = KindRef("example.com", "v1", "Region", "regions", namespaced=False)
@@ -192,3 +192,59 @@ def test_the_request_is_json_as_metacontroller_sends_it():
     hook, seen = recorder()
     composite(hook).reconcile(team(), Context(children=[obj(kinds.CONFIG_MAP, "one", "ns1")]))
     assert json.loads(json.dumps(seen[0])) == seen[0]
+
+
+def decorator(hook, **kw):
+    meta = Metadata("roles", "0.1.0", parent=ROLE).child(kinds.CONFIG_MAP)
+    return Decorator({"metadata": {"name": "roles"}}, meta, hook, **kw)
+
+
+def role(name="reader", labels=None, annotations=None, generation=4):
+    return {**obj(ROLE, name), "metadata": {"name": name, "generation": generation,
+                                           "labels": labels or {}, "annotations": annotations or {}}}
+
+
+def test_a_decorator_sends_object_and_attachments_and_writes_the_hooks_status_alone():
+    hook, seen = recorder({"attachments": [obj(kinds.CONFIG_MAP, "made", "ns1")], "status": {"seen": 1}})
+    response = decorator(hook).reconcile(role(), Context(children=[obj(kinds.CONFIG_MAP, "made", "ns1")]))
+    assert set(seen[0]) == {"controller", "object", "attachments", "related", "finalizing"}
+    assert list(seen[0]["attachments"]["ConfigMap.v1"]) == ["ns1/made"]
+    assert response.children == [obj(kinds.CONFIG_MAP, "made", "ns1")]
+    # No observedGeneration: the target's own controller keeps that field.
+    assert response.status == {"seen": 1}
+
+
+def test_a_decorator_leaves_targets_its_selectors_do_not_pick():
+    hook, seen = recorder({"attachments": [obj(kinds.CONFIG_MAP, "made", "ns1")]})
+    plugin = decorator(
+        hook,
+        parent_selector={"matchLabels": {"team": "a"}},
+        annotation_selector={"matchExpressions": [{"key": "bind", "operator": "Exists"}]},
+    )
+    picked = role(labels={"team": "a"}, annotations={"bind": ""})
+    assert len(plugin.reconcile(picked, Context()).children) == 1
+    for other in (role(labels={"team": "b"}, annotations={"bind": ""}), role(labels={"team": "a"})):
+        response = plugin.reconcile(other, Context())
+        assert response.children == [] and response.status is None
+        assert plugin.reconcile(other, Context(finalizing=True)).finalized
+    assert len(seen) == 1
+
+
+def test_labels_and_annotations_for_the_target_are_its_own_or_refused():
+    keep, _ = recorder({"labels": {"team": "a"}, "annotations": {}})
+    assert decorator(keep).reconcile(role(labels={"team": "a"}), Context()).children == []
+    change, _ = recorder({"labels": {"team": "b", "tier": "web"}})
+    with pytest.raises(Fatal, match="sets the target's labels team, tier"):
+        decorator(change).reconcile(role(labels={"team": "a"}), Context())
+
+
+def test_selectors_match_as_kubernetes_does():
+    labels = {"app": "web", "tier": "front"}
+    assert selects(None, labels) and selects({}, labels)
+    assert selects({"matchLabels": {"app": "web"}}, labels)
+    assert not selects({"matchLabels": {"app": "db"}}, labels)
+    assert selects({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["front", "back"]}]}, labels)
+    assert not selects({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["front"]}]}, labels)
+    assert selects({"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["x"]}]}, labels)
+    assert not selects({"matchExpressions": [{"key": "zone", "operator": "Exists"}]}, labels)
+    assert selects({"matchExpressions": [{"key": "zone", "operator": "DoesNotExist"}]}, labels)

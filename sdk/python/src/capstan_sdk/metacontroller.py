@@ -1,8 +1,10 @@
-"""Metacontroller's hook contract on Capstan's: a CompositeController's ``sync``,
-``finalize`` and ``customize`` hooks run as a plugin's ``reconcile`` and ``related``.
+"""Metacontroller's hook contract on Capstan's: a CompositeController's or a
+DecoratorController's ``sync``, ``finalize`` and ``customize`` hooks run as a plugin's
+``reconcile`` and ``related``.
 
 A hook is anything that maps a request's JSON to a response's JSON; a script written for
-``http.server`` becomes one with :func:`webhook`. :class:`Composite` builds each hook's
+``http.server`` becomes one with :func:`webhook`. :class:`Composite` (and
+:class:`Decorator`, whose parent is ``object`` and children ``attachments``) builds each hook's
 request as Metacontroller would — the ``controller`` object, the ``parent``, the
 ``children`` and ``related`` object maps keyed by ``Kind.apiVersion`` and then by name
 (hook version ``v1``) or ``namespace/name`` (``v2``), ``finalizing`` — and turns the
@@ -107,6 +109,27 @@ def label_selector(selector: Mapping[str, Any] | None) -> str:
     return ",".join(parts)
 
 
+def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """Whether ``labels`` match a ``metav1.LabelSelector`` (none or empty matches all)."""
+    if not selector:
+        return True
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key", ""), expr.get("operator", ""), expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            raise Fatal(f"label selector: unknown operator {op!r} for key {key!r}")
+    return True
+
+
 @dataclass
 class Composite(Reconciler):
     """A CompositeController's hooks as a plugin.
@@ -115,6 +138,9 @@ class Composite(Reconciler):
     ``metadata`` declares its parent, child and related kinds (and a finalizer when there
     is a ``finalize`` hook). ``version`` is the hooks' (``spec.hooks.sync.version``).
     """
+
+    PARENT_FIELD = "parent"
+    CHILDREN_FIELD = "children"
 
     controller: dict[str, Any]
     declared: Metadata
@@ -133,7 +159,7 @@ class Composite(Reconciler):
     def related(self, parent: dict[str, Any], ctx: Context) -> list[Related]:
         if self.customize is None:
             return []
-        answer = self.customize({"controller": self.controller, "parent": parent})
+        answer = self.customize({"controller": self.controller, self.PARENT_FIELD: parent})
         rules = answer.get("relatedResources") or []
         return [self._query(rule, parent) for rule in rules]
 
@@ -154,8 +180,8 @@ class Composite(Reconciler):
         """The hook request for ``parent``, as Metacontroller sends it."""
         return {
             "controller": self.controller,
-            "parent": parent,
-            "children": object_map(self.declared.children, ctx.children, parent, self.version),
+            self.PARENT_FIELD: parent,
+            self.CHILDREN_FIELD: object_map(self.declared.children, ctx.children, parent, self.version),
             "related": object_map(self.declared.related_kinds, ctx.related, parent, self.version),
             "finalizing": ctx.finalizing,
         }
@@ -168,12 +194,11 @@ class Composite(Reconciler):
     def response(self, answer: Mapping[str, Any], parent: Mapping[str, Any], finalizing: bool) -> Response:
         """Capstan's response for a hook's ``answer``."""
         out = Response()
-        for child in answer.get("children") or []:
+        for child in answer.get(self.CHILDREN_FIELD) or []:
             out = out.with_child(self._placed(child, parent))
         status = answer.get("status")
         if status is not None:
-            generation = (parent.get("metadata") or {}).get("generation")
-            out = out.with_status({**status, "observedGeneration": generation} if generation else dict(status))
+            out = out.with_status(self._status(status, parent))
         # The controller's resyncPeriodSeconds is the host's `resync`, set where it runs.
         resync = answer.get("resyncAfterSeconds")
         if resync:
@@ -181,6 +206,11 @@ class Composite(Reconciler):
         if finalizing and answer.get("finalized"):
             out = out.with_finalized()
         return out
+
+    def _status(self, status: Mapping[str, Any], parent: Mapping[str, Any]) -> dict[str, Any]:
+        """The status to write: the hook's, with the parent's ``observedGeneration``."""
+        generation = (parent.get("metadata") or {}).get("generation")
+        return {**status, "observedGeneration": generation} if generation else dict(status)
 
     def _placed(self, child: Mapping[str, Any], parent: Mapping[str, Any]) -> dict[str, Any]:
         """``child`` with the parent's namespace when it is of a namespaced kind and names none."""
@@ -192,3 +222,53 @@ class Composite(Reconciler):
             meta["namespace"] = ns
         out["metadata"] = meta
         return out
+
+
+@dataclass
+class Decorator(Composite):
+    """A DecoratorController's hooks as a plugin: the target is the parent (``object`` in
+    the hooks' requests), its attachments the children.
+
+    ``parent_selector`` is the resource rule's ``labelSelector`` and
+    ``annotation_selector`` its ``annotationSelector``: a target they do not select gets
+    nothing. The hooks' ``labels`` and ``annotations`` for the target are honoured only
+    where the target already has them: a plugin cannot write its parent's metadata yet,
+    so any other is the plugin's error, naming the keys.
+    """
+
+    PARENT_FIELD = "object"
+    CHILDREN_FIELD = "attachments"
+
+    parent_selector: dict[str, Any] | None = None
+    annotation_selector: dict[str, Any] | None = None
+
+    def _selected(self, parent: Mapping[str, Any]) -> bool:
+        meta = parent.get("metadata") or {}
+        return selects(self.parent_selector, meta.get("labels") or {}) and selects(
+            self.annotation_selector, meta.get("annotations") or {}
+        )
+
+    def related(self, parent: dict[str, Any], ctx: Context) -> list[Related]:
+        return super().related(parent, ctx) if self._selected(parent) else []
+
+    def reconcile(self, parent: dict[str, Any], ctx: Context) -> Response:
+        if not self._selected(parent):
+            return Response().with_finalized() if ctx.finalizing else Response()
+        return super().reconcile(parent, ctx)
+
+    def response(self, answer: Mapping[str, Any], parent: Mapping[str, Any], finalizing: bool) -> Response:
+        meta = parent.get("metadata") or {}
+        for field in ("labels", "annotations"):
+            have = meta.get(field) or {}
+            wanted = answer.get(field) or {}
+            differ = sorted(k for k, v in wanted.items() if have.get(k) != v)
+            if differ:
+                raise Fatal(
+                    f"the hook sets the target's {field} {', '.join(differ)}: "
+                    "a plugin cannot write its parent's metadata yet"
+                )
+        return super().response(answer, parent, finalizing)
+
+    def _status(self, status: Mapping[str, Any], parent: Mapping[str, Any]) -> dict[str, Any]:
+        # The target's own controller keeps its observedGeneration; the hook's fields only.
+        return dict(status)
