@@ -83,8 +83,8 @@ fn what_the_importer_cannot_import_is_refused_in_one_line_naming_it() {
     let controller = std::fs::read_to_string(example.join("manifest/controller.yaml")).unwrap();
     let cases = [
         (
-            controller.replace("kind: CompositeController", "kind: DecoratorController"),
-            "DecoratorController configmap-counter",
+            decorator(&controller, "  - apiVersion: v1\n    resource: secrets\n"),
+            "spec.resources has 2 rules: a plugin has one parent kind",
         ),
         (
             controller.replace(
@@ -169,5 +169,60 @@ fn a_controller_in_two_files_is_one_controller_unless_they_differ() {
     assert!(
         stderr.contains("CompositeController configmap-counter is defined twice, differently (again in"),
         "{stderr}"
+    );
+}
+
+/// The counter fixture's controller as a DecoratorController of ConfigMapCounters (with
+/// `more` resource rules after that one), its child ConfigMaps as attachments.
+fn decorator(controller: &str, more: &str) -> String {
+    let rule = "  resources:\n  - apiVersion: examples.capstan.dev/v1\n    resource: configmapcounters\n    \
+                annotationSelector:\n      matchLabels: {count: \"yes\"}\n";
+    controller
+        .replace("kind: CompositeController", "kind: DecoratorController")
+        .replace(
+            "  parentResource:\n    apiVersion: examples.capstan.dev/v1\n    resource: configmapcounters\n",
+            &format!("{rule}{more}"),
+        )
+        .replace("  childResources:", "  attachments:")
+}
+
+#[test]
+fn a_decorator_controller_imports_with_its_selectors_and_attachments() {
+    let example = counter_example();
+    let controller = std::fs::read_to_string(example.join("manifest/controller.yaml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["manifest/kustomization.yaml", "manifest/hooks.py", "v1/crd.yaml"] {
+        let to = dir.path().join("example").join(file);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(example.join(file), to).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("example/manifest/controller.yaml"),
+        decorator(&controller, ""),
+    )
+    .unwrap();
+    let out = run_in(
+        dir.path(),
+        arg(&capstan_bin()),
+        &["import", "metacontroller", "example", "--out", "project"],
+    );
+    let said = succeeded("capstan import", &out);
+    assert!(
+        said.contains("imported DecoratorController configmap-counter"),
+        "{said}"
+    );
+    let py = std::fs::read_to_string(dir.path().join("project/controller.py")).unwrap();
+    assert!(py.contains("PLUGIN = Decorator("), "{py}");
+    assert!(
+        py.contains(r#"annotation_selector=json.loads("{\"matchLabels\":{\"count\":\"yes\"}}")"#),
+        "{py}"
+    );
+    assert!(
+        py.contains(r#"FINALIZER = "metacontroller.io/decoratorcontroller-configmap-counter""#),
+        "{py}"
+    );
+    assert!(
+        py.contains(r#"CHILDREN = (KindRef("", "v1", "ConfigMap", "configmaps", namespaced=True),)"#),
+        "{py}"
     );
 }

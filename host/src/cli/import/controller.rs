@@ -1,5 +1,5 @@
-//! A CompositeController as a plugin: its kinds, hooks and options, decided before
-//! anything is written.
+//! A CompositeController or DecoratorController as a plugin: its kinds, hooks and
+//! options, decided before anything is written.
 
 use anyhow::{Context, bail};
 use serde_json::Value;
@@ -13,8 +13,10 @@ use super::kinds::{self, Kind};
 pub(super) struct Imported {
     /// The controller's name, the plugin's.
     pub name: String,
-    /// The CompositeController object, as Metacontroller sends it to hooks.
+    /// The controller object, as Metacontroller sends it to hooks.
     pub controller: Value,
+    /// For a DecoratorController, its resource rule's label and annotation selectors.
+    pub decorator: Option<(Value, Value)>,
     pub parent: Kind,
     pub children: Vec<Kind>,
     /// Kinds the `customize` hook may ask for.
@@ -31,32 +33,42 @@ pub(super) struct Imported {
 impl Imported {
     /// The finalizer Metacontroller puts on parents of a controller with a finalize hook.
     pub fn finalizer(&self) -> Option<String> {
+        let kind = if self.decorator.is_some() {
+            "decorator"
+        } else {
+            "composite"
+        };
         self.finalize
             .as_ref()
-            .map(|_| format!("metacontroller.io/compositecontroller-{}", self.name))
+            .map(|_| format!("metacontroller.io/{kind}controller-{}", self.name))
+    }
+
+    /// `CompositeController` or `DecoratorController`.
+    pub fn kind(&self) -> &'static str {
+        if self.decorator.is_some() {
+            "DecoratorController"
+        } else {
+            "CompositeController"
+        }
     }
 }
 
 /// The controller to import: the one named, or the only one.
 pub(super) fn pick<'a>(example: &'a Example, name: Option<&str>) -> anyhow::Result<&'a Value> {
-    if let Some((path, d)) = example.of_kind("DecoratorController").next() {
-        let n = d["metadata"]["name"].as_str().unwrap_or_default();
-        bail!(
-            "DecoratorController {n} ({}): not imported yet; only CompositeController is",
-            path.display()
-        );
-    }
     let mut all: Vec<&Value> = Vec::new();
-    for (path, c) in example.of_kind("CompositeController") {
+    let found = example
+        .of_kind("CompositeController")
+        .chain(example.of_kind("DecoratorController"));
+    for (path, c) in found {
         // One object in two files (a manifest and an all-in-one copy) is one controller,
         // as `kubectl apply` sees it; two that differ are refused.
-        match all
-            .iter()
-            .find(|seen| seen["metadata"]["name"] == c["metadata"]["name"])
-        {
+        let same =
+            |seen: &&&Value| seen["kind"] == c["kind"] && seen["metadata"]["name"] == c["metadata"]["name"];
+        match all.iter().find(same) {
             Some(seen) if *seen == c => {}
             Some(_) => bail!(
-                "CompositeController {} is defined twice, differently (again in {})",
+                "{} {} is defined twice, differently (again in {})",
+                c["kind"].as_str().unwrap_or_default(),
                 c["metadata"]["name"].as_str().unwrap_or_default(),
                 path.display()
             ),
@@ -68,17 +80,17 @@ pub(super) fn pick<'a>(example: &'a Example, name: Option<&str>) -> anyhow::Resu
         .filter_map(|c| c["metadata"]["name"].as_str())
         .collect();
     match (name, all.as_slice()) {
-        (None, []) => bail!("no CompositeController in the directory"),
+        (None, []) => bail!("no CompositeController or DecoratorController in the directory"),
         (None, [one]) => Ok(one),
         (None, _) => bail!(
-            "{} CompositeControllers ({}): pick one with --controller",
+            "{} controllers ({}): pick one with --controller",
             all.len(),
             names.join(", ")
         ),
         (Some(n), _) => all
             .into_iter()
             .find(|c| c["metadata"]["name"] == n)
-            .with_context(|| format!("no CompositeController {n} (there are: {})", names.join(", "))),
+            .with_context(|| format!("no controller {n} (there are: {})", names.join(", "))),
     }
 }
 
@@ -87,20 +99,34 @@ pub(super) fn pick<'a>(example: &'a Example, name: Option<&str>) -> anyhow::Resu
 pub(super) fn import(example: &Example, controller: &Value, related: &[String]) -> anyhow::Result<Imported> {
     let name = controller["metadata"]["name"]
         .as_str()
-        .context("the CompositeController has no metadata.name")?
+        .context("the controller has no metadata.name")?
         .to_string();
     let spec = &controller["spec"];
     let crds: Vec<Value> = example
         .of_kind("CustomResourceDefinition")
         .map(|(_, c)| c.clone())
         .collect();
-    let parent = rule_kind(&spec["parentResource"], "spec.parentResource", &crds)?;
-    let children = spec["childResources"]
+    let decorating = controller["kind"] == "DecoratorController";
+    let (parent, decorator) = if decorating {
+        let (rule, selectors) = target(spec)?;
+        (rule_kind(rule, "spec.resources[0]", &crds)?, Some(selectors))
+    } else {
+        (
+            rule_kind(&spec["parentResource"], "spec.parentResource", &crds)?,
+            None,
+        )
+    };
+    let field = if decorating {
+        "attachments"
+    } else {
+        "childResources"
+    };
+    let children = spec[field]
         .as_array()
         .into_iter()
         .flatten()
         .enumerate()
-        .map(|(i, rule)| rule_kind(rule, &format!("spec.childResources[{i}]"), &crds))
+        .map(|(i, rule)| rule_kind(rule, &format!("spec.{field}[{i}]"), &crds))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let hook = |h: &str| -> anyhow::Result<Option<HookFile>> {
         match spec["hooks"].get(h) {
@@ -124,6 +150,7 @@ pub(super) fn import(example: &Example, controller: &Value, related: &[String]) 
     Ok(Imported {
         name,
         controller: controller.clone(),
+        decorator,
         parent,
         children,
         related,
@@ -133,6 +160,26 @@ pub(super) fn import(example: &Example, controller: &Value, related: &[String]) 
         version,
         resync_seconds: spec["resyncPeriodSeconds"].as_f64(),
     })
+}
+
+/// A DecoratorController's one resource rule and its (label, annotation) selectors: a
+/// plugin has one parent kind.
+fn target(spec: &Value) -> anyhow::Result<(&Value, (Value, Value))> {
+    let rules = spec["resources"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    match rules {
+        [rule] => Ok((
+            rule,
+            (rule["labelSelector"].clone(), rule["annotationSelector"].clone()),
+        )),
+        [] => bail!("spec.resources is empty"),
+        more => bail!(
+            "spec.resources has {} rules: a plugin has one parent kind, and several are not imported yet",
+            more.len()
+        ),
+    }
 }
 
 fn rule_kind(rule: &Value, field: &str, crds: &[Value]) -> anyhow::Result<Kind> {

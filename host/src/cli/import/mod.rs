@@ -24,8 +24,9 @@ pub struct ImportArgs {
 /// Where a controller is imported from.
 #[derive(Subcommand, Debug)]
 enum From {
-    /// A Metacontroller CompositeController whose hooks are Python scripts run by a
-    /// Deployment of the directory, from a ConfigMap its kustomization generates.
+    /// A Metacontroller CompositeController or DecoratorController whose hooks are Python
+    /// scripts run by a Deployment of the directory, from a ConfigMap its kustomization
+    /// generates.
     Metacontroller(MetacontrollerArgs),
 }
 
@@ -37,7 +38,7 @@ struct MetacontrollerArgs {
     /// Where to make the project; must not exist or be empty.
     #[arg(long)]
     out: PathBuf,
-    /// Which CompositeController, when the directory has several.
+    /// Which controller, when the directory has several.
     #[arg(long)]
     controller: Option<String>,
     /// A kind the customize hook may ask for, as `APIVERSION/RESOURCE` (`v1/configmaps`),
@@ -89,7 +90,8 @@ pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot write {}", path.display()))?;
     }
     println!(
-        "imported CompositeController {} into {} (Python hooks: {})",
+        "imported {} {} into {} (Python hooks: {})",
+        imported.kind(),
         imported.name,
         args.out.display(),
         files

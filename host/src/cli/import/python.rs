@@ -25,7 +25,11 @@ pub(super) fn project(
     sdk_path: &str,
 ) -> anyhow::Result<Vec<(PathBuf, File)>> {
     let name = &imported.name;
-    let fill = |t: &str| t.replace("{{name}}", name).replace("{{sdk-path}}", sdk_path);
+    let fill = |t: &str| {
+        t.replace("{{name}}", name)
+            .replace("{{kind}}", imported.kind())
+            .replace("{{sdk-path}}", sdk_path)
+    };
     let mut files = vec![
         (PathBuf::from("capstan.toml"), File::Text(fill(CAPSTAN_TOML))),
         (
@@ -81,7 +85,7 @@ Plugin = export(PLUGIN)
 
 const README: &str = r#"# {{name}}
 
-Metacontroller's CompositeController `{{name}}`, imported by `capstan import metacontroller`.
+Metacontroller's {{kind}} `{{name}}`, imported by `capstan import metacontroller`.
 Its hooks' scripts are in `hooks/`, unchanged; `controller.py` runs them in-process through
 `capstan_sdk.metacontroller` (no socket, no Deployment, no Service).
 
@@ -126,10 +130,28 @@ fn hook_call(hook: Option<&super::hooks::HookFile>) -> anyhow::Result<String> {
     ))
 }
 
+/// A Decorator's selector arguments, as Python: JSON text parsed at import.
+fn selectors(i: &Imported) -> anyhow::Result<String> {
+    let Some((labels, annotations)) = &i.decorator else {
+        return Ok(String::new());
+    };
+    let arg = |v: &serde_json::Value| -> anyhow::Result<String> {
+        Ok(format!(
+            "json.loads({})",
+            serde_json::to_string(&serde_json::to_string(v)?)?
+        ))
+    };
+    Ok(format!(
+        "\n    parent_selector={},\n    annotation_selector={},",
+        arg(labels)?,
+        arg(annotations)?
+    ))
+}
+
 fn controller_py(i: &Imported) -> anyhow::Result<String> {
     let json = |v: &str| serde_json::to_string(v);
     Ok(format!(
-        r#""""Metacontroller's CompositeController {name}, imported by `capstan import metacontroller`.
+        r#""""Metacontroller's {kind} {name}, imported by `capstan import metacontroller`.
 
 Its hooks' scripts are in hooks/, unchanged: each runs as `python hooks/SCRIPT` would, with
 an in-process stand-in for http.server (capstan_sdk.http_hook).
@@ -139,7 +161,7 @@ import json
 import os
 
 from capstan_sdk import KindRef, Metadata, http_hook
-from capstan_sdk.metacontroller import Composite, webhook
+from capstan_sdk.metacontroller import {class_name}, webhook
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONTROLLER = json.loads({controller})
@@ -166,16 +188,23 @@ def _metadata():
     return meta.with_finalizer(FINALIZER) if FINALIZER else meta
 
 
-PLUGIN = Composite(
+PLUGIN = {class_name}(
     CONTROLLER,
     _metadata(),
     sync={sync},
     finalize={finalize},
     customize={customize},
-    version={version},
+    version={version},{selectors}
 )
 "#,
         name = i.name,
+        kind = i.kind(),
+        class_name = if i.decorator.is_some() {
+            "Decorator"
+        } else {
+            "Composite"
+        },
+        selectors = selectors(i)?,
         name_lit = json(&i.name)?,
         controller = json(&serde_json::to_string(&i.controller)?)?,
         parent = kind_literal(&i.parent)?,
