@@ -213,6 +213,22 @@ fn as_entry_says(plugin: Plugin, e: &PluginConfig, options: &mut Options) -> Res
     plugin.named(Some(&shadow))
 }
 
+/// The namespaces an entry grants: under `--namespace NS` only NS, which `*` stands for.
+fn granted_namespaces(e: &PluginConfig, only: Option<&str>) -> anyhow::Result<Vec<String>> {
+    let Some(only) = only else {
+        return Ok(e.allow_namespaces.clone());
+    };
+    (e.allow_namespaces.iter())
+        .map(|n| match n.as_str() {
+            n if n == only || n == crate::validate::ANY_NAMESPACE => Ok(only.to_string()),
+            outside => anyhow::bail!(
+                "{}: allowNamespaces names {outside}, outside --namespace {only}",
+                e.path.display()
+            ),
+        })
+        .collect()
+}
+
 /// One entry's options: the host's defaults with the entry's own settings over them.
 pub fn options(e: &PluginConfig, defaults: &Options) -> anyhow::Result<Options> {
     let mut options = defaults.clone();
@@ -226,22 +242,38 @@ pub fn options(e: &PluginConfig, defaults: &Options) -> anyhow::Result<Options> 
         .allow
         .cluster_kinds
         .extend(e.allow_cluster_kinds.iter().cloned());
-    if let Some(ns) = &defaults.namespace
-        && let Some(outside) = e.allow_namespaces.iter().find(|n| *n != ns)
-    {
-        anyhow::bail!(
-            "{}: allowNamespaces names {outside}, outside --namespace {ns}",
-            e.path.display()
-        );
-    }
     options
         .allow
         .namespaces
-        .extend(e.allow_namespaces.iter().cloned());
+        .extend(granted_namespaces(e, defaults.namespace.as_deref())?);
     options.allow.namespaces.dedup();
     options.allow.own_namespace = e.allow_own_namespace;
     options.settings = e.settings.clone().unwrap_or_default();
+    if let Some(selector) = &e.selector {
+        options.parent_labels = Some(config::parent_labels(selector)?);
+    }
     options.allow.secrets = e.allow_secrets;
     options.allow.own_kind = e.allow_own_kind;
     Ok(options)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn under_one_namespace_the_grant_of_every_namespace_is_that_one() {
+        let mut e = PluginConfig::at("p.wasm".into());
+        e.allow_namespaces = vec!["*".into(), "team-a".into()];
+        assert_eq!(granted_namespaces(&e, None).unwrap(), ["*", "team-a"]);
+        assert_eq!(
+            granted_namespaces(&e, Some("team-a")).unwrap(),
+            ["team-a", "team-a"]
+        );
+        let e = granted_namespaces(&e, Some("team-b")).unwrap_err().to_string();
+        assert!(
+            e.contains("allowNamespaces names team-a, outside --namespace team-b"),
+            "{e}"
+        );
+    }
 }

@@ -22,6 +22,7 @@
 //!     allowOwnKind: false          # may it make children of its own parent kind?
 //!     allowOwnNamespace: false     # may a Namespace parent's children go into that Namespace?
 //!     settings: { image: busybox } # the plugin's own settings, which it checks at load
+//!     selector: { matchLabels: { tier: web } } # only these parents (default: all)
 //!     canary:                      # a candidate for the parents a label selector picks
 //!       path: echo-v2.wasm
 //!       selector: { matchLabels: { canary: "true" } }
@@ -78,7 +79,8 @@ pub struct PluginConfig {
     /// Cluster-scoped child kinds this plugin may create.
     #[serde(default)]
     pub allow_cluster_kinds: Vec<String>,
-    /// Namespaces where a plugin with a cluster-scoped parent may create children.
+    /// Namespaces where a plugin with a cluster-scoped parent may create children, and
+    /// any plugin read related objects (`"*"`: every namespace).
     #[serde(default)]
     pub allow_namespaces: Vec<String>,
     /// The plugin may declare Secret as its parent or a child kind.
@@ -96,6 +98,11 @@ pub struct PluginConfig {
     /// Live (the default), or a shadow of the live plugin of the same name.
     #[serde(default)]
     pub mode: Mode,
+    /// Only the parents this label selector picks (`matchLabels`, `matchExpressions`):
+    /// the others are never watched, so never reconciled; all of them by default.
+    #[serde(default)]
+    #[schemars(schema_with = "label_selector")]
+    pub selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
     /// A candidate version for some parents.
     #[serde(default)]
     pub canary: Option<CanaryConfig>,
@@ -168,6 +175,7 @@ impl PluginConfig {
             allow_own_namespace: false,
             settings: None,
             mode: Mode::Live,
+            selector: None,
             canary: None,
             verify: None,
         }
@@ -245,8 +253,16 @@ pub fn parse(text: &str) -> anyhow::Result<Config> {
                 plugin.path.display()
             );
         }
+        for ns in &plugin.allow_namespaces {
+            crate::validate::namespace_grant(ns)
+                .map_err(|e| anyhow::anyhow!("{}: allowNamespaces: {e}", plugin.path.display()))?;
+        }
         if plugin.concurrency == Some(0) {
             anyhow::bail!("concurrency of {} must be at least 1", plugin.path.display());
+        }
+        if let Some(selector) = &plugin.selector {
+            parent_labels(selector)
+                .map_err(|e| anyhow::anyhow!("{}: selector: {e}", plugin.path.display()))?;
         }
         if let Some(canary) = &plugin.canary {
             kube::core::Selector::try_from(canary.selector.clone())
@@ -259,6 +275,13 @@ pub fn parse(text: &str) -> anyhow::Result<Config> {
         }
     }
     Ok(config)
+}
+
+/// A label selector as the label query the parents' watch takes.
+pub fn parent_labels(
+    selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+) -> anyhow::Result<String> {
+    Ok(kube::core::Selector::try_from(selector.clone())?.to_string())
 }
 
 /// YAML errors as one line (position and cause), without a drawn snippet of the input:
@@ -309,6 +332,10 @@ mod tests {
         );
         assert!(parse("plugins: [unclosed").is_err());
         assert!(parse("plugins:\n- path: a.wasm\n  concurrency: 0\n").is_err());
+        let bad = parse("plugins:\n- path: a.wasm\n  allowNamespaces: [team-*]\n").unwrap_err();
+        assert!(bad.to_string().contains("allowNamespaces"), "{bad}");
+        let every = parse("plugins:\n- path: a.wasm\n  allowNamespaces: [\"*\"]\n").unwrap();
+        assert_eq!(every.plugins[0].allow_namespaces, ["*"]);
     }
 
     #[test]

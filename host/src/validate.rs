@@ -3,4 +3,6 @@
 //! `capstan run`, `capstan test` and the SDK's `testing::Fixture`, so offline and online
 //! checks cannot disagree.
 
-pub use capstan_contract::{Allowances, Child, Refusal, dns1123_label, parent_namespace, response};
+pub use capstan_contract::{
+    ANY_NAMESPACE, Allowances, Child, Refusal, dns1123_label, namespace_grant, parent_namespace, response,
+};

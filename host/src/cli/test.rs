@@ -33,8 +33,8 @@ pub struct TestArgs {
     /// repeatable: the grant `capstan run --allow-cluster-kind` gives.
     #[arg(long = "allow-cluster-kind", value_name = "KIND")]
     allow_cluster_kinds: Vec<String>,
-    /// Namespaces where children of a cluster-scoped parent may go, repeatable: the grant
-    /// `capstan run --namespace` or a plugin's `allowNamespaces` gives.
+    /// Namespaces where children of a cluster-scoped parent may go, repeatable (`*`: all):
+    /// the grant `capstan run --namespace` or a plugin's `allowNamespaces` gives.
     #[arg(long = "allow-namespace", value_name = "NS")]
     allow_namespaces: Vec<String>,
     /// A Namespace parent's children may go into that Namespace: the grant a plugin's
@@ -53,7 +53,7 @@ pub struct TestArgs {
 
 pub fn run(args: TestArgs) -> anyhow::Result<ExitCode> {
     for ns in &args.allow_namespaces {
-        validate::dns1123_label(ns).map_err(|e| anyhow::anyhow!("--allow-namespace {e}"))?;
+        validate::namespace_grant(ns).map_err(|e| anyhow::anyhow!("--allow-namespace {e}"))?;
     }
     if let Some(dir) = &args.replay {
         return super::replay::run(&args.plugin, &args.allowances(), dir);

@@ -54,7 +54,7 @@ pub use names::{dns1123_label, dns1123_subdomain, object_name, printable};
 pub use place::{home_namespace, parent_namespace};
 pub use related::{RelatedQuery, Selector};
 pub use selector::{LabelSelector, Labels};
-pub use validate::{Allowances, Child, Refusal, children, response};
+pub use validate::{ANY_NAMESPACE, Allowances, Child, Refusal, children, namespace_grant, response};
 
 /// The contract's version, named once: every constant below is built from it, and a test
 /// holds it to `wit/reconciler.wit`'s `package` line and to the README.

@@ -48,7 +48,7 @@ pub(crate) fn namespace(
         (None, Some(parent)) => Ok(Some(parent.to_string())),
         (Some(ns), Some(parent)) if ns == parent => Ok(Some(ns.to_string())),
         (Some(ns), Some(parent)) => Err(format!("namespace {ns} is not the parent's namespace {parent}")),
-        (Some(ns), None) if allow.namespaces.iter().any(|a| a == ns) => Ok(Some(ns.to_string())),
+        (Some(ns), None) if allow.namespace(ns) => Ok(Some(ns.to_string())),
         (Some(ns), None) => Err(format!(
             "namespace {ns} is not allowed for children of this cluster-scoped parent (allowed: {})",
             if allow.namespaces.is_empty() {

@@ -37,7 +37,8 @@ pub struct Allowances {
     /// Cluster-scoped child kinds the plugin may create (`Kind` or `plural.group`).
     pub cluster_kinds: Vec<String>,
     /// Namespaces where children of a cluster-scoped parent may be created, and where any
-    /// parent may read related objects besides its own namespace (none by default).
+    /// parent may read related objects besides its own namespace (none by default);
+    /// [`ANY_NAMESPACE`] grants every namespace.
     pub namespaces: Vec<String>,
     /// A Namespace parent's children may live in the Namespace it reconciles: what a
     /// namespace-defaults plugin needs, granted because it lets the plugin write into
@@ -49,7 +50,25 @@ pub struct Allowances {
     pub own_kind: bool,
 }
 
+/// The grant of every namespace (`allowNamespaces: ["*"]`): what a controller that
+/// propagates objects across namespaces, as Metacontroller's do, needs.
+pub const ANY_NAMESPACE: &str = "*";
+
+/// Checks one namespace grant: a namespace's name, or [`ANY_NAMESPACE`].
+pub fn namespace_grant(ns: &str) -> Result<(), String> {
+    if ns == ANY_NAMESPACE {
+        Ok(())
+    } else {
+        crate::dns1123_label(ns)
+    }
+}
+
 impl Allowances {
+    /// True when children may go into, and related objects be read from, namespace `ns`.
+    pub fn namespace(&self, ns: &str) -> bool {
+        self.namespaces.iter().any(|a| a == ns || a == ANY_NAMESPACE)
+    }
+
     /// True when `kind` is one of the cluster-scoped child kinds granted.
     pub(crate) fn cluster_kind(&self, kind: &Kind) -> bool {
         let qualified = format!("{}.{}", kind.plural, kind.group);
@@ -382,6 +401,19 @@ mod tests {
         assert!(children(&meta(), None, vec![cm("a", None)], &team_a).is_err());
         let ok = children(&meta(), None, vec![cm("a", Some("team-a"))], &team_a).unwrap();
         assert_eq!(ok[0].namespace.as_deref(), Some("team-a"));
+        let every = Allowances {
+            namespaces: vec![ANY_NAMESPACE.into()],
+            ..Allowances::default()
+        };
+        let ok = children(&meta(), None, vec![cm("a", Some("kube-system"))], &every).unwrap();
+        assert_eq!(ok[0].namespace.as_deref(), Some("kube-system"));
+        assert!(
+            children(&meta(), None, vec![cm("a", None)], &every).is_err(),
+            "still named"
+        );
+        assert!(children(&meta(), None, vec![cm("a", Some("Bad_NS"))], &every).is_err());
+        assert!(namespace_grant("*").is_ok() && namespace_grant("team-a").is_ok());
+        assert!(namespace_grant("team-*").is_err() && namespace_grant("").is_err());
     }
 
     #[test]

@@ -79,9 +79,10 @@ export function exportPlugin(reconciler, { warmUp = [] } = {}) {
       return run.related(reconciler, parent, settings);
     },
     reconcile(request) {
-      const result = run.reconcile(reconciler, request);
-      if ('err' in result) throw failWith(result.err);
-      return result.ok;
+      return run.andThen(run.reconcile(reconciler, request), (result) => {
+        if ('err' in result) throw failWith(result.err);
+        return result.ok;
+      });
     },
   };
 }

@@ -113,12 +113,23 @@ export function related(reconciler, parentText, settingsText) {
     return [];
   }
   const ctx = new Context({ settings });
-  return (reconciler.related(parent, ctx) ?? []).map((q) => ({
-    group: q.group ?? '',
-    kind: q.kind,
-    namespace: q.namespace,
-    selector: 'names' in q.selector ? { tag: 'names', val: q.selector.names } : { tag: 'labels', val: q.selector.labels },
-  }));
+  return andThen(reconciler.related(parent, ctx), (queries) =>
+    (queries ?? []).map((q) => ({
+      group: q.group ?? '',
+      kind: q.kind,
+      namespace: q.namespace,
+      selector: 'names' in q.selector ? { tag: 'names', val: q.selector.names } : { tag: 'labels', val: q.selector.labels },
+    })),
+  );
+}
+
+/**
+ * `f(value)`, or for a promise (an `async` reconciler's answer) a promise of it: an async
+ * export, whose promise componentize-js settles by running the event loop. A plain
+ * reconciler stays synchronous, with no promise on its path.
+ */
+export function andThen(value, f) {
+  return value !== null && typeof value === 'object' && typeof value.then === 'function' ? value.then(f) : f(value);
 }
 
 /**
@@ -134,6 +145,14 @@ export function reconcile(reconciler, request) {
   } catch (e) {
     return { err: errorRecord(e) };
   }
+  if (typeof response.then === 'function') {
+    return response.then(record, (e) => ({ err: errorRecord(e) }));
+  }
+  return record(response);
+}
+
+/** The WIT result record of a Response. */
+function record(response) {
   const children = [];
   for (let i = 0; i < response.children.length; i++) children.push(JSON.stringify(response.children[i]));
   const events = [];
@@ -152,7 +171,10 @@ export function reconcile(reconciler, request) {
   };
 }
 
-/** The reconciler's own Response (or thrown error) for a WIT request record. */
+/**
+ * The reconciler's own Response (or thrown error) for a WIT request record; a promise of
+ * it when the reconciler's `reconcile` is `async`.
+ */
 export function reconcileRaw(reconciler, request) {
   const now = parseTime(request.now);
   if (!now) throw fatal(`the request's now ${JSON.stringify(request.now)} is not an RFC 3339 time`);
@@ -165,7 +187,10 @@ export function reconcileRaw(reconciler, request) {
     nowText: request.now,
     finalizing: request.finalizing,
   });
-  const response = reconciler.reconcile(parent, ctx);
+  return andThen(reconciler.reconcile(parent, ctx), checked);
+}
+
+function checked(response) {
   if (!response || !Array.isArray(response.children) || !Array.isArray(response.events)) {
     throw new TypeError('reconcile must return a Response');
   }

@@ -162,9 +162,12 @@ export interface Reconciler<P extends KubeObject = KubeObject, S = any> {
   readonly parent: KindRef;
   metadata(): Metadata;
   /** Which related objects this parent needs; called whenever the parent changes. */
-  related?(parent: P, ctx: Context<S>): Related[];
-  /** The desired state of one parent; throw a ReconcileError to fail. */
-  reconcile(parent: P, ctx: Context<S>): Response;
+  related?(parent: P, ctx: Context<S>): Related[] | Promise<Related[]>;
+  /**
+   * The desired state of one parent; throw a ReconcileError to fail. An `async` one's
+   * promise is settled inside the component (componentize-js runs its event loop).
+   */
+  reconcile(parent: P, ctx: Context<S>): Response | Promise<Response>;
 }
 
 export interface Condition {

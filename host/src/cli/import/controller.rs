@@ -17,6 +17,9 @@ pub(super) struct Imported {
     pub controller: Value,
     /// For a DecoratorController, its resource rule's label and annotation selectors.
     pub decorator: Option<(Value, Value)>,
+    /// The parents' label selector (`parentResource.labelSelector`, or the decorator's
+    /// rule's): the host watches only those.
+    pub parent_selector: Option<Value>,
     pub parent: Kind,
     pub children: Vec<Kind>,
     /// Kinds the `customize` hook may ask for.
@@ -116,6 +119,11 @@ pub(super) fn import(example: &Example, controller: &Value, related: &[String]) 
             None,
         )
     };
+    let parent_selector = match &decorator {
+        Some((labels, _)) => labels.clone(),
+        None => spec["parentResource"]["labelSelector"].clone(),
+    };
+    let parent_selector = Some(parent_selector).filter(|s| s.as_object().is_some_and(|o| !o.is_empty()));
     let field = if decorating {
         "attachments"
     } else {
@@ -136,6 +144,15 @@ pub(super) fn import(example: &Example, controller: &Value, related: &[String]) 
     };
     let sync = hook("sync")?.context("spec.hooks.sync is missing")?;
     let (finalize, customize) = (hook("finalize")?, hook("customize")?);
+    for (h, other) in [("finalize", &finalize), ("customize", &customize)] {
+        if let Some(other) = other.as_ref().filter(|o| o.runtime != sync.runtime) {
+            bail!(
+                "spec.hooks.{h}: its hook is {} and sync's {}: one plugin has one language",
+                other.runtime.language(),
+                sync.runtime.language()
+            );
+        }
+    }
     let version = spec["hooks"]["sync"]["version"]
         .as_str()
         .unwrap_or("v1")
@@ -151,6 +168,7 @@ pub(super) fn import(example: &Example, controller: &Value, related: &[String]) 
         name,
         controller: controller.clone(),
         decorator,
+        parent_selector,
         parent,
         children,
         related,

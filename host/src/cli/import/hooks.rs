@@ -17,6 +17,28 @@ pub(super) struct HookFile {
     pub script: PathBuf,
     /// The webhook's path (`/sync`), which the script's handler is told.
     pub url_path: String,
+    /// What ran it under Metacontroller, and so what runs it in the plugin.
+    pub runtime: Runtime,
+}
+
+/// The runtimes of Metacontroller's examples that the importer knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Runtime {
+    /// A Python script serving HTTP with `http.server`, run by `python`.
+    Python,
+    /// Metacontroller's nodejs server: `/NAME` is `hooks/NAME.js`, a fission-style
+    /// `module.exports = async function (context)`.
+    Fission,
+}
+
+impl Runtime {
+    /// The hooks' language, as the importer names it.
+    pub fn language(self) -> &'static str {
+        match self {
+            Runtime::Python => "Python",
+            Runtime::Fission => "JavaScript",
+        }
+    }
 }
 
 /// The file behind the hook at `field` (`spec.hooks.sync`) of a controller.
@@ -37,8 +59,12 @@ pub(super) fn resolve(example: &Example, field: &str, hook: &Value) -> anyhow::R
         })?;
     let deployment = serving(example, svc)
         .with_context(|| format!("{field}.webhook: no Deployment of the example serves Service {service}"))?;
-    let script = script_of(example, deployment)?;
-    Ok(HookFile { script, url_path })
+    let (script, runtime) = script_of(example, deployment, &url_path)?;
+    Ok(HookFile {
+        script,
+        url_path,
+        runtime,
+    })
 }
 
 /// (service, namespace, path, how the field showed it) of a webhook's `url` or `service`.
@@ -78,47 +104,84 @@ fn serving<'a>(example: &'a Example, service: &Value) -> Option<&'a Value> {
     })
 }
 
-/// The script a Deployment's first container runs, found in the generated ConfigMap its
-/// volume mounts.
-fn script_of(example: &Example, deployment: &Value) -> anyhow::Result<PathBuf> {
+/// The script a Deployment's first container runs for `url_path`, and its runtime: a
+/// Python script the command names, or the nodejs server's `NAME.js` for `/NAME`.
+fn script_of(example: &Example, deployment: &Value, url_path: &str) -> anyhow::Result<(PathBuf, Runtime)> {
     let name = deployment["metadata"]["name"].as_str().unwrap_or_default();
-    let pod = &deployment["spec"]["template"]["spec"];
-    let container = &pod["containers"][0];
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let image = container["image"].as_str().unwrap_or_default();
     let words: Vec<&str> = ["command", "args"]
         .iter()
         .flat_map(|f| container[f].as_array().into_iter().flatten())
         .filter_map(Value::as_str)
         .collect();
-    let python = words
-        .first()
-        .is_some_and(|w| w.rsplit('/').next().unwrap_or(w).starts_with("python"));
-    let Some(script) = words.iter().find(|w| w.ends_with(".py")).filter(|_| python) else {
-        bail!(
-            "Deployment {name}: its runtime (image {image}, command {words:?}) is not one the importer knows: a Python script run by python"
+    let program = |w: &str| w.rsplit('/').next().unwrap_or(w).to_string();
+    let python = words.first().is_some_and(|w| program(w).starts_with("python"));
+    if let Some(script) = words.iter().find(|w| w.ends_with(".py")).filter(|_| python) {
+        return Ok((mounted(example, deployment, script)?, Runtime::Python));
+    }
+    let repository = image.split(['@', ':']).next().unwrap_or(image);
+    if program(repository) == "nodejs-server" {
+        let hook = url_path
+            .trim_start_matches('/')
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        anyhow::ensure!(
+            !hook.is_empty(),
+            "Deployment {name}: the nodejs server serves /NAME from hooks/NAME.js, and the webhook's path {url_path:?} names none"
         );
-    };
-    let mount = container["volumeMounts"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|m| Some((m["name"].as_str()?, m["mountPath"].as_str()?)))
-        .find(|(_, at)| script.starts_with(&format!("{}/", at.trim_end_matches('/'))))
-        .with_context(|| format!("Deployment {name}: no volume is mounted where {script} is"))?;
-    let config_map = pod["volumes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|v| v["name"] == mount.0)
-        .and_then(|v| v["configMap"]["name"].as_str())
-        .with_context(|| format!("Deployment {name}: volume {} is not a ConfigMap", mount.0))?;
-    let file = script[mount.1.trim_end_matches('/').len() + 1..].to_string();
-    example
-        .generated
+        let script = mounted_file(example, deployment, &format!("{hook}.js"))?;
+        return Ok((script, Runtime::Fission));
+    }
+    bail!(
+        "Deployment {name}: its runtime (image {image}, command {words:?}) is not one the importer knows: a Python script run by python, or metacontroller/nodejs-server"
+    )
+}
+
+/// The file at absolute `path` in the container, from the generated ConfigMap mounted there.
+fn mounted(example: &Example, deployment: &Value, path: &str) -> anyhow::Result<PathBuf> {
+    let name = deployment["metadata"]["name"].as_str().unwrap_or_default();
+    let mounts = config_map_mounts(deployment);
+    let (at, config_map) = mounts
         .iter()
+        .find(|(at, _)| path.starts_with(&format!("{}/", at.trim_end_matches('/'))))
+        .with_context(|| format!("Deployment {name}: no ConfigMap volume is mounted where {path} is"))?;
+    let file = &path[at.trim_end_matches('/').len() + 1..];
+    generated(example, config_map, file)
+        .with_context(|| format!("Deployment {name}: no configMapGenerator {config_map} holds {file}"))
+}
+
+/// The file named `file` in any generated ConfigMap the container mounts.
+fn mounted_file(example: &Example, deployment: &Value, file: &str) -> anyhow::Result<PathBuf> {
+    let name = deployment["metadata"]["name"].as_str().unwrap_or_default();
+    config_map_mounts(deployment)
+        .iter()
+        .find_map(|(_, config_map)| generated(example, config_map, file))
+        .with_context(|| format!("Deployment {name}: no ConfigMap it mounts holds {file}"))
+}
+
+/// (mount path, ConfigMap name) of each ConfigMap volume the first container mounts.
+fn config_map_mounts(deployment: &Value) -> Vec<(String, String)> {
+    let pod = &deployment["spec"]["template"]["spec"];
+    let volumes = pod["volumes"].as_array().map(Vec::as_slice).unwrap_or_default();
+    (pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten())
+    .filter_map(|m| {
+        let volume = volumes.iter().find(|v| v["name"] == m["name"])?;
+        let config_map = volume["configMap"]["name"].as_str()?;
+        Some((m["mountPath"].as_str()?.to_string(), config_map.to_string()))
+    })
+    .collect()
+}
+
+/// The generator `config_map`'s file named `file`.
+fn generated(example: &Example, config_map: &str, file: &str) -> Option<PathBuf> {
+    (example.generated.iter())
         .filter(|(generated, _)| generated == config_map)
         .flat_map(|(_, files)| files)
         .find(|f| f.file_name().is_some_and(|n| n.to_string_lossy() == file))
         .cloned()
-        .with_context(|| format!("Deployment {name}: no configMapGenerator {config_map} holds {file}"))
 }

@@ -5,13 +5,14 @@
 mod controller;
 mod example;
 mod hooks;
+mod js;
 mod kinds;
+mod project;
 mod python;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 
 /// Arguments of `capstan import`.
@@ -78,22 +79,13 @@ pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
         .map(|(_, c)| c.clone())
         .collect();
     let sdk = super::new::sdk_source(args.sdk.as_deref())?;
-    for (path, file) in python::project(&imported, &files, &crds, &sdk.path)? {
-        let path = args.out.join(path);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
-        }
-        match file {
-            python::File::Text(text) => std::fs::write(&path, text),
-            python::File::Copy(from) => std::fs::copy(&from, &path).map(drop),
-        }
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    }
+    project::write(&args.out, project::project(&imported, &files, &crds, &sdk.path)?)?;
     println!(
-        "imported {} {} into {} (Python hooks: {})",
+        "imported {} {} into {} ({} hooks: {})",
         imported.kind(),
         imported.name,
         args.out.display(),
+        imported.sync.runtime.language(),
         files
             .iter()
             .filter_map(|f| f.file_name().map(|n| n.to_string_lossy().into_owned()))

@@ -1,36 +1,24 @@
-//! The plugin project an imported controller with Python hooks becomes: the hooks'
-//! files unchanged under `hooks/`, `controller.py` wiring them to the SDK's
-//! Metacontroller adapter, `app.py` exporting it, and `run.yaml` for `capstan run`.
+//! The Python files of an imported controller's project: `controller.py` wiring the hooks
+//! (unchanged under `hooks/`) to the SDK's Metacontroller adapter, `app.py` exporting it,
+//! the build script.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context;
-use serde_json::Value;
 
 use super::controller::Imported;
 use super::kinds::Kind;
+use super::project::File;
 
-/// One file of the project: its path under the project and its text or source file.
-pub(super) enum File {
-    Text(String),
-    Copy(PathBuf),
-}
-
-/// Every file of the project for `imported`, whose hooks' ConfigMaps hold `hook_files`;
-/// `sdk_path` is the SDK directory the build takes.
-pub(super) fn project(
-    imported: &Imported,
-    hook_files: &[PathBuf],
-    crds: &[Value],
-    sdk_path: &str,
-) -> anyhow::Result<Vec<(PathBuf, File)>> {
-    let name = &imported.name;
+/// The Python files of the project for `imported`; `sdk_path` is the SDK directory the
+/// build takes.
+pub(super) fn files(imported: &Imported, sdk_path: &str) -> anyhow::Result<Vec<(PathBuf, File)>> {
     let fill = |t: &str| {
-        t.replace("{{name}}", name)
+        t.replace("{{name}}", &imported.name)
             .replace("{{kind}}", imported.kind())
             .replace("{{sdk-path}}", sdk_path)
     };
-    let mut files = vec![
+    Ok(vec![
         (PathBuf::from("capstan.toml"), File::Text(fill(CAPSTAN_TOML))),
         (
             PathBuf::from("build.sh"),
@@ -41,28 +29,12 @@ pub(super) fn project(
             PathBuf::from("controller.py"),
             File::Text(controller_py(imported)?),
         ),
-        (PathBuf::from("run.yaml"), File::Text(run_yaml(imported))),
         (PathBuf::from("README.md"), File::Text(fill(README))),
         (
             PathBuf::from(".gitignore"),
             File::Text("build/\n__pycache__/\n".into()),
         ),
-    ];
-    if !crds.is_empty() {
-        let docs: Vec<String> = crds
-            .iter()
-            .map(serde_json::to_string_pretty)
-            .collect::<Result<_, _>>()?;
-        files.push((
-            PathBuf::from("crds.yaml"),
-            File::Text(docs.join("\n---\n") + "\n"),
-        ));
-    }
-    for file in hook_files {
-        let base = file.file_name().context("a hook file without a name")?;
-        files.push((Path::new("hooks").join(base), File::Copy(file.clone())));
-    }
-    Ok(files)
+    ])
 }
 
 const CAPSTAN_TOML: &str = r#"# Made by `capstan import metacontroller`: the hooks in hooks/ run in-process.
@@ -219,44 +191,4 @@ PLUGIN = {class_name}(
         customize = hook_call(i.customize.as_ref())?,
         version = json(&i.version)?,
     ))
-}
-
-/// `capstan run --config run.yaml`: the plugin with the grants its controller's kinds
-/// need (Metacontroller's RBAC gave it those kinds; here the operator sees them named).
-fn run_yaml(i: &Imported) -> String {
-    let mut out = format!(
-        "# Made by `capstan import metacontroller`: review the grants below before running.\nplugins:\n- path: build/{}.wasm\n",
-        i.name
-    );
-    let declared: Vec<&Kind> = std::iter::once(&i.parent)
-        .chain(&i.children)
-        .chain(&i.related)
-        .collect();
-    if declared.iter().any(|k| k.group.is_empty() && k.kind == "Secret") {
-        out.push_str("  # The controller names Secrets.\n  allowSecrets: true\n");
-    }
-    let cluster: Vec<String> = i
-        .children
-        .iter()
-        .filter(|k| !k.namespaced)
-        .map(|k| k.kind.clone())
-        .collect();
-    if !cluster.is_empty() {
-        out.push_str("  # Cluster-scoped children the controller names.\n  allowClusterKinds:\n");
-        for c in cluster {
-            out.push_str(&format!("  - {c}\n"));
-        }
-    }
-    if !i.parent.namespaced && i.children.iter().any(|k| k.namespaced) {
-        out.push_str(
-            "  # A cluster-scoped parent's namespaced children go only where this allows.\n  allowNamespaces: []\n",
-        );
-    }
-    if let Some(s) = i.resync_seconds {
-        out.push_str(&format!(
-            "  # spec.resyncPeriodSeconds\n  resync: {}ms\n",
-            (s * 1000.0).round() as u64
-        ));
-    }
-    out
 }

@@ -226,7 +226,7 @@ fn readable(
         ));
     };
     crate::dns1123_label(asked).map_err(|e| format!("related query namespace {e}"))?;
-    if Some(asked) == own || allow.namespaces.iter().any(|a| a == asked) {
+    if Some(asked) == own || allow.namespace(asked) {
         return Ok(asked.to_string());
     }
     let own = own.map_or("a cluster-scoped parent has none".to_string(), |ns| {

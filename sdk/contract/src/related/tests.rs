@@ -99,6 +99,12 @@ fn the_operators_grant_widens_what_a_parent_reads_and_never_narrows_it() {
     assert!(resolve(&m, cluster, &ask("shared"), &granted).is_ok());
     let e = resolve(&m, cluster, &[query("ConfigMap", None, names(&["x"]))], &granted).unwrap_err();
     assert!(e.contains("must name its namespace"), "{e}");
+    let every = Allowances {
+        namespaces: vec![crate::ANY_NAMESPACE.into()],
+        ..Allowances::default()
+    };
+    assert!(resolve(&m, cluster, &ask("kube-system"), &every).is_ok());
+    assert!(resolve(&m, cluster, &[query("ConfigMap", None, names(&["x"]))], &every).is_err());
     // A Namespace parent: the Namespace it names only with `allowOwnNamespace`, the grant
     // its children need to go there (one rule; without it, every Namespace's Secrets
     // were readable by a plugin that could write into none of them).

@@ -1,0 +1,113 @@
+//! The plugin project an imported controller becomes: the hooks' files unchanged under
+//! `hooks/`, the example's CRDs, `run.yaml` for `capstan run` with the grants its kinds
+//! need, and the files of its hooks' language.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde_json::Value;
+
+use super::controller::Imported;
+use super::hooks::Runtime;
+use super::kinds::Kind;
+
+/// One file of the project: its text, or the file it is a copy of.
+pub(super) enum File {
+    Text(String),
+    Copy(PathBuf),
+}
+
+/// Every file of the project for `imported`, whose hooks' ConfigMaps hold `hook_files`;
+/// `sdk_path` is the SDK directory the build takes.
+pub(super) fn project(
+    imported: &Imported,
+    hook_files: &[PathBuf],
+    crds: &[Value],
+    sdk_path: &str,
+) -> anyhow::Result<Vec<(PathBuf, File)>> {
+    let mut files = match imported.sync.runtime {
+        Runtime::Python => super::python::files(imported, sdk_path)?,
+        Runtime::Fission => super::js::files(imported, sdk_path)?,
+    };
+    files.push((PathBuf::from("run.yaml"), File::Text(run_yaml(imported))));
+    if !crds.is_empty() {
+        let docs: Vec<String> = crds
+            .iter()
+            .map(serde_json::to_string_pretty)
+            .collect::<Result<_, _>>()?;
+        files.push((
+            PathBuf::from("crds.yaml"),
+            File::Text(docs.join("\n---\n") + "\n"),
+        ));
+    }
+    for file in hook_files {
+        let base = file.file_name().context("a hook file without a name")?;
+        files.push((Path::new("hooks").join(base), File::Copy(file.clone())));
+    }
+    Ok(files)
+}
+
+/// Writes `files` under `out`.
+pub(super) fn write(out: &Path, files: Vec<(PathBuf, File)>) -> anyhow::Result<()> {
+    for (path, file) in files {
+        let path = out.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        match file {
+            File::Text(text) => std::fs::write(&path, text),
+            File::Copy(from) => std::fs::copy(&from, &path).map(drop),
+        }
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `capstan run --config run.yaml`: the plugin with the grants its controller's kinds
+/// need (Metacontroller's RBAC gave it those kinds; here the operator sees them named).
+fn run_yaml(i: &Imported) -> String {
+    let mut out = format!(
+        "# Made by `capstan import metacontroller`: review the grants below before running.\nplugins:\n- path: build/{}.wasm\n",
+        i.name
+    );
+    let declared: Vec<&Kind> = std::iter::once(&i.parent)
+        .chain(&i.children)
+        .chain(&i.related)
+        .collect();
+    if declared.iter().any(|k| k.group.is_empty() && k.kind == "Secret") {
+        out.push_str("  # The controller names Secrets.\n  allowSecrets: true\n");
+    }
+    let cluster: Vec<String> = i
+        .children
+        .iter()
+        .filter(|k| !k.namespaced)
+        .map(|k| k.kind.clone())
+        .collect();
+    if !cluster.is_empty() {
+        out.push_str("  # Cluster-scoped children the controller names.\n  allowClusterKinds:\n");
+        for c in cluster {
+            out.push_str(&format!("  - {c}\n"));
+        }
+    }
+    let children_elsewhere = !i.parent.namespaced && i.children.iter().any(|k| k.namespaced);
+    let reads_elsewhere = i.related.iter().any(|k| k.namespaced);
+    if children_elsewhere || reads_elsewhere {
+        out.push_str(concat!(
+            "  # Under Metacontroller this controller wrote children and read related objects in\n",
+            "  # every namespace; narrow this to the namespaces it needs.\n",
+            "  allowNamespaces: [\"*\"]\n",
+        ));
+    }
+    if let Some(selector) = &i.parent_selector {
+        out.push_str(&format!(
+            "  # The parent rule's labelSelector.\n  selector: {selector}\n"
+        ));
+    }
+    if let Some(s) = i.resync_seconds {
+        out.push_str(&format!(
+            "  # spec.resyncPeriodSeconds\n  resync: {}ms\n",
+            (s * 1000.0).round() as u64
+        ));
+    }
+    out
+}

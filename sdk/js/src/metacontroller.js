@@ -1,0 +1,251 @@
+// Metacontroller's hook contract on Capstan's: a CompositeController's or a
+// DecoratorController's `sync`, `finalize` and `customize` hooks run as a plugin's
+// `reconcile` and `related` — the same mapping as the Python SDK's
+// `capstan_sdk.metacontroller`, for hooks written in JavaScript.
+//
+// A hook is a function from a request's JSON to (a promise of) its response's JSON; a
+// fission-style function (`module.exports = async function (context)`, as Metacontroller's
+// nodejs server runs them) becomes one with `fission`. `Composite` (and `Decorator`, whose
+// parent is `object` and children `attachments`) builds each request as Metacontroller
+// would — the `controller` object, the `parent`, the `children` and `related` object maps
+// keyed by `Kind.apiVersion` and then by name (hook version v1) or `namespace/name` (v2),
+// `finalizing` — and turns the response into Capstan's: the children applied (namespaced
+// ones without a namespace in the parent's), the status as the hook returns it with
+// `observedGeneration`, `resyncAfterSeconds` as a requeue, `finalized` as the finalizer's
+// release.
+
+import { fatal, retry } from './errors.js';
+import { apiVersion, isKind } from './kinds.js';
+import { Related } from './related.js';
+import { Response } from './response.js';
+
+/** The hook versions Metacontroller defines: how the object maps are keyed. */
+export const VERSIONS = ['v1', 'v2'];
+
+/**
+ * A fission-style function (`async function (context)`, answering `{status, headers,
+ * body}`) as a hook: called with `{request: {body}}` as Metacontroller's nodejs server
+ * calls it. A status other than 2xx, or a body that is no JSON object, is an error to
+ * retry, as Metacontroller retries a failed webhook.
+ */
+export function fission(fn, urlPath) {
+  if (typeof fn !== 'function') throw new TypeError(`${urlPath}: the hook's module exports no function`);
+  return async (request) => {
+    const answer = await fn({ request: { body: request } });
+    const status = answer?.status ?? 200;
+    let body = answer?.body;
+    if (status < 200 || status >= 300) {
+      throw retry(`${urlPath} answered ${status}: ${String(typeof body === 'string' ? body : JSON.stringify(body)).slice(0, 200)}`);
+    }
+    if (typeof body === 'string') {
+      try {
+        body = JSON.parse(body || '{}');
+      } catch (e) {
+        throw retry(`${urlPath} answered with JSON that does not parse: ${e.message}`);
+      }
+    }
+    if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+      throw retry(`${urlPath} answered ${body === null ? 'null' : typeof body}, not an object`);
+    }
+    return body;
+  };
+}
+
+/** `Kind.apiVersion`, the key of a kind's map: `Pod.v1`, `StatefulSet.apps/v1`. */
+export function kindKey(kind) {
+  return `${kind.kind}.${apiVersion(kind)}`;
+}
+
+/**
+ * An object's key in its kind's map. v2: `namespace/name` for a namespaced object, its
+ * name otherwise. v1: the name when the object and the parent have one scope,
+ * `namespace/name` for a namespaced object of a cluster-scoped parent.
+ */
+export function objectKey(object, parentNamespaced, version) {
+  const name = object?.metadata?.name ?? '';
+  const ns = object?.metadata?.namespace;
+  if (!ns || (version === 'v1' && parentNamespaced)) return name;
+  return `${ns}/${name}`;
+}
+
+/** Every kind's map (an empty one for a kind with no objects), as Metacontroller sends them. */
+export function objectMap(kinds, objects, parent, version) {
+  const parentNamespaced = Boolean(parent?.metadata?.namespace);
+  const out = {};
+  for (const kind of kinds) {
+    const map = {};
+    for (const o of objects) if (isKind(kind, o)) map[objectKey(o, parentNamespaced, version)] = o;
+    out[kindKey(kind)] = map;
+  }
+  return out;
+}
+
+/** A `metav1.LabelSelector`'s requirements as [key, operator, values], matchLabels first. */
+function requirements(selector) {
+  const out = Object.entries(selector?.matchLabels ?? {})
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .map(([k, v]) => [k, 'In', [v]]);
+  for (const e of selector?.matchExpressions ?? []) {
+    const op = e.operator ?? '';
+    if (!['In', 'NotIn', 'Exists', 'DoesNotExist'].includes(op)) {
+      throw fatal(`label selector: unknown operator ${JSON.stringify(op)} for key ${JSON.stringify(e.key ?? '')}`);
+    }
+    out.push([e.key ?? '', op, e.values ?? []]);
+  }
+  return out;
+}
+
+/** A `metav1.LabelSelector` as selector text: `app=web,tier in (a,b),!legacy`. */
+export function labelSelector(selector) {
+  const text = {
+    In: (k, v) => (v.length === 1 ? `${k}=${v[0]}` : `${k} in (${v.join(',')})`),
+    NotIn: (k, v) => `${k} notin (${v.join(',')})`,
+    Exists: (k) => k,
+    DoesNotExist: (k) => `!${k}`,
+  };
+  return requirements(selector)
+    .map(([k, op, v]) => text[op](k, v))
+    .join(',');
+}
+
+/** Whether `labels` match a `metav1.LabelSelector` (none or empty matches all). */
+export function selects(selector, labels = {}) {
+  const has = (k) => Object.hasOwn(labels, k);
+  return requirements(selector).every(([k, op, v]) => {
+    if (op === 'In') return has(k) && v.includes(labels[k]);
+    if (op === 'NotIn') return !has(k) || !v.includes(labels[k]);
+    return op === 'Exists' ? has(k) : !has(k);
+  });
+}
+
+/**
+ * A CompositeController's hooks as a plugin. `controller` is the CompositeController
+ * object as Metacontroller would send it; `metadata` declares its parent, child and
+ * related kinds (and a finalizer when there is a `finalize` hook); `version` is the
+ * hooks' (`spec.hooks.sync.version`).
+ */
+export class Composite {
+  static PARENT_FIELD = 'parent';
+  static CHILDREN_FIELD = 'children';
+
+  constructor({ controller, metadata, parent, sync, finalize, customize, version = 'v1' }) {
+    if (!VERSIONS.includes(version)) {
+      throw new TypeError(`hook version ${JSON.stringify(version)}: Metacontroller has ${VERSIONS.join(', ')}`);
+    }
+    Object.assign(this, { controller, declared: metadata, parent, sync, finalize, customize, version });
+  }
+
+  metadata() {
+    return this.declared;
+  }
+
+  async related(parent) {
+    if (!this.customize) return [];
+    const answer = await this.customize({ controller: this.controller, [this.constructor.PARENT_FIELD]: parent });
+    return (answer?.relatedResources ?? []).map((rule) => this.query(rule));
+  }
+
+  /** A `customize` answer's related-resource rule as Capstan's query. */
+  query(rule) {
+    const kind = this.declared.related.find((k) => apiVersion(k) === rule.apiVersion && k.plural === rule.resource);
+    if (!kind) throw fatal(`customize: ${rule.resource} (${rule.apiVersion}) is not declared related`);
+    const query = rule.names?.length ? Related.named(kind, rule.names) : Related.labelled(kind, labelSelector(rule.labelSelector));
+    return rule.namespace ? query.inNamespace(rule.namespace) : query;
+  }
+
+  /** The hook request for `parent`, as Metacontroller sends it. */
+  request(parent, ctx) {
+    const { PARENT_FIELD, CHILDREN_FIELD } = this.constructor;
+    return {
+      controller: this.controller,
+      [PARENT_FIELD]: parent,
+      [CHILDREN_FIELD]: objectMap(this.declared.children, ctx.children, parent, this.version),
+      related: objectMap(this.declared.related, ctx.related, parent, this.version),
+      finalizing: ctx.finalizing,
+    };
+  }
+
+  async reconcile(parent, ctx) {
+    const hook = ctx.finalizing && this.finalize ? this.finalize : this.sync;
+    const answer = await hook(this.request(parent, ctx));
+    return this.response(answer ?? {}, parent, ctx.finalizing);
+  }
+
+  /** Capstan's response for a hook's `answer`. */
+  response(answer, parent, finalizing) {
+    const out = new Response();
+    for (const child of answer[this.constructor.CHILDREN_FIELD] ?? []) out.child(this.placed(child, parent));
+    if (answer.status !== undefined && answer.status !== null) out.withStatus(this.status(answer.status, parent));
+    // The controller's resyncPeriodSeconds is the host's `resync`, set where it runs.
+    if (answer.resyncAfterSeconds) out.requeueAfter(Math.round(Number(answer.resyncAfterSeconds) * 1000));
+    if (finalizing && answer.finalized) out.finalize();
+    return out;
+  }
+
+  /** The status to write: the hook's, with the parent's `observedGeneration`. */
+  status(status, parent) {
+    const generation = parent?.metadata?.generation;
+    return generation ? { ...status, observedGeneration: generation } : { ...status };
+  }
+
+  /** `child` with the parent's namespace when it is of a namespaced kind and names none. */
+  placed(child, parent) {
+    const ns = parent?.metadata?.namespace;
+    const kind = this.declared.children.find((k) => isKind(k, child));
+    if (!ns || child?.metadata?.namespace || (kind && !kind.namespaced)) return child;
+    return { ...child, metadata: { ...child.metadata, namespace: ns } };
+  }
+}
+
+/**
+ * A DecoratorController's hooks as a plugin: the target is the parent (`object` in the
+ * hooks' requests), its attachments the children. `parentSelector` and
+ * `annotationSelector` are its resource rule's: a target they do not select gets nothing.
+ * The hooks' `labels` and `annotations` for the target are honoured only where the
+ * target already has them (a plugin cannot write its parent's metadata yet); any other is
+ * the plugin's error, naming the keys.
+ */
+export class Decorator extends Composite {
+  static PARENT_FIELD = 'object';
+  static CHILDREN_FIELD = 'attachments';
+
+  constructor({ parentSelector, annotationSelector, ...rest }) {
+    super(rest);
+    this.parentSelector = parentSelector;
+    this.annotationSelector = annotationSelector;
+  }
+
+  selected(parent) {
+    const meta = parent?.metadata ?? {};
+    return selects(this.parentSelector, meta.labels ?? {}) && selects(this.annotationSelector, meta.annotations ?? {});
+  }
+
+  async related(parent, ctx) {
+    return this.selected(parent) ? super.related(parent, ctx) : [];
+  }
+
+  async reconcile(parent, ctx) {
+    if (!this.selected(parent)) return ctx.finalizing ? new Response().finalize() : new Response();
+    return super.reconcile(parent, ctx);
+  }
+
+  response(answer, parent, finalizing) {
+    const meta = parent?.metadata ?? {};
+    for (const field of ['labels', 'annotations']) {
+      const have = meta[field] ?? {};
+      const differ = Object.entries(answer[field] ?? {})
+        .filter(([k, v]) => have[k] !== v)
+        .map(([k]) => k)
+        .sort();
+      if (differ.length) {
+        throw fatal(`the hook sets the target's ${field} ${differ.join(', ')}: a plugin cannot write its parent's metadata yet`);
+      }
+    }
+    return super.response(answer, parent, finalizing);
+  }
+
+  // The target's own controller keeps its observedGeneration; the hook's fields only.
+  status(status) {
+    return { ...status };
+  }
+}
