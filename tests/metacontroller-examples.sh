@@ -8,8 +8,10 @@
 #   tests/metacontroller-examples.sh METACONTROLLER_CHECKOUT [EXAMPLE…]
 #
 # The checkout is fetched by whoever runs this (its files are not part of this
-# repository). Needs a running plane with a real node (`capstan dev up --real-node`) and
-# `capstan` on PATH or in $CAPSTAN. Logs and projects stay under $OUT (default: a
+# repository). The plane is started here (`capstan dev up`): with kwok's node, whose pods
+# are ready at once, or with a real node (`--real-node`) for the examples that read their
+# pods' output ($REAL_NODE, default: indexedjob). Needs `capstan` on PATH or in $CAPSTAN; the hooks' toolchains come from the registries through
+# scripts/toolchain-*.sh. Logs and projects stay under $OUT (default: a
 # temporary directory, printed).
 set -uo pipefail
 
@@ -22,6 +24,11 @@ if [ ${#examples[@]} -eq 0 ]; then
     service-per-pod-v2)
 fi
 capstan=${CAPSTAN:-capstan}
+# The hooks' toolchains, from the registries through this checkout's scripts.
+scripts=$(cd "$(dirname "$0")/../scripts" && pwd)
+: "${COMPONENTIZE_PY:=$("$scripts/toolchain-python.sh")}"
+: "${CAPSTAN_JS_TOOLCHAIN:=$("$scripts/toolchain-js.sh")}"
+export COMPONENTIZE_PY CAPSTAN_JS_TOOLCHAIN
 out=${OUT:-$(mktemp -d -t capstan-mc-XXXXXX)}
 per_test=${PER_TEST_SECONDS:-300}
 : "${KUBECONFIG:=$HOME/.cache/capstan/dev/kubeconfig}"
@@ -36,6 +43,20 @@ language() {
 # The example's test.sh without the lines that install or remove the controller.
 strip_install() {
   grep -vE '^\s*kubectl (apply|delete) -k ' "$1"
+}
+
+real_node=" ${REAL_NODE:-indexedjob} "
+plane_mode=""
+# The plane with a real node (`real`) or kwok's alone (`kwok`), restarted when it changes.
+plane() {
+  [ "$plane_mode" = "$1" ] && return
+  "$capstan" dev down >/dev/null 2>&1
+  if [ "$1" = real ]; then
+    "$capstan" dev up --real-node >"$out/plane.log" 2>&1
+  else
+    "$capstan" dev up >"$out/plane.log" 2>&1
+  fi || { echo "the plane did not start: $(tail -n1 "$out/plane.log")" >&2; exit 1; }
+  plane_mode=$1
 }
 
 run_one() {
@@ -76,6 +97,10 @@ row() {
 }
 
 for e in "${examples[@]}"; do
+  case "$real_node" in
+    *" $e "*) plane real ;;
+    *) plane kwok ;;
+  esac
   run_one "$e"
 done
 echo "| example | language | result | seconds |"

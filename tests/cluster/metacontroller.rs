@@ -1,7 +1,9 @@
-//! A controller written for Metacontroller, imported with `capstan import metacontroller`
-//! and run by `capstan run --config run.yaml` on the real plane: its customize hook picks
-//! the related ConfigMaps, its sync hook's child and status are written and follow a new
-//! ConfigMap, and its finalize hook holds the parent's deletion until its child is gone.
+//! Controllers written for Metacontroller (ours: the counter with Python hooks, and with
+//! JavaScript ones), imported with `capstan import metacontroller` and run by `capstan run
+//! --config run.yaml` on the real plane: the customize hook picks the related ConfigMaps,
+//! the sync hook's child and status are written and follow a new ConfigMap, the finalize
+//! hook holds the parent's deletion until its child is gone, and a parent the parent
+//! rule's labelSelector does not pick is left alone.
 
 use std::path::Path;
 use std::time::Duration;
@@ -9,14 +11,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use capstan::dev::Plane;
 use capstan_tests::host::{Host, eventually};
-use capstan_tests::toolchains::componentize_py;
+use capstan_tests::toolchains::{componentize_py, js_toolchain};
 use capstan_tests::{arg, capstan_bin, workspace};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
 use serde_json::json;
-
-const FINALIZER: &str = "metacontroller.io/compositecontroller-configmap-counter";
 
 fn counter_resource() -> ApiResource {
     let gvk = kube::api::GroupVersionKind::gvk("examples.capstan.dev", "v1", "ConfigMapCounter");
@@ -29,6 +29,7 @@ fn capstan_in(dir: &Path, args: &[&str]) -> Result<String> {
         .args(args)
         .current_dir(dir)
         .env("COMPONENTIZE_PY", componentize_py())
+        .env("CAPSTAN_JS_TOOLCHAIN", js_toolchain())
         .env_remove("RUST_LOG")
         .output()?;
     anyhow::ensure!(
@@ -59,11 +60,29 @@ async fn counted(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_imported_metacontroller_controller_reconciles_and_finalizes_on_the_plane() -> Result<()> {
+    counts_follows_and_finalizes("counter", "configmap-counter", &[]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_imported_controller_with_javascript_hooks_does_the_same_for_the_parents_it_selects() -> Result<()>
+{
+    counts_follows_and_finalizes("counter-js", "configmap-counter-js", &[("counted", "yes")]).await
+}
+
+/// The counter of `tests/fixtures/metacontroller/EXAMPLE`, imported, built and run: it
+/// counts, follows a new ConfigMap and finalizes a parent labelled `labels`; when those
+/// are the parent rule's selector, a parent without them is never reconciled.
+async fn counts_follows_and_finalizes(
+    example: &str,
+    controller: &str,
+    labels: &[(&str, &str)],
+) -> Result<()> {
+    let finalizer = format!("metacontroller.io/compositecontroller-{controller}");
     let plane = Plane::shared().await?;
-    let ns = plane.namespace("metacontroller").await?;
+    let ns = plane.namespace(example).await?;
     let dir = tempfile::tempdir()?;
     let project = dir.path().join("counter");
-    let example = workspace().join("tests/fixtures/metacontroller/counter");
+    let example = workspace().join("tests/fixtures/metacontroller").join(example);
     capstan_in(
         dir.path(),
         &[
@@ -96,11 +115,23 @@ async fn an_imported_metacontroller_controller_reconciles_and_finalizes_on_the_p
         &[],
     )?;
     let counters: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &counter_resource());
-    let counter: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "examples.capstan.dev/v1", "kind": "ConfigMapCounter",
-        "metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}},
-    }))?;
-    counters.create(&PostParams::default(), &counter).await?;
+    let labels: serde_json::Map<String, serde_json::Value> =
+        labels.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+    let counter = |name: &str, labels: &serde_json::Map<String, serde_json::Value>| {
+        serde_json::from_value::<DynamicObject>(json!({
+            "apiVersion": "examples.capstan.dev/v1", "kind": "ConfigMapCounter",
+            "metadata": {"name": name, "labels": labels}, "spec": {"selector": {"app": "web"}},
+        }))
+    };
+    let unselected = !labels.is_empty();
+    if unselected {
+        counters
+            .create(&PostParams::default(), &counter("ignored", &Default::default())?)
+            .await?;
+    }
+    counters
+        .create(&PostParams::default(), &counter("web", &labels)?)
+        .await?;
     let log = || {
         format!(
             "host log: {:?}",
@@ -117,10 +148,14 @@ async fn an_imported_metacontroller_controller_reconciles_and_finalizes_on_the_p
     .with_context(log)?;
     assert_eq!(seen, want(&format!("{ns}/a,{ns}/b"), 2));
     let parent = counters.get("web").await?;
-    assert_eq!(
-        parent.metadata.finalizers.as_deref(),
-        Some(&[FINALIZER.to_string()][..])
-    );
+    assert_eq!(parent.metadata.finalizers.as_deref(), Some(&[finalizer][..]));
+    if unselected {
+        // Created before the selected one, which is counted by now: the host never saw it.
+        let ignored = counters.get("ignored").await?;
+        assert_eq!(ignored.metadata.finalizers, None, "{ignored:?}");
+        assert!(ignored.data.get("status").is_none(), "{ignored:?}");
+        assert!(configmaps.get_opt("ignored-count").await?.is_none());
+    }
 
     // A related ConfigMap that appears is followed.
     configmaps

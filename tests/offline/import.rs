@@ -19,23 +19,46 @@ fn counter_example() -> PathBuf {
 
 #[test]
 fn an_imported_metacontroller_controller_builds_and_answers_through_its_unchanged_hooks() {
+    let run = imported_counter_answers("counter", "configmap-counter", &["hooks.py"], "Python");
+    assert!(run.contains("resync: 30000ms"), "{run}");
+}
+
+#[test]
+fn an_imported_controller_with_javascript_hooks_answers_through_them_unchanged() {
+    let hooks = ["customize.js", "sync.js", "finalize.js"];
+    let run = imported_counter_answers("counter-js", "configmap-counter-js", &hooks, "JavaScript");
+    assert!(
+        run.contains(r#"selector: {"matchLabels":{"counted":"yes"}}"#),
+        "the parent rule's labelSelector: {run}"
+    );
+}
+
+/// Imports the counter in `tests/fixtures/metacontroller/EXAMPLE` outside the repository,
+/// checks its hooks came unchanged, builds it and checks its answers in `capstan test`;
+/// its `run.yaml`.
+fn imported_counter_answers(example: &str, controller: &str, hooks: &[&str], language: &str) -> String {
     let author = Author::new();
-    let example = counter_example();
+    let example = workspace().join("tests/fixtures/metacontroller").join(example);
     let project = author.dir.path().join("counter");
     let out = author.capstan(
         author.dir.path(),
         &["import", "metacontroller", arg(&example), "--out", arg(&project)],
     );
     let said = succeeded("capstan import", &out);
-    assert!(said.contains("CompositeController configmap-counter"), "{said}");
-    let hook = |p: &Path| std::fs::read(p).unwrap();
-    assert_eq!(
-        hook(&project.join("hooks/hooks.py")),
-        hook(&example.join("manifest/hooks.py")),
-        "the hook's source is copied unchanged"
+    assert!(
+        said.contains(&format!("CompositeController {controller} ")),
+        "{said}"
     );
+    assert!(said.contains(&format!("({language} hooks:")), "{said}");
+    let hook = |p: &Path| std::fs::read(p).unwrap();
+    for file in hooks {
+        assert_eq!(
+            hook(&project.join("hooks").join(file)),
+            hook(&example.join("manifest").join(file)),
+            "the hook's source is copied unchanged"
+        );
+    }
     let run = std::fs::read_to_string(project.join("run.yaml")).unwrap();
-    assert!(run.contains("resync: 30000ms"), "{run}");
     succeeded("capstan build", &author.capstan(&project, &["build"]));
 
     let dir = tempfile::tempdir().unwrap();
@@ -75,6 +98,7 @@ fn an_imported_metacontroller_controller_builds_and_answers_through_its_unchange
         true
     );
     assert_eq!(test(&["--finalizing"])["finalized"], true);
+    run
 }
 
 #[test]

@@ -100,10 +100,15 @@ pub(super) fn plan(
             Some(o) => step_over(&child, &o.object, inputs.writer),
             None => {
                 let key = ObjectKey::new(child.namespace.as_deref(), &child.name);
-                if let Some(holder) = cached(kind, &key) {
-                    return Err(Box::new(Foreign { child, holder }));
+                match cached(kind, &key) {
+                    // This parent's own, cached since its children were observed: a
+                    // creation of a reconcile before that landed meanwhile.
+                    Some(held) if controlled_by(&held, inputs.parent) => {
+                        step_over(&child, &held, inputs.writer)
+                    }
+                    Some(holder) => return Err(Box::new(Foreign { child, holder })),
+                    None => Action::Create,
                 }
-                Action::Create
             }
         };
         children.push(Step { child, kind, action });
@@ -138,6 +143,12 @@ fn step_over(child: &Child, observed: &Compact, writer: &str) -> Action {
         seen: observed.resource_version().unwrap_or_default(),
         held_by_create: apply::ownership::held_by_create(&observed.metadata, writer),
     }
+}
+
+/// Whether `object`'s controller is `parent` (by uid).
+fn controlled_by(object: &Compact, parent: &DynamicObject) -> bool {
+    let controller = apply::controller(object.owner_references());
+    controller.is_some_and(|r| Some(&r.uid) == parent.metadata.uid.as_ref())
 }
 
 /// Same kind's cache, same namespace and name.

@@ -122,17 +122,18 @@ export function selects(selector, labels = {}) {
  * A CompositeController's hooks as a plugin. `controller` is the CompositeController
  * object as Metacontroller would send it; `metadata` declares its parent, child and
  * related kinds (and a finalizer when there is a `finalize` hook); `version` is the
- * hooks' (`spec.hooks.sync.version`).
+ * hooks' (`spec.hooks.sync.version`); `observedGeneration` false leaves it out of the
+ * status.
  */
 export class Composite {
   static PARENT_FIELD = 'parent';
   static CHILDREN_FIELD = 'children';
 
-  constructor({ controller, metadata, parent, sync, finalize, customize, version = 'v1' }) {
+  constructor({ controller, metadata, parent, sync, finalize, customize, version = 'v1', observedGeneration = true }) {
     if (!VERSIONS.includes(version)) {
       throw new TypeError(`hook version ${JSON.stringify(version)}: Metacontroller has ${VERSIONS.join(', ')}`);
     }
-    Object.assign(this, { controller, declared: metadata, parent, sync, finalize, customize, version });
+    Object.assign(this, { controller, declared: metadata, parent, sync, finalize, customize, version, observedGeneration });
   }
 
   metadata() {
@@ -182,10 +183,14 @@ export class Composite {
     return out;
   }
 
-  /** The status to write: the hook's, with the parent's `observedGeneration`. */
+  /**
+   * The status to write: the hook's, with the parent's `observedGeneration` unless told
+   * the parent's schema has no room for it (an applied status with an undeclared field
+   * is refused; the importer knows from the CRD).
+   */
   status(status, parent) {
     const generation = parent?.metadata?.generation;
-    return generation ? { ...status, observedGeneration: generation } : { ...status };
+    return generation && this.observedGeneration ? { ...status, observedGeneration: generation } : { ...status };
   }
 
   /** `child` with the parent's namespace when it is of a namespaced kind and names none. */

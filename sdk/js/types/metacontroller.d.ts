@@ -37,6 +37,8 @@ export interface CompositeOptions {
   finalize?: Hook;
   customize?: Hook;
   version?: 'v1' | 'v2';
+  /** Whether the status written carries the parent's observedGeneration (default true). */
+  observedGeneration?: boolean;
 }
 
 /** A CompositeController's hooks as a plugin. */

@@ -85,6 +85,12 @@ def test_the_answer_becomes_capstans_response():
     assert not response.finalized
 
 
+def test_a_parent_whose_schema_has_no_room_for_observed_generation_gets_the_hooks_status_alone():
+    hook, _ = recorder({"status": {"ready": 1}})
+    response = composite(hook, observed_generation=False).reconcile(team(generation=7), Context())
+    assert response.status == {"ready": 1}
+
+
 def test_no_resync_asked_is_no_requeue_and_no_status_is_none_written():
     hook, _ = recorder({"children": []})
     response = composite(hook).reconcile(team(), Context())

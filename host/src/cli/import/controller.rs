@@ -31,6 +31,9 @@ pub(super) struct Imported {
     pub version: String,
     /// `spec.resyncPeriodSeconds`.
     pub resync_seconds: Option<f64>,
+    /// Whether the status written carries the parent's `observedGeneration`, as
+    /// Metacontroller's does where the parent's schema has room for it.
+    pub observed_generation: bool,
 }
 
 impl Imported {
@@ -164,6 +167,7 @@ pub(super) fn import(example: &Example, controller: &Value, related: &[String]) 
         Some(hook) => related_kinds(hook, related, &crds)?,
         None => Vec::new(),
     };
+    let observed_generation = !decorating && kinds::status_has_room(&parent, &crds, "observedGeneration");
     Ok(Imported {
         name,
         controller: controller.clone(),
@@ -177,6 +181,7 @@ pub(super) fn import(example: &Example, controller: &Value, related: &[String]) 
         customize,
         version,
         resync_seconds: spec["resyncPeriodSeconds"].as_f64(),
+        observed_generation,
     })
 }
 

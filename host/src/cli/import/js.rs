@@ -197,7 +197,8 @@ export const plugin = exportPlugin(
     sync: {sync},
     finalize: {finalize},
     customize: {customize},
-    version: {version},{selectors}
+    version: {version},
+    observedGeneration: {observed},{selectors}
   }}),
 );
 "#,
@@ -209,5 +210,6 @@ export const plugin = exportPlugin(
         children = kinds_literal(&i.children)?,
         related = kinds_literal(&i.related)?,
         version = serde_json::to_string(&i.version)?,
+        observed = i.observed_generation,
     ))
 }

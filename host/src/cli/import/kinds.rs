@@ -120,9 +120,56 @@ fn from_crd(crd: &Value, group: &str, version: &str, resource: &str) -> Option<K
     })
 }
 
+/// Whether `kind`'s status, as its CRD among `crds` declares it, has room for `field`:
+/// declared, or unknown fields preserved. Metacontroller writes status with an update,
+/// whose undeclared fields the API server drops; Capstan applies it, where they are an
+/// error. A kind no CRD declares (a built-in's status) has no room.
+pub(super) fn status_has_room(kind: &Kind, crds: &[Value], field: &str) -> bool {
+    let schema = crds.iter().find_map(|crd| {
+        let spec = &crd["spec"];
+        let ours = spec["group"] == kind.group.as_str() && spec["names"]["plural"] == kind.plural.as_str();
+        let version = (spec["versions"].as_array()?.iter()).find(|v| v["name"] == kind.version.as_str())?;
+        ours.then(|| &version["schema"]["openAPIV3Schema"])
+    });
+    let Some(schema) = schema else {
+        return false;
+    };
+    let preserves = |s: &Value| s["x-kubernetes-preserve-unknown-fields"] == true;
+    let status = &schema["properties"]["status"];
+    preserves(schema)
+        || (status.is_null() && schema["properties"].is_null())
+        || preserves(status)
+        || !status["properties"][field].is_null()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_has_room_for_a_field_it_declares_or_whose_unknown_fields_it_keeps() {
+        let crd = |status: Value| {
+            serde_json::json!({"spec": {"group": "g.io", "names": {"kind": "T", "plural": "ts"},
+                "versions": [{"name": "v1", "served": true, "schema": {"openAPIV3Schema": {
+                    "type": "object", "properties": {"status": status}}}}]}})
+        };
+        let t = resolve("g.io/v1", "ts", &[crd(Value::Null)]).unwrap();
+        let room = |status: Value| status_has_room(&t, &[crd(status)], "observedGeneration");
+        assert!(room(
+            serde_json::json!({"properties": {"observedGeneration": {"type": "integer"}}})
+        ));
+        assert!(room(
+            serde_json::json!({"x-kubernetes-preserve-unknown-fields": true})
+        ));
+        assert!(!room(
+            serde_json::json!({"properties": {"count": {"type": "integer"}}})
+        ));
+        assert!(!status_has_room(
+            &resolve("v1", "configmaps", &[]).unwrap(),
+            &[],
+            "observedGeneration"
+        ));
+    }
 
     #[test]
     fn a_crd_of_the_example_comes_first_and_built_ins_follow() {

@@ -166,7 +166,8 @@ PLUGIN = {class_name}(
     sync={sync},
     finalize={finalize},
     customize={customize},
-    version={version},{selectors}
+    version={version},
+    observed_generation={observed},{selectors}
 )
 "#,
         name = i.name,
@@ -190,5 +191,6 @@ PLUGIN = {class_name}(
         finalize = hook_call(i.finalize.as_ref())?,
         customize = hook_call(i.customize.as_ref())?,
         version = json(&i.version)?,
+        observed = if i.observed_generation { "True" } else { "False" },
     ))
 }

@@ -141,13 +141,24 @@ fn an_observed_child_the_answer_no_longer_holds_is_pruned_as_observed() {
 #[test]
 fn a_name_another_parent_holds_refuses_the_whole_answer() {
     let other = planned(vec![desired("taken", "x")], None, &[], None).unwrap_or_else(|_| panic!("foreign"));
-    let holder = stored(&other.children[0].child, "someone-else", "1");
+    let mut child = other.children[0].child.clone();
+    child.object["metadata"]["ownerReferences"][0]["uid"] = "other-parent-uid".into();
+    let holder = stored(&child, "someone-else", "1");
     let answer = vec![desired("mine", "x"), desired("taken", "x")];
     let Err(foreign) = planned(answer, Some(json!({"phase": "New"})), &[], Some(&holder)) else {
         panic!("a name held elsewhere was planned");
     };
     assert_eq!(foreign.child.name, "taken");
     assert_eq!(foreign.holder.uid().as_deref(), Some("someone-else"));
+}
+
+#[test]
+fn a_child_of_this_parent_cached_after_its_children_were_observed_is_its_own() {
+    let first = planned(vec![desired("a", "hi")], None, &[], None).unwrap_or_else(|_| panic!("foreign"));
+    let landed = stored(&first.children[0].child, "child-uid", "4");
+    let again = planned(vec![desired("a", "hi")], None, &[], Some(&landed))
+        .unwrap_or_else(|_| panic!("its own child read as another's"));
+    assert_eq!(actions(&again), [("a", &Action::Keep)]);
 }
 
 #[test]

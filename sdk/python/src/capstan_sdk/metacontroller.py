@@ -148,6 +148,10 @@ class Composite(Reconciler):
     finalize: Hook | None = None
     customize: Hook | None = None
     version: str = "v1"
+    observed_generation: bool = True
+    """Whether the status written carries the parent's ``observedGeneration``, as
+    Metacontroller's does where the parent's schema has room for it (the importer knows
+    from the CRD: an applied status with an undeclared field is refused)."""
 
     def __post_init__(self) -> None:
         if self.version not in VERSIONS:
@@ -210,7 +214,9 @@ class Composite(Reconciler):
     def _status(self, status: Mapping[str, Any], parent: Mapping[str, Any]) -> dict[str, Any]:
         """The status to write: the hook's, with the parent's ``observedGeneration``."""
         generation = (parent.get("metadata") or {}).get("generation")
-        return {**status, "observedGeneration": generation} if generation else dict(status)
+        if generation and self.observed_generation:
+            return {**status, "observedGeneration": generation}
+        return dict(status)
 
     def _placed(self, child: Mapping[str, Any], parent: Mapping[str, Any]) -> dict[str, Any]:
         """``child`` with the parent's namespace when it is of a namespaced kind and names none."""
