@@ -25,11 +25,12 @@ if [ ${#examples[@]} -eq 0 ]; then
 fi
 capstan=${CAPSTAN:-capstan}
 # The hooks' toolchains, from the registries through this checkout's scripts.
-scripts=$(cd "$(dirname "$0")/../scripts" && pwd)
+scripts=$(dirname "$0")/../scripts
 : "${COMPONENTIZE_PY:=$("$scripts/toolchain-python.sh")}"
 : "${CAPSTAN_JS_TOOLCHAIN:=$("$scripts/toolchain-js.sh")}"
 export COMPONENTIZE_PY CAPSTAN_JS_TOOLCHAIN
 out=${OUT:-$(mktemp -d -t capstan-mc-XXXXXX)}
+mkdir -p "$out"
 per_test=${PER_TEST_SECONDS:-300}
 : "${KUBECONFIG:=$HOME/.cache/capstan/dev/kubeconfig}"
 export KUBECONFIG

@@ -108,10 +108,7 @@ pub(super) fn import(example: &Example, controller: &Value, related: &[String]) 
         .context("the controller has no metadata.name")?
         .to_string();
     let spec = &controller["spec"];
-    let crds: Vec<Value> = example
-        .of_kind("CustomResourceDefinition")
-        .map(|(_, c)| c.clone())
-        .collect();
+    let crds = example.crds()?;
     let decorating = controller["kind"] == "DecoratorController";
     let (parent, decorator) = if decorating {
         let (rule, selectors) = target(spec)?;

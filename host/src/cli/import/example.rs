@@ -14,6 +14,8 @@ pub(super) struct Example {
     pub objects: Vec<(PathBuf, Value)>,
     /// `configMapGenerator` entries: (name, files) with each file's path on disk.
     pub generated: Vec<(String, Vec<PathBuf>)>,
+    /// The files kustomizations list as `resources`: what `kubectl apply -k` installs.
+    pub resources: Vec<PathBuf>,
 }
 
 impl Example {
@@ -43,6 +45,9 @@ impl Example {
 
     fn generators(&mut self, path: &Path, doc: &Value) -> anyhow::Result<()> {
         let dir = path.parent().unwrap_or(Path::new("."));
+        let listed = doc["resources"].as_array().into_iter().flatten();
+        self.resources
+            .extend(listed.filter_map(Value::as_str).map(|r| normal(&dir.join(r))));
         let entries = doc["configMapGenerator"].as_array().cloned().unwrap_or_default();
         for (i, entry) in entries.iter().enumerate() {
             let field = format!("{}: configMapGenerator[{i}]", path.display());
@@ -66,10 +71,52 @@ impl Example {
         Ok(())
     }
 
+    /// The example's CRDs, each once: a CRD in two files is the one a kustomization
+    /// installs (examples ship an all-in-one copy beside it); two that differ otherwise
+    /// are refused.
+    pub fn crds(&self) -> anyhow::Result<Vec<Value>> {
+        let mut out: Vec<(&PathBuf, &Value)> = Vec::new();
+        for (path, crd) in self.of_kind("CustomResourceDefinition") {
+            let name = &crd["metadata"]["name"];
+            let Some(seen) = out.iter_mut().find(|(_, c)| c["metadata"]["name"] == *name) else {
+                out.push((path, crd));
+                continue;
+            };
+            let installed = |p: &Path| self.resources.contains(&normal(p));
+            match (installed(seen.0), installed(path)) {
+                _ if seen.1 == crd => {}
+                (false, true) => *seen = (path, crd),
+                (true, false) => {}
+                _ => anyhow::bail!(
+                    "CustomResourceDefinition {} is defined twice, differently ({} and {})",
+                    name.as_str().unwrap_or_default(),
+                    seen.0.display(),
+                    path.display()
+                ),
+            }
+        }
+        Ok(out.into_iter().map(|(_, c)| c.clone()).collect())
+    }
+
     /// Objects of `kind`.
     pub fn of_kind<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a (PathBuf, Value)> + 'a {
         self.objects.iter().filter(move |(_, o)| o["kind"] == kind)
     }
+}
+
+/// `path` with its `.` and `..` resolved, as written (no links followed).
+fn normal(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Every `.yaml`/`.yml` file under `dir`, sorted, hidden directories skipped.

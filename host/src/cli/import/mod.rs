@@ -74,10 +74,7 @@ pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let crds: Vec<serde_json::Value> = example
-        .of_kind("CustomResourceDefinition")
-        .map(|(_, c)| c.clone())
-        .collect();
+    let crds = example.crds()?;
     let sdk = super::new::sdk_source(args.sdk.as_deref())?;
     project::write(&args.out, project::project(&imported, &files, &crds, &sdk.path)?)?;
     println!(
