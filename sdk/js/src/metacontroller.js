@@ -119,21 +119,43 @@ export function selects(selector, labels = {}) {
 }
 
 /**
+ * `value` as the API server stores it under a structural `schema`: the fields the schema
+ * does not declare dropped, unless it preserves unknown fields.
+ */
+export function prune(value, schema) {
+  if (Array.isArray(value)) {
+    return schema?.items && typeof schema.items === 'object' ? value.map((v) => prune(v, schema.items)) : value;
+  }
+  if (value === null || typeof value !== 'object') return value;
+  const props = schema?.properties ?? {};
+  const extra = schema?.additionalProperties;
+  const keep = schema?.['x-kubernetes-preserve-unknown-fields'] === true || extra === true;
+  const out = {};
+  for (const [key, item] of Object.entries(value)) {
+    if (Object.hasOwn(props, key)) out[key] = prune(item, props[key]);
+    else if (extra && typeof extra === 'object') out[key] = prune(item, extra);
+    else if (keep) out[key] = item;
+  }
+  return out;
+}
+
+/**
  * A CompositeController's hooks as a plugin. `controller` is the CompositeController
  * object as Metacontroller would send it; `metadata` declares its parent, child and
  * related kinds (and a finalizer when there is a `finalize` hook); `version` is the
- * hooks' (`spec.hooks.sync.version`); `observedGeneration` false leaves it out of the
- * status.
+ * hooks' (`spec.hooks.sync.version`); `statusSchema`, the parent's status schema (its
+ * CRD's), prunes the status written as the API server prunes Metacontroller's status
+ * update (an applied status with an undeclared field is refused instead).
  */
 export class Composite {
   static PARENT_FIELD = 'parent';
   static CHILDREN_FIELD = 'children';
 
-  constructor({ controller, metadata, parent, sync, finalize, customize, version = 'v1', observedGeneration = true }) {
+  constructor({ controller, metadata, parent, sync, finalize, customize, version = 'v1', statusSchema }) {
     if (!VERSIONS.includes(version)) {
       throw new TypeError(`hook version ${JSON.stringify(version)}: Metacontroller has ${VERSIONS.join(', ')}`);
     }
-    Object.assign(this, { controller, declared: metadata, parent, sync, finalize, customize, version, observedGeneration });
+    Object.assign(this, { controller, declared: metadata, parent, sync, finalize, customize, version, statusSchema });
   }
 
   metadata() {
@@ -176,21 +198,21 @@ export class Composite {
   response(answer, parent, finalizing) {
     const out = new Response();
     for (const child of answer[this.constructor.CHILDREN_FIELD] ?? []) out.child(this.placed(child, parent));
-    if (answer.status !== undefined && answer.status !== null) out.withStatus(this.status(answer.status, parent));
+    if (answer.status !== undefined && answer.status !== null) {
+      const status = this.statusSchema ? prune(this.status(answer.status, parent), this.statusSchema) : this.status(answer.status, parent);
+      // Nothing the parent's schema holds: no status to write.
+      if (!this.statusSchema || Object.keys(status).length) out.withStatus(status);
+    }
     // The controller's resyncPeriodSeconds is the host's `resync`, set where it runs.
     if (answer.resyncAfterSeconds) out.requeueAfter(Math.round(Number(answer.resyncAfterSeconds) * 1000));
     if (finalizing && answer.finalized) out.finalize();
     return out;
   }
 
-  /**
-   * The status to write: the hook's, with the parent's `observedGeneration` unless told
-   * the parent's schema has no room for it (an applied status with an undeclared field
-   * is refused; the importer knows from the CRD).
-   */
+  /** The status to write: the hook's, with the parent's `observedGeneration`. */
   status(status, parent) {
     const generation = parent?.metadata?.generation;
-    return generation && this.observedGeneration ? { ...status, observedGeneration: generation } : { ...status };
+    return generation ? { ...status, observedGeneration: generation } : { ...status };
   }
 
   /** `child` with the parent's namespace when it is of a namespaced kind and names none. */

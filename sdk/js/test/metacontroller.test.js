@@ -70,8 +70,21 @@ test('the answer becomes Capstan’s response', async () => {
   assert.deepEqual(response.status, { ready: 1, observedGeneration: 7 });
   assert.equal(response.requeueAfterMs, 1500);
   assert.equal(response.finalized, false);
-  const bare = await composite(recorder({ status: { ready: 1 } }).hook, { observedGeneration: false }).reconcile(team(7), new Context());
-  assert.deepEqual(bare.status, { ready: 1 }, 'no room for observedGeneration in the parent’s schema');
+  const status = { ready: 1, new: 2, rs: { replicas: 3, terminating: 0 }, list: [{ a: 1, b: 2 }] };
+  const statusSchema = {
+    type: 'object',
+    properties: {
+      ready: { type: 'integer' },
+      rs: { type: 'object', properties: { replicas: { type: 'integer' } } },
+      list: { type: 'array', items: { type: 'object', properties: { a: { type: 'integer' } } } },
+    },
+  };
+  const pruned = await composite(recorder({ status }).hook, { statusSchema }).reconcile(team(7), new Context());
+  assert.deepEqual(pruned.status, { ready: 1, rs: { replicas: 3 }, list: [{ a: 1 }] }, 'pruned to the schema, as an update is');
+  const kept = await composite(recorder({ status }).hook, { statusSchema: { 'x-kubernetes-preserve-unknown-fields': true } }).reconcile(team(7), new Context());
+  assert.deepEqual(kept.status, { ...status, observedGeneration: 7 });
+  const none = await composite(recorder({ status }).hook, { statusSchema: { type: 'object' } }).reconcile(team(7), new Context());
+  assert.equal(none.status, undefined, 'a schema that holds none of it: no status written');
   const quiet = await composite(recorder({ children: [] }).hook).reconcile(team(), new Context());
   assert.equal(quiet.status, undefined);
   assert.equal(quiet.requeueAfterMs, undefined);

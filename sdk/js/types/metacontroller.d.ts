@@ -37,9 +37,12 @@ export interface CompositeOptions {
   finalize?: Hook;
   customize?: Hook;
   version?: 'v1' | 'v2';
-  /** Whether the status written carries the parent's observedGeneration (default true). */
-  observedGeneration?: boolean;
+  /** The parent's status schema (its CRD's): the status written is pruned to it. */
+  statusSchema?: object;
 }
+
+/** `value` as the API server stores it under a structural `schema`. */
+export declare function prune(value: unknown, schema: object): unknown;
 
 /** A CompositeController's hooks as a plugin. */
 export declare class Composite implements Reconciler {

@@ -85,10 +85,25 @@ def test_the_answer_becomes_capstans_response():
     assert not response.finalized
 
 
-def test_a_parent_whose_schema_has_no_room_for_observed_generation_gets_the_hooks_status_alone():
-    hook, _ = recorder({"status": {"ready": 1}})
-    response = composite(hook, observed_generation=False).reconcile(team(generation=7), Context())
-    assert response.status == {"ready": 1}
+def test_the_status_is_pruned_to_the_parents_schema_as_the_api_server_prunes_an_update():
+    status = {"ready": 1, "new": 2, "rs": {"replicas": 3, "terminating": 0}, "list": [{"a": 1, "b": 2}]}
+    schema = {
+        "type": "object",
+        "properties": {
+            "ready": {"type": "integer"},
+            "rs": {"type": "object", "properties": {"replicas": {"type": "integer"}}},
+            "list": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+        },
+    }
+    hook, _ = recorder({"status": status})
+    response = composite(hook, status_schema=schema).reconcile(team(generation=7), Context())
+    assert response.status == {"ready": 1, "rs": {"replicas": 3}, "list": [{"a": 1}]}
+    kept = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    response = composite(hook, status_schema=kept).reconcile(team(generation=7), Context())
+    assert response.status == {**status, "observedGeneration": 7}
+    # A schema that holds nothing of it (a built-in parent's): no status written.
+    response = composite(hook, status_schema={"type": "object"}).reconcile(team(), Context())
+    assert response.status is None
 
 
 def test_no_resync_asked_is_no_requeue_and_no_status_is_none_written():

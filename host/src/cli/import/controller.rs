@@ -31,9 +31,8 @@ pub(super) struct Imported {
     pub version: String,
     /// `spec.resyncPeriodSeconds`.
     pub resync_seconds: Option<f64>,
-    /// Whether the status written carries the parent's `observedGeneration`, as
-    /// Metacontroller's does where the parent's schema has room for it.
-    pub observed_generation: bool,
+    /// The parent's status schema, which the status written is pruned to.
+    pub status_schema: Value,
 }
 
 impl Imported {
@@ -164,7 +163,7 @@ pub(super) fn import(example: &Example, controller: &Value, related: &[String]) 
         Some(hook) => related_kinds(hook, related, &crds)?,
         None => Vec::new(),
     };
-    let observed_generation = !decorating && kinds::status_has_room(&parent, &crds, "observedGeneration");
+    let status_schema = kinds::status_schema(&parent, &crds);
     Ok(Imported {
         name,
         controller: controller.clone(),
@@ -178,7 +177,7 @@ pub(super) fn import(example: &Example, controller: &Value, related: &[String]) 
         customize,
         version,
         resync_seconds: spec["resyncPeriodSeconds"].as_f64(),
-        observed_generation,
+        status_schema,
     })
 }
 

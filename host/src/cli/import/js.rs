@@ -198,7 +198,7 @@ export const plugin = exportPlugin(
     finalize: {finalize},
     customize: {customize},
     version: {version},
-    observedGeneration: {observed},{selectors}
+    statusSchema: {status_schema},{selectors}
   }}),
 );
 "#,
@@ -210,6 +210,6 @@ export const plugin = exportPlugin(
         children = kinds_literal(&i.children)?,
         related = kinds_literal(&i.related)?,
         version = serde_json::to_string(&i.version)?,
-        observed = i.observed_generation,
+        status_schema = serde_json::to_string(&i.status_schema)?,
     ))
 }

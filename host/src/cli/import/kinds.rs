@@ -120,26 +120,26 @@ fn from_crd(crd: &Value, group: &str, version: &str, resource: &str) -> Option<K
     })
 }
 
-/// Whether `kind`'s status, as its CRD among `crds` declares it, has room for `field`:
-/// declared, or unknown fields preserved. Metacontroller writes status with an update,
-/// whose undeclared fields the API server drops; Capstan applies it, where they are an
-/// error. A kind no CRD declares (a built-in's status) has no room.
-pub(super) fn status_has_room(kind: &Kind, crds: &[Value], field: &str) -> bool {
+/// `kind`'s status schema, as its CRD among `crds` declares it: what the status written is
+/// pruned to. Metacontroller writes status with an update, whose undeclared fields the API
+/// server drops; Capstan applies it, where they are an error. A kind no CRD declares (a
+/// built-in, whose status is its own controller's) holds none of it: `{"type": "object"}`.
+pub(super) fn status_schema(kind: &Kind, crds: &[Value]) -> Value {
     let schema = crds.iter().find_map(|crd| {
         let spec = &crd["spec"];
         let ours = spec["group"] == kind.group.as_str() && spec["names"]["plural"] == kind.plural.as_str();
         let version = (spec["versions"].as_array()?.iter()).find(|v| v["name"] == kind.version.as_str())?;
         ours.then(|| &version["schema"]["openAPIV3Schema"])
     });
-    let Some(schema) = schema else {
-        return false;
-    };
-    let preserves = |s: &Value| s["x-kubernetes-preserve-unknown-fields"] == true;
-    let status = &schema["properties"]["status"];
-    preserves(schema)
-        || (status.is_null() && schema["properties"].is_null())
-        || preserves(status)
-        || !status["properties"][field].is_null()
+    let keep_all = serde_json::json!({"x-kubernetes-preserve-unknown-fields": true});
+    match schema {
+        None => serde_json::json!({"type": "object"}),
+        Some(s) if s["x-kubernetes-preserve-unknown-fields"] == true || s["properties"].is_null() => keep_all,
+        Some(s) => match &s["properties"]["status"] {
+            Value::Null => serde_json::json!({"type": "object"}),
+            status => status.clone(),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -147,28 +147,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_status_has_room_for_a_field_it_declares_or_whose_unknown_fields_it_keeps() {
-        let crd = |status: Value| {
+    fn a_status_schema_is_the_crds_or_holds_nothing_for_a_built_in() {
+        let crd = |root: Value| {
             serde_json::json!({"spec": {"group": "g.io", "names": {"kind": "T", "plural": "ts"},
-                "versions": [{"name": "v1", "served": true, "schema": {"openAPIV3Schema": {
-                    "type": "object", "properties": {"status": status}}}}]}})
+                "versions": [{"name": "v1", "served": true, "schema": {"openAPIV3Schema": root}}]}})
         };
         let t = resolve("g.io/v1", "ts", &[crd(Value::Null)]).unwrap();
-        let room = |status: Value| status_has_room(&t, &[crd(status)], "observedGeneration");
-        assert!(room(
-            serde_json::json!({"properties": {"observedGeneration": {"type": "integer"}}})
-        ));
-        assert!(room(
-            serde_json::json!({"x-kubernetes-preserve-unknown-fields": true})
-        ));
-        assert!(!room(
-            serde_json::json!({"properties": {"count": {"type": "integer"}}})
-        ));
-        assert!(!status_has_room(
-            &resolve("v1", "configmaps", &[]).unwrap(),
-            &[],
-            "observedGeneration"
-        ));
+        let status = serde_json::json!({"type": "object", "properties": {"count": {"type": "integer"}}});
+        let root = serde_json::json!({"type": "object", "properties": {"status": status}});
+        assert_eq!(status_schema(&t, &[crd(root)]), status);
+        let open = serde_json::json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+        assert_eq!(
+            status_schema(&t, &[crd(open.clone())])["x-kubernetes-preserve-unknown-fields"],
+            true
+        );
+        let cm = resolve("v1", "configmaps", &[]).unwrap();
+        assert_eq!(status_schema(&cm, &[]), serde_json::json!({"type": "object"}));
     }
 
     #[test]

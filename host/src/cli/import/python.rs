@@ -167,7 +167,7 @@ PLUGIN = {class_name}(
     finalize={finalize},
     customize={customize},
     version={version},
-    observed_generation={observed},{selectors}
+    status_schema=json.loads({status_schema}),{selectors}
 )
 "#,
         name = i.name,
@@ -191,6 +191,6 @@ PLUGIN = {class_name}(
         finalize = hook_call(i.finalize.as_ref())?,
         customize = hook_call(i.customize.as_ref())?,
         version = json(&i.version)?,
-        observed = if i.observed_generation { "True" } else { "False" },
+        status_schema = json(&serde_json::to_string(&i.status_schema)?)?,
     ))
 }

@@ -130,6 +130,27 @@ def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bo
     return True
 
 
+def prune(value: Any, schema: Mapping[str, Any]) -> Any:
+    """``value`` as the API server stores it under a structural ``schema``: the fields the
+    schema does not declare dropped, unless it preserves unknown fields."""
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        keep = schema.get("x-kubernetes-preserve-unknown-fields") is True or extra is True
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if key in props:
+                out[key] = prune(item, props[key])
+            elif isinstance(extra, dict):
+                out[key] = prune(item, extra)
+            elif keep:
+                out[key] = item
+        return out
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [prune(item, schema["items"]) for item in value]
+    return value
+
+
 @dataclass
 class Composite(Reconciler):
     """A CompositeController's hooks as a plugin.
@@ -148,10 +169,10 @@ class Composite(Reconciler):
     finalize: Hook | None = None
     customize: Hook | None = None
     version: str = "v1"
-    observed_generation: bool = True
-    """Whether the status written carries the parent's ``observedGeneration``, as
-    Metacontroller's does where the parent's schema has room for it (the importer knows
-    from the CRD: an applied status with an undeclared field is refused)."""
+    status_schema: dict[str, Any] | None = None
+    """The parent's status schema (its CRD's): the status written is pruned to it, as the
+    API server prunes Metacontroller's status update (an applied status with an undeclared
+    field is refused instead). ``None`` writes the status unpruned."""
 
     def __post_init__(self) -> None:
         if self.version not in VERSIONS:
@@ -202,7 +223,12 @@ class Composite(Reconciler):
             out = out.with_child(self._placed(child, parent))
         status = answer.get("status")
         if status is not None:
-            out = out.with_status(self._status(status, parent))
+            status = self._status(status, parent)
+            if self.status_schema is not None:
+                status = prune(status, self.status_schema)
+            # Nothing the parent's schema holds: no status to write.
+            if status or self.status_schema is None:
+                out = out.with_status(status)
         # The controller's resyncPeriodSeconds is the host's `resync`, set where it runs.
         resync = answer.get("resyncAfterSeconds")
         if resync:
@@ -214,9 +240,7 @@ class Composite(Reconciler):
     def _status(self, status: Mapping[str, Any], parent: Mapping[str, Any]) -> dict[str, Any]:
         """The status to write: the hook's, with the parent's ``observedGeneration``."""
         generation = (parent.get("metadata") or {}).get("generation")
-        if generation and self.observed_generation:
-            return {**status, "observedGeneration": generation}
-        return dict(status)
+        return {**status, "observedGeneration": generation} if generation else dict(status)
 
     def _placed(self, child: Mapping[str, Any], parent: Mapping[str, Any]) -> dict[str, Any]:
         """``child`` with the parent's namespace when it is of a namespaced kind and names none."""
