@@ -7,6 +7,7 @@ pub mod governance;
 pub mod helm;
 pub mod host;
 pub mod oci;
+pub mod process;
 pub mod requests;
 pub mod toolchains;
 

@@ -48,6 +48,7 @@ use capstan_sdk::bindings::capstan::reconciler::types as wit;
 use capstan_tests::host::{
     Host, echo, echo_resource, eventually, first_listed, install_plugin_crd, mount, pod_of, sample,
 };
+use capstan_tests::process::{cpu_of, cpu_seconds, peak_rss_mib};
 use capstan_tests::requests::{
     FloorWrite, Traffic, floor_parents, requests, settled, write_floor, write_floor_of,
 };
@@ -229,47 +230,6 @@ struct Shard<'a> {
 
 /// Namespaces the `-namespace` modes spread their Echos over.
 const NAMESPACES: usize = 32;
-
-/// Peak resident set of `pid` (VmHWM), in MiB.
-fn peak_rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
-            line.split_whitespace().nth(1)?.parse::<f64>().ok()
-        })
-        .map_or(0.0, |kib| kib / 1024.0)
-}
-
-/// CPU seconds `pid` has used (user + system).
-fn cpu_seconds(pid: u32) -> f64 {
-    // SAFETY: sysconf only reads a constant.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            // Fields after the command (which may hold spaces) start at state, field 3.
-            let rest = s.rsplit_once(')')?.1;
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            let user: f64 = fields.get(11)?.parse().ok()?;
-            let system: f64 = fields.get(12)?.parse().ok()?;
-            Some((user + system) / ticks)
-        })
-        .unwrap_or(0.0)
-}
-
-/// CPU seconds of every process named `comm` (the plane's API server, etcd).
-fn cpu_of(comm: &str) -> f64 {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0.0;
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm))
-        .map(cpu_seconds)
-        .sum()
-}
 
 /// The cores the plane, the host and the bench share.
 fn cores() -> usize {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use capstan::dev::{Binaries, FAKE_NODE, Plane, PlaneConfig};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 mod common;
 
@@ -100,6 +100,40 @@ async fn job_runs_to_completion_on_the_fake_node() -> Result<()> {
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded")
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_claim_of_the_default_storage_class_binds_and_its_pod_runs() -> Result<()> {
+    let plane = shared().await;
+    let ns = plane.namespace("claim").await?;
+    let client = plane.client().await?;
+    let claim: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }))?;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    claims.create(&PostParams::default(), &claim).await?;
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "uses-data"},
+        "spec": {
+            "containers": [{"name": "c", "image": "busybox", "volumeMounts": [{"name": "d", "mountPath": "/d"}]}],
+            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}],
+        },
+    }))?;
+    let pods: Api<Pod> = Api::namespaced(client, &ns);
+    pods.create(&PostParams::default(), &pod).await?;
+    let phase = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone());
+    eventually(
+        "the claim bound and its pod running",
+        Duration::from_secs(120),
+        || async {
+            let bound = claims.get("data").await?.status.and_then(|s| s.phase);
+            let running = phase(&pods.get("uses-data").await?);
+            Ok((bound.as_deref() == Some("Bound") && running.as_deref() == Some("Running")).then_some(()))
+        },
+    )
+    .await?;
     Ok(())
 }
 

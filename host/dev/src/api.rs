@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PatchParams, PostParams};
 
@@ -49,6 +50,29 @@ pub(crate) async fn create_fake_node(client: &kube::Client) -> Result<()> {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(e).context("creating the fake node"),
+    }
+}
+
+/// Creates the default StorageClass, `standard`, whose claims kube-controller-manager's
+/// host-path provisioner binds to directories on this machine: controllers that make
+/// PersistentVolumeClaims (StatefulSet-like ones) run as they would on kind.
+pub(crate) async fn create_default_storage_class(client: &kube::Client) -> Result<()> {
+    let class: StorageClass = serde_json::from_value(serde_json::json!({
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {
+            "name": "standard",
+            "annotations": { "storageclass.kubernetes.io/is-default-class": "true" },
+        },
+        "provisioner": "kubernetes.io/host-path",
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+    }))?;
+    let api: Api<StorageClass> = Api::all(client.clone());
+    match api.create(&PostParams::default(), &class).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e).context("creating the default StorageClass"),
     }
 }
 

@@ -203,6 +203,7 @@ async fn start_optional(
         starter
             .start(KCM, kcm.0, kcm.1, "its port to listen", || listening(port))
             .await?;
+        api::create_default_storage_class(client).await?;
     }
     if config.scheduler {
         let port = layout.ports.scheduler;

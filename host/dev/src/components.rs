@@ -125,6 +125,9 @@ impl Layout<'_> {
         vec![
             format!("--kubeconfig={}", s(&self.kubeconfig(KCM))),
             "--controllers=*".into(),
+            // PersistentVolumeClaims bind, as on kind: the default StorageClass's volumes
+            // are directories on this machine (see `api::create_default_storage_class`).
+            "--enable-hostpath-provisioner".into(),
             "--use-service-account-credentials=true".into(),
             "--leader-elect=false".into(),
             format!("--service-account-private-key-file={}", s(&pki.sa_key)),
