@@ -22,7 +22,8 @@ pub fn workspace() -> &'static Path {
         .expect("tests/ sits in the workspace root")
 }
 
-fn target_dir() -> PathBuf {
+/// Cargo's target directory.
+pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace().join("target"), PathBuf::from)
 }
 
@@ -79,6 +80,18 @@ pub fn capstan_bin() -> PathBuf {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| cargo(&["build", "--workspace", "--tests", "--bin", "capstan"]));
     target_dir().join("debug/capstan")
+}
+
+/// The release `capstan` binary, built now (a bench measures what operators run).
+pub fn release_capstan() -> anyhow::Result<PathBuf> {
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--release", "-p", "capstan", "--bin", "capstan"])
+        .current_dir(workspace())
+        .status()?;
+    if !status.success() {
+        anyhow::bail!("building the release capstan failed");
+    }
+    Ok(target_dir().join("release/capstan"))
 }
 
 /// `capstan ARGS` run to completion, as a user runs it: the default log level, the tests'

@@ -13,7 +13,6 @@
 //! sets its CPU share; one core by default). `CAPSTAN_BENCH_REPEAT=R` alternates R runs
 //! without and with it and prints the median and worst of the ratios.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -23,7 +22,7 @@ use capstan_tests::host::{
     Host, echo, echo_resource, hostile_crd, hostile_resource, install_plugin_crd, mount,
 };
 use capstan_tests::requests::watches;
-use capstan_tests::workspace;
+use capstan_tests::release_capstan;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 
@@ -88,19 +87,6 @@ fn counts(var: &str, default: &str) -> Result<Vec<usize>> {
                 .with_context(|| format!("{var}: {n} is not a count"))
         })
         .collect()
-}
-
-/// The release `capstan` binary, built now (a bench measures what operators run).
-fn release_capstan() -> Result<std::path::PathBuf> {
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--release", "-p", "capstan", "--bin", "capstan"])
-        .current_dir(workspace())
-        .status()?;
-    if !status.success() {
-        bail!("building the release capstan failed");
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace().join("target"), Into::into);
-    Ok(std::path::Path::new(&target).join("release/capstan"))
 }
 
 /// Hostile objects beside the copies in a run with a misbehaving plugin.
