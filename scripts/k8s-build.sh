@@ -155,7 +155,8 @@ build_helm() {
   step "helm $HELM_VERSION: built in $((SECONDS - t0)) s"
 }
 
-# The CNCF Distribution registry, for the tests that push and pull plugins as OCI artifacts.
+# The CNCF Distribution registry: the real node's image mirror (`imagePullPolicy: Always`
+# pulls of its images, offline), and the tests that push and pull plugins as OCI artifacts.
 build_registry() {
   [ -x "$registry_dir/bin/registry" ] && { step "registry $REGISTRY_VERSION: cached"; return; }
   step "registry $REGISTRY_VERSION: building"
@@ -179,7 +180,7 @@ for t in "${targets[@]}"; do
   case $t in
     all) build_etcd; build_kwok; kube ;;
     kube) kube ;;
-    node) kube; build_pause ;;
+    node) kube; build_pause; build_registry ;;
     etcd) build_etcd ;;
     kwok) build_kwok ;;
     helm) build_helm ;;

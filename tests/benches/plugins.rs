@@ -21,8 +21,8 @@ use capstan_tests::governance::usage;
 use capstan_tests::host::{
     Host, echo, echo_resource, hostile_crd, hostile_resource, install_plugin_crd, mount,
 };
-use capstan_tests::requests::watches;
 use capstan_tests::release_capstan;
+use capstan_tests::requests::watches;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 

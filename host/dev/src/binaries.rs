@@ -19,6 +19,8 @@ pub struct Versions {
     pub etcd: String,
     /// kwok release, e.g. `v0.8.0`.
     pub kwok: String,
+    /// CNCF Distribution registry release, e.g. `v3.1.2`: the real node's image mirror.
+    pub registry: String,
 }
 
 impl Versions {
@@ -39,6 +41,7 @@ impl Versions {
             kubernetes: get("KUBERNETES_VERSION")?,
             etcd: get("ETCD_VERSION")?,
             kwok: get("KWOK_VERSION")?,
+            registry: get("REGISTRY_VERSION")?,
         })
     }
 }
@@ -65,6 +68,8 @@ pub struct Binaries {
     pub kubelet: PathBuf,
     /// `kube-proxy`, the real node's Service proxy.
     pub kube_proxy: PathBuf,
+    /// `registry`, which serves the real node's images to pulls that must ask a registry.
+    pub registry: PathBuf,
     /// The pause container's program, static, from the same Kubernetes module.
     pub pause: PathBuf,
 }
@@ -113,6 +118,7 @@ impl Binaries {
             kubelet: kube.join("kubelet"),
             kube_proxy: kube.join("kube-proxy"),
             pause: kube.join("pause"),
+            registry: root.join(format!("registry-{}", v.registry)).join("bin/registry"),
         }
     }
 
@@ -138,7 +144,7 @@ impl Binaries {
 
     /// The real node's binaries that are absent or not executable.
     pub fn missing_node(&self) -> Vec<PathBuf> {
-        [&self.kubelet, &self.kube_proxy, &self.pause]
+        [&self.kubelet, &self.kube_proxy, &self.pause, &self.registry]
             .into_iter()
             .filter(|p| !is_executable(p))
             .cloned()
@@ -170,7 +176,8 @@ impl Binaries {
         build("all", Self::locate)
     }
 
-    /// Like [`Self::ensure`], and also the real node's kubelet, kube-proxy and pause.
+    /// Like [`Self::ensure`], and also the real node's kubelet, kube-proxy, pause and
+    /// image registry.
     pub fn ensure_node() -> Result<Self> {
         let bins = Self::ensure()?;
         if bins.missing_node().is_empty() {
@@ -264,8 +271,10 @@ mod tests {
 
     #[test]
     fn parses_versions_env() {
-        let v = Versions::parse("# c\nKUBERNETES_VERSION=v1.2.3\nETCD_VERSION=\"v3\"\nKWOK_VERSION=v0\n")
-            .unwrap();
+        let text =
+            "# c\nKUBERNETES_VERSION=v1.2.3\nETCD_VERSION=\"v3\"\nKWOK_VERSION=v0\nREGISTRY_VERSION=v9\n";
+        let v = Versions::parse(text).unwrap();
+        assert_eq!(v.registry, "v9");
         assert_eq!(v.kubernetes, "v1.2.3");
         assert_eq!(v.etcd, "v3");
         assert_eq!(v.kwok, "v0");

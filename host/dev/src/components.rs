@@ -22,6 +22,7 @@ pub(crate) const KWOK: &str = "kwok";
 pub(crate) const CONTAINERD: &str = "containerd";
 pub(crate) const KUBELET: &str = "kubelet";
 pub(crate) const KUBE_PROXY: &str = "kube-proxy";
+pub(crate) const REGISTRY: &str = "registry";
 
 /// Service IPs; pods get addresses from a separate range so the two never overlap.
 pub(crate) const SERVICE_CIDR: &str = "10.0.0.0/24";

@@ -5,6 +5,7 @@
 
 mod iptables;
 mod kubelet;
+mod mirror;
 mod network;
 pub(crate) mod preflight;
 mod record;
@@ -19,7 +20,7 @@ use kube::api::{Api, Patch, PatchParams};
 
 use crate::api::{self, FAKE_NODE};
 use crate::binaries::Binaries;
-use crate::components::{CONTAINERD, KUBE_PROXY, KUBELET, http_get};
+use crate::components::{CONTAINERD, KUBE_PROXY, KUBELET, REGISTRY, http_get};
 use crate::image;
 use crate::process;
 use crate::starter::Starter;
@@ -61,7 +62,11 @@ pub(crate) async fn start(
     let runtime = runtime::Runtime {
         dir: dir.join("containerd"),
     };
-    runtime.write_config(&machine)?;
+    let mirror = mirror::Mirror {
+        dir: dir.join("mirror"),
+        port: process::free_port()?,
+    };
+    runtime.write_config(&machine, &mirror::Mirror::hosts_dir(&mirror.dir))?;
     network::write_cni_config(&runtime.cni_conf_dir(), &runtime.cni_ipam_dir())?;
     let ctr = machine.tools.ctr.clone();
     let (rt, ctr_for_probe) = (runtime.clone(), ctr.clone());
@@ -81,7 +86,18 @@ pub(crate) async fn start(
             },
         )
         .await?;
-    load_base_images(&runtime, &ctr, layout.bins, &machine.tools.busybox, &dir)?;
+    let images = load_base_images(&runtime, &ctr, layout.bins, &machine.tools.busybox, &dir)?;
+    mirror.write(&images)?;
+    let port = mirror.port;
+    starter
+        .start(
+            REGISTRY,
+            &layout.bins.registry,
+            mirror.args(),
+            "GET /v2/",
+            move || async move { http_get(port, "/v2/").await.is_some() },
+        )
+        .await?;
 
     let agents = kubelet::Agents {
         dir: dir.clone(),
@@ -117,25 +133,25 @@ pub(crate) async fn start(
     Ok(())
 }
 
-/// Builds busybox and pause from this machine's binaries and imports them.
+/// Builds busybox and pause from this machine's binaries and imports them; their archives.
 fn load_base_images(
     runtime: &runtime::Runtime,
     ctr: &Path,
     bins: &Binaries,
     busybox: &Path,
     dir: &Path,
-) -> Result<()> {
+) -> Result<Vec<PathBuf>> {
     let images = dir.join("images");
     let archives = [
         image::pause_image(&bins.pause, &images.join("pause.tar"))?,
         image::busybox_image(busybox, &images.join("busybox.tar"))?,
     ];
-    for archive in archives {
+    for archive in &archives {
         runtime
             .import(ctr, &archive.path)
             .with_context(|| format!("importing {} into the node", archive.names.join(", ")))?;
     }
-    Ok(())
+    Ok(archives.into_iter().map(|a| a.path).collect())
 }
 
 /// Imports an image archive into the node of the plane in `plane_dir`.

@@ -37,8 +37,9 @@ impl Runtime {
         self.dir.join("cni-ipam")
     }
 
-    /// Writes `config.toml` (containerd 1.x, config version 2).
-    pub fn write_config(&self, machine: &Machine) -> Result<()> {
+    /// Writes `config.toml` (containerd 1.x, config version 2); `hosts` is where each
+    /// registry host's `hosts.toml` names the node's mirror.
+    pub fn write_config(&self, machine: &Machine, hosts: &Path) -> Result<()> {
         std::fs::create_dir_all(&self.dir)?;
         let d = |p: &str| toml_string(&self.dir.join(p));
         let tools = &machine.tools;
@@ -73,6 +74,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = {cni_bin}
     conf_dir = {cni_conf}
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = {hosts}
 "#,
             root = d("root"),
             state = d("state"),
@@ -84,6 +87,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             runc_root = d("runc"),
             cni_bin = toml_string(&tools.cni_bin),
             cni_conf = toml_string(&self.cni_conf_dir()),
+            hosts = toml_string(hosts),
         );
         std::fs::write(self.config(), config).with_context(|| format!("writing {}", self.config().display()))
     }
