@@ -415,6 +415,35 @@ async fn the_node_is_ready_and_kwoks_node_takes_no_pods() -> Result<()> {
     Ok(())
 }
 
+/// A pod that always pulls its image (`image: busybox`, tag `latest`) pulls it from the
+/// node's image mirror, offline, and runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_always_pulls_runs_from_the_nodes_image_mirror() -> Result<()> {
+    let _turn = TURN.lock().await;
+    let plane = Plane::shared_real_node().await?;
+    let admin = plane.client().await?;
+    let ns = plane.namespace("mirror").await?;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "pulls"},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "busybox", "imagePullPolicy": "Always",
+                            "command": ["sh", "-c", "echo pulled"]}],
+        },
+    }))?;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    pods.create(&PostParams::default(), &pod).await?;
+    let phase = eventually("the pod to finish", Duration::from_secs(120), async || {
+        let phase = pods.get("pulls").await?.status.and_then(|s| s.phase);
+        Ok(phase.filter(|p| p == "Succeeded" || p == "Failed"))
+    })
+    .await?;
+    let status = pods.get("pulls").await?.status;
+    assert_eq!(phase, "Succeeded", "{status:?}");
+    assert_eq!(pod_log(&admin, &ns, "pulls").await?.trim(), "pulled");
+    Ok(())
+}
+
 /// How long a debug host may take to load Echo in Python or JavaScript that this test
 /// process built: the component (19 and 12 MB, an interpreter inside) is compiled with
 /// Cranelift (builds are not byte-reproducible, so no other process's entry matches).

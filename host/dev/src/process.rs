@@ -179,6 +179,14 @@ fn go_gc(cmd: &mut Command) {
     }
 }
 
+/// No component exports traces: nothing here listens for them, and the image mirror's
+/// registry (OpenTelemetry from its environment) logged a failed export every few seconds.
+fn no_traces(cmd: &mut Command) {
+    if std::env::var_os("OTEL_TRACES_EXPORTER").is_none() {
+        cmd.env("OTEL_TRACES_EXPORTER", "none");
+    }
+}
+
 /// Starts `program args...` with stdout and stderr going to `log`.
 pub(crate) fn spawn(
     name: &'static str,
@@ -202,6 +210,7 @@ pub(crate) fn spawn(
         // Only explicit kubeconfig flags: never let a component wander to a real cluster.
         .env_remove("KUBECONFIG");
     go_gc(&mut cmd);
+    no_traces(&mut cmd);
     match lifetime {
         Lifetime::Attached => {
             cmd.process_group(0);

@@ -60,6 +60,15 @@ pub enum Error {
 }
 
 impl Error {
+    /// How long until the reconcile comes back, when this is no failure but a wait: the
+    /// plugin over its CPU share, the parent's writes slowed, its last writes unseen.
+    pub fn put_off(&self) -> Option<Duration> {
+        match self {
+            Error::Deferred(after) | Error::Unseen(after) | Error::Slowed(after) => Some(*after),
+            _ => None,
+        }
+    }
+
     /// What kind of failure this is, without any text that came from the plugin: what a
     /// log line says once the plugin's log budget is spent.
     pub fn kind(&self) -> &'static str {

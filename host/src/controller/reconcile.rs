@@ -133,7 +133,7 @@ fn next(
     metrics.reconciled(name, outcome, start.elapsed());
     // Put off is neither a success nor a failure: the backoff stays as it was.
     let after = match result {
-        Err(Error::Deferred(after) | Error::Unseen(after) | Error::Slowed(after)) => Some(after),
+        Err(e) if e.put_off().is_some() => e.put_off(),
         result => {
             let after = result?;
             shared.per_object.get(&object, |p| p.backoff.reset());

@@ -56,6 +56,9 @@ pub(super) async fn follow(
         at.shared.sink.event(at, event);
     }
     if at.parent.metadata.deletion_timestamp.is_some() && response.finalized {
+        if !lets_go(&written) {
+            return written.map(Some);
+        }
         if let Err(e) = &written {
             tracing::info!(error = %e, "the finalized deletion's last writes failed; the finalizer is released all the same");
         }
@@ -63,6 +66,14 @@ pub(super) async fn follow(
         return Ok(None);
     }
     written.map(Some)
+}
+
+/// Whether a finalized deletion lets its finalizer go after `written`: not while writes
+/// were put off (slowed, over the CPU share, unseen), which are still to be made — the
+/// last status before letting go, as Metacontroller writes it. A write that failed does
+/// not hold the deletion up.
+fn lets_go(written: &Outcome) -> bool {
+    !written.as_ref().is_err_and(|e| e.put_off().is_some())
 }
 
 /// Whether an answer's events and `finalized` stand after its writes: for every outcome
@@ -120,6 +131,15 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn a_finalizer_waits_for_writes_put_off_but_not_for_failed_ones() {
+        assert!(lets_go(&Ok(Writes::default())));
+        assert!(lets_go(&Err(Error::StatusHeld("status.phase".into()))));
+        assert!(!lets_go(&Err(Error::Slowed(Duration::from_secs(3)))));
+        assert!(!lets_go(&Err(Error::Deferred(Duration::from_secs(1)))));
+        assert!(!lets_go(&Err(Error::Unseen(Duration::from_secs(1)))));
+    }
 
     #[test]
     fn events_and_the_release_follow_every_outcome_but_an_answer_that_wrote_nothing() {
