@@ -14,11 +14,7 @@ use super::project::File;
 
 /// The JavaScript files of the project for `imported`; `sdk_path` is the SDK directory.
 pub(super) fn files(imported: &Imported, sdk_path: &str) -> anyhow::Result<Vec<(PathBuf, File)>> {
-    let fill = |t: &str| {
-        t.replace("{{name}}", &imported.name)
-            .replace("{{kind}}", imported.kind())
-            .replace("{{sdk-path}}", sdk_path)
-    };
+    let fill = |t: &str| super::project::fill(t, imported, sdk_path);
     Ok(vec![
         (PathBuf::from("capstan.toml"), File::Text(fill(CAPSTAN_TOML))),
         (PathBuf::from("build.sh"), File::Text(fill(BUILD))),
@@ -77,28 +73,18 @@ echo "build/{{name}}.wasm"
 const ROLLDOWN: &str = r#"// One ES module for componentize-js, which resolves no packages itself: controller.js,
 // the hooks (CommonJS, as Metacontroller's nodejs server loads them) and @capstan/sdk
 // from CAPSTAN_SDK_JS (set by build.sh).
-import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 
 const sdk = process.env.CAPSTAN_SDK_JS;
 if (!sdk) throw new Error('CAPSTAN_SDK_JS must name the SDK directory (build.sh sets it)');
-const exportsMap = JSON.parse(readFileSync(join(sdk, 'package.json'), 'utf8')).exports;
-
-const capstanSdk = {
-  name: 'capstan-sdk',
-  resolveId(id) {
-    if (id !== '@capstan/sdk' && !id.startsWith('@capstan/sdk/')) return null;
-    const entry = exportsMap['.' + id.slice('@capstan/sdk'.length)];
-    if (!entry?.default) throw new Error(`${id}: not an entry of @capstan/sdk`);
-    return join(sdk, entry.default);
-  },
-};
+const { capstanSdk } = await import(pathToFileURL(join(sdk, 'src/rolldown.js')).href);
 
 export default {
   input: 'controller.js',
   // The host's interface is the component's import, wired by componentize-js.
   external: [/^capstan:/],
-  plugins: [capstanSdk],
+  plugins: [capstanSdk(sdk)],
   platform: 'neutral',
   output: { file: 'build/{{name}}.bundle.js', format: 'esm', codeSplitting: false },
 };

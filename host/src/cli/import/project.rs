@@ -47,6 +47,14 @@ pub(super) fn project(
     Ok(files)
 }
 
+/// A template's text with the controller's name and kind and the SDK's directory.
+pub(super) fn fill(template: &str, imported: &Imported, sdk_path: &str) -> String {
+    template
+        .replace("{{name}}", &imported.name)
+        .replace("{{kind}}", imported.kind())
+        .replace("{{sdk-path}}", sdk_path)
+}
+
 /// Writes `files` under `out`.
 pub(super) fn write(out: &Path, files: Vec<(PathBuf, File)>) -> anyhow::Result<()> {
     for (path, file) in files {

@@ -13,11 +13,7 @@ use super::project::File;
 /// The Python files of the project for `imported`; `sdk_path` is the SDK directory the
 /// build takes.
 pub(super) fn files(imported: &Imported, sdk_path: &str) -> anyhow::Result<Vec<(PathBuf, File)>> {
-    let fill = |t: &str| {
-        t.replace("{{name}}", &imported.name)
-            .replace("{{kind}}", imported.kind())
-            .replace("{{sdk-path}}", sdk_path)
-    };
+    let fill = |t: &str| super::project::fill(t, imported, sdk_path);
     Ok(vec![
         (PathBuf::from("capstan.toml"), File::Text(fill(CAPSTAN_TOML))),
         (
