@@ -76,7 +76,12 @@ pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
     }
     let crds = example.crds()?;
     let sdk = super::new::sdk_source(args.sdk.as_deref())?;
-    project::write(&args.out, project::project(&imported, &files, &crds, &sdk.path)?)?;
+    let mut project = match imported.sync.runtime {
+        hooks::Runtime::Python => python::files(&imported, &sdk.path)?,
+        hooks::Runtime::Fission => js::files(&imported, &sdk.path)?,
+    };
+    project.extend(project::common(&imported, &files, &crds)?);
+    project::write(&args.out, project)?;
     println!(
         "imported {} {} into {} ({} hooks: {})",
         imported.kind(),

@@ -1,6 +1,7 @@
-//! The plugin project an imported controller becomes: the hooks' files unchanged under
-//! `hooks/`, the example's CRDs, `run.yaml` for `capstan run` with the grants its kinds
-//! need, and the files of its hooks' language.
+//! The plugin project an imported controller becomes, whatever its hooks' language (whose
+//! files `python` and `js` add): the hooks' files unchanged under `hooks/`, the example's
+//! CRDs, `run.yaml` for `capstan run` with the grants its kinds need; and how a project's
+//! files are filled in and written.
 
 use std::path::{Path, PathBuf};
 
@@ -8,7 +9,6 @@ use anyhow::Context;
 use serde_json::Value;
 
 use super::controller::Imported;
-use super::hooks::Runtime;
 use super::kinds::Kind;
 
 /// One file of the project: its text, or the file it is a copy of.
@@ -17,19 +17,14 @@ pub(super) enum File {
     Copy(PathBuf),
 }
 
-/// Every file of the project for `imported`, whose hooks' ConfigMaps hold `hook_files`;
-/// `sdk_path` is the SDK directory the build takes.
-pub(super) fn project(
+/// The files of the project for `imported` that its hooks' language does not change:
+/// `run.yaml`, the CRDs, and the hooks' files (from their ConfigMaps, `hook_files`).
+pub(super) fn common(
     imported: &Imported,
     hook_files: &[PathBuf],
     crds: &[Value],
-    sdk_path: &str,
 ) -> anyhow::Result<Vec<(PathBuf, File)>> {
-    let mut files = match imported.sync.runtime {
-        Runtime::Python => super::python::files(imported, sdk_path)?,
-        Runtime::Fission => super::js::files(imported, sdk_path)?,
-    };
-    files.push((PathBuf::from("run.yaml"), File::Text(run_yaml(imported))));
+    let mut files = vec![(PathBuf::from("run.yaml"), File::Text(run_yaml(imported)))];
     if !crds.is_empty() {
         let docs: Vec<String> = crds
             .iter()
