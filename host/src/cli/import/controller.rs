@@ -33,6 +33,8 @@ pub(super) struct Imported {
     pub resync_seconds: Option<f64>,
     /// The parent's status schema, which the status written is pruned to.
     pub status_schema: Value,
+    /// What the controller says that the plugin does otherwise, one line each.
+    pub differences: Vec<String>,
 }
 
 impl Imported {
@@ -164,6 +166,7 @@ pub(super) fn import(example: &Example, controller: &Value, related: &[String]) 
         None => Vec::new(),
     };
     let status_schema = kinds::status_schema(&parent, &crds);
+    let differences = differences(spec, field);
     Ok(Imported {
         name,
         controller: controller.clone(),
@@ -178,7 +181,27 @@ pub(super) fn import(example: &Example, controller: &Value, related: &[String]) 
         version,
         resync_seconds: spec["resyncPeriodSeconds"].as_f64(),
         status_schema,
+        differences,
     })
+}
+
+/// What of `spec` the plugin does otherwise than Metacontroller: every child is updated
+/// in place, whatever its rule's update strategy (Metacontroller's default is OnDelete),
+/// and no revision history is kept.
+fn differences(spec: &Value, field: &str) -> Vec<String> {
+    let rules = spec[field].as_array().map(Vec::as_slice).unwrap_or_default();
+    let mut out: Vec<String> = (rules.iter().enumerate())
+        .filter_map(|(i, rule)| {
+            let method = rule["updateStrategy"]["method"].as_str().unwrap_or("OnDelete");
+            (method != "InPlace").then(|| {
+                format!("spec.{field}[{i}].updateStrategy.method {method}: its children are updated in place (other methods are not imported yet)")
+            })
+        })
+        .collect();
+    if !spec["parentResource"]["revisionHistory"].is_null() {
+        out.push("spec.parentResource.revisionHistory: no revision history is kept".into());
+    }
+    out
 }
 
 /// A DecoratorController's one resource rule and its (label, annotation) selectors: a
@@ -235,4 +258,29 @@ fn related_kinds(hook: &HookFile, given: &[String], crds: &[Value]) -> anyhow::R
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn update_strategies_but_in_place_and_revision_history_are_said_to_differ() {
+        let spec = serde_json::json!({
+            "parentResource": {"apiVersion": "v1", "resource": "x", "revisionHistory": {"fieldPaths": ["spec"]}},
+            "childResources": [
+                {"apiVersion": "v1", "resource": "pods", "updateStrategy": {"method": "RollingRecreate"}},
+                {"apiVersion": "v1", "resource": "services", "updateStrategy": {"method": "InPlace"}},
+                {"apiVersion": "v1", "resource": "configmaps"},
+            ],
+        });
+        let said = differences(&spec, "childResources");
+        assert_eq!(said.len(), 3, "{said:?}");
+        assert!(said[0].starts_with("spec.childResources[0].updateStrategy.method RollingRecreate"));
+        assert!(
+            said[1].contains("[2].updateStrategy.method OnDelete"),
+            "Metacontroller's default"
+        );
+        assert!(said[2].contains("revisionHistory"));
+    }
 }

@@ -94,5 +94,8 @@ pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    for difference in &imported.differences {
+        eprintln!("note: {difference}");
+    }
     Ok(ExitCode::SUCCESS)
 }
