@@ -285,10 +285,11 @@ fn hook_server(checkout: &Path, hooked: &Hooked, project: &Path) -> Result<Kille
         c.arg("hooks.py").current_dir(&hooks);
         c
     } else {
-        // The nodejs server loads ./hooks/*.js from where it runs.
+        // The nodejs server requires ./hooks/NAME.js beside itself, as in its image.
+        let server = project.join("server.js");
+        std::fs::copy(checkout.join("examples/nodejs/server.js"), &server)?;
         let mut c = Command::new("node");
-        c.arg(checkout.join("examples/nodejs/server.js"))
-            .current_dir(project);
+        c.arg(&server).current_dir(project);
         c
     };
     let child = command
