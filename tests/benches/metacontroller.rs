@@ -177,16 +177,18 @@ async fn seed(plane: &Plane, hooked: &Hooked, who: &str, n: usize) -> Result<Str
     let ns = plane.namespace(&format!("mc-{who}-{}", hooked.example)).await?;
     let client = plane.client().await?;
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    // Labelled with the namespace's own name: under Metacontroller a v2 customize rule
+    // without a namespace reads every namespace, the other runs' ConfigMaps too.
     for i in 0..COUNTED {
         let cm = serde_json::from_value(
-            json!({"metadata": {"name": format!("web-{i}"), "labels": {"app": "web"}}}),
+            json!({"metadata": {"name": format!("web-{i}"), "labels": {"app": &ns}}}),
         )?;
         configmaps.create(&PostParams::default(), &cm).await?;
     }
     let parents: Api<DynamicObject> = Api::namespaced_with(client, &ns, &counters());
     futures::stream::iter(0..n)
         .map(|i| {
-            let parents = parents.clone();
+            let (parents, ns) = (parents.clone(), ns.clone());
             let labels: serde_json::Map<String, Value> = hooked
                 .labels
                 .iter()
@@ -196,7 +198,7 @@ async fn seed(plane: &Plane, hooked: &Hooked, who: &str, n: usize) -> Result<Str
                 let parent: DynamicObject = serde_json::from_value(json!({
                     "apiVersion": "examples.capstan.dev/v1", "kind": "ConfigMapCounter",
                     "metadata": {"name": format!("c-{i}"), "labels": labels},
-                    "spec": {"selector": {"app": "web"}},
+                    "spec": {"selector": {"app": ns}},
                 }))?;
                 parents.create(&PostParams::default(), &parent).await?;
                 anyhow::Ok(())

@@ -172,6 +172,7 @@ export class Composite {
   query(rule) {
     const kind = this.declared.related.find((k) => apiVersion(k) === rule.apiVersion && k.plural === rule.resource);
     if (!kind) throw fatal(`customize: ${rule.resource} (${rule.apiVersion}) is not declared related`);
+    if (rule.namespaceSelector) throw fatal(`customize: ${rule.resource} (${rule.apiVersion}): a namespaceSelector is not supported yet`);
     const query = rule.names?.length ? Related.named(kind, rule.names) : Related.labelled(kind, labelSelector(rule.labelSelector));
     return rule.namespace ? query.inNamespace(rule.namespace) : query;
   }

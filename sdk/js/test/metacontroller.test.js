@@ -113,6 +113,8 @@ test('customize rules become related queries of declared kinds; others are the p
   assert.deepEqual([queries[1].selector, queries[1].namespace], [{ names: ['tls', 'ca'] }, 'certs']);
   const undeclared = recorder({ relatedResources: [{ apiVersion: 'v1', resource: 'pods' }] });
   await assert.rejects(composite(recorder().hook, { customize: undeclared.hook }).related(team(), new Context()), /pods \(v1\) is not declared related/);
+  const byNamespaces = recorder({ relatedResources: [{ apiVersion: 'v1', resource: 'secrets', namespaceSelector: {} }] });
+  await assert.rejects(composite(recorder().hook, { customize: byNamespaces.hook }).related(team(), new Context()), /namespaceSelector is not supported yet/);
 });
 
 test('label selectors become selector text and match labels', () => {

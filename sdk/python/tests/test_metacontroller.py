@@ -145,6 +145,11 @@ def test_a_customize_rule_for_an_undeclared_resource_is_the_plugins_error_naming
     hook, _ = recorder()
     with pytest.raises(Fatal, match=r"pods \(v1\) is not declared related"):
         composite(hook, customize=customize).related(team(), Context())
+    by_namespaces, _ = recorder(
+        {"relatedResources": [{"apiVersion": "v1", "resource": "secrets", "namespaceSelector": {}}]}
+    )
+    with pytest.raises(Fatal, match="namespaceSelector is not supported yet"):
+        composite(hook, customize=by_namespaces).related(team(), Context())
 
 
 def test_label_selectors_become_selector_text():

@@ -196,6 +196,8 @@ class Composite(Reconciler):
         )
         if kind is None:
             raise Fatal(f"customize: {resource} ({api_version}) is not declared related")
+        if rule.get("namespaceSelector") is not None:
+            raise Fatal(f"customize: {resource} ({api_version}): a namespaceSelector is not supported yet")
         names = rule.get("names")
         query = Related.named(kind, names) if names else Related.labelled(kind, label_selector(rule.get("labelSelector")))
         ns = rule.get("namespace")
