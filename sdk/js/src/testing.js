@@ -204,33 +204,33 @@ export class Fixture {
     const settings = JSON.stringify(this.settingsValue);
     const refusal = run.validateSettings(reconciler, settings);
     if (refusal !== undefined) throw new Failure('settings', `invalid settings: ${refusal}`);
-    const parent = JSON.stringify(this.parent);
     const namespace = parentNamespace(metadata, this.parent);
-    let related = [];
-    if (metadata.related.length) {
-      const queries = run.related(reconciler, JSON.stringify(shownToRelated(this.parent)), settings);
-      const resolved = queries.map((q) => resolve(metadata, namespace, this.namespaces, q));
-      related = select(metadata, resolved, this.relatedObjects.map((o) => inDefault(metadata, o)));
-    }
-    const request = {
-      parent,
-      children: this.childObjects.map((c) => JSON.stringify(c)),
-      related: related.map((c) => JSON.stringify(c)),
-      settings,
-      now: this.nowText,
-      finalizing: this.isFinalizing,
+    const reconciled = (related) => {
+      const request = {
+        parent: JSON.stringify(this.parent),
+        children: this.childObjects.map((c) => JSON.stringify(c)),
+        related: related.map((c) => JSON.stringify(c)),
+        settings,
+        now: this.nowText,
+        finalizing: this.isFinalizing,
+      };
+      const checked = (response) => {
+        // Through JSON and back, as the host receives it: `undefined` fields vanish.
+        const children = response.children.map((c) => JSON.parse(JSON.stringify(c)));
+        checkResponse(metadata, namespace, this.namespaces, children);
+        return response;
+      };
+      return settle(() => run.reconcileRaw(reconciler, request), checked, (e) => {
+        if (e instanceof ReconcileError) throw new Failure('plugin', e.toString(), e);
+        throw e;
+      });
     };
-    let response;
-    try {
-      response = run.reconcileRaw(reconciler, request);
-    } catch (e) {
-      if (e instanceof ReconcileError) throw new Failure('plugin', e.toString(), e);
-      throw e;
-    }
-    // Through JSON and back, as the host receives it: `undefined` fields vanish.
-    const children = response.children.map((c) => JSON.parse(JSON.stringify(c)));
-    checkResponse(metadata, namespace, this.namespaces, children);
-    return response;
+    if (!metadata.related.length) return reconciled([]);
+    const queries = run.related(reconciler, JSON.stringify(shownToRelated(this.parent)), settings);
+    return run.andThen(queries, (queries) => {
+      const resolved = queries.map((q) => resolve(metadata, namespace, this.namespaces, q));
+      return reconciled(select(metadata, resolved, this.relatedObjects.map((o) => inDefault(metadata, o))));
+    });
   }
 
   /**
@@ -239,12 +239,14 @@ export class Fixture {
    * fails the test like an assertion: a plugin bug, not an answer.
    */
   reconcile(reconciler) {
-    try {
-      return this.check(reconciler);
-    } catch (e) {
-      if (e instanceof Failure && e.kind === 'plugin') throw e.error;
-      throw e;
-    }
+    return settle(
+      () => this.check(reconciler),
+      (response) => response,
+      (e) => {
+        if (e instanceof Failure && e.kind === 'plugin') throw e.error;
+        throw e;
+      },
+    );
   }
 
   /**
@@ -252,9 +254,7 @@ export class Fixture {
    * finalized; or `{error: {fatal | retry, retryAfter}}`), to compare with golden files.
    */
   outcome(reconciler) {
-    try {
-      return outcomeOf(this.check(reconciler));
-    } catch (e) {
+    return settle(() => this.check(reconciler), outcomeOf, (e) => {
       if (!(e instanceof Failure)) throw e;
       if (e.kind === 'plugin') {
         const err = e.error;
@@ -266,8 +266,22 @@ export class Fixture {
       if (e.kind === 'refused') return { error: { refused: e.message } };
       if (e.kind === 'related') return { error: { refused: `related: ${e.message}` } };
       throw e;
-    }
+    });
   }
+}
+
+/**
+ * `ok(call())`, or `failed(error)` when it throws; for an `async` reconciler, whose call
+ * answers a promise, a promise of the same.
+ */
+function settle(call, ok, failed) {
+  let value;
+  try {
+    value = call();
+  } catch (e) {
+    return failed(e);
+  }
+  return value !== null && typeof value === 'object' && typeof value.then === 'function' ? value.then(ok, failed) : ok(value);
 }
 
 /** A Response as `capstan test` prints it. */

@@ -6,6 +6,7 @@ import { test } from 'node:test';
 import { Context, Metadata, ReconcileError, kindRef, kinds, object } from '../src/index.js';
 import { Composite, Decorator, fission, labelSelector, objectKey, selects } from '../src/metacontroller.js';
 import * as run from '../src/run.js';
+import { Fixture } from '../src/testing.js';
 
 const Team = kindRef({ group: 'example.com', version: 'v1', kind: 'Team', plural: 'teams', namespaced: true });
 const Region = kindRef({ group: 'example.com', version: 'v1', kind: 'Region', plural: 'regions', namespaced: false });
@@ -199,4 +200,22 @@ test('a decorator’s target is `object`, its children `attachments`; selectors 
   assert.deepEqual([ignored.children, ignored.finalized], [[], true]);
   const labelling = decorator(recorder({ labels: { team: 'a', added: 'x' } }).hook);
   await assert.rejects(labelling.reconcile(role({ team: 'a' }), new Context()), /the target's labels added/);
+});
+
+test('the testing fixture runs an async reconciler, related queries and checks included', async () => {
+  const customize = recorder({ relatedResources: [{ apiVersion: 'v1', resource: 'secrets', labelSelector: { matchLabels: { app: 'web' } } }] });
+  const plugin = composite(fission(counter, '/sync'), { version: 'v2', customize: customize.hook });
+  const fixture = new Fixture(team())
+    .child(obj(kinds.ConfigMap, 'a-count', 'ns1'))
+    .relatedObject(object(kinds.Secret, { metadata: { name: 's', namespace: 'ns1', labels: { app: 'web' } } }));
+  const response = fixture.reconcile(plugin);
+  assert.equal(typeof response.then, 'function');
+  assert.deepEqual((await response).status, { keys: ['ns1/a-count'], observedGeneration: 3 });
+  assert.deepEqual(await fixture.outcome(plugin), {
+    children: [{ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'a-count', namespace: 'ns1' }, data: { n: '1' } }],
+    status: { keys: ['ns1/a-count'], observedGeneration: 3 },
+  });
+  const failing = composite(fission(async () => ({ status: 500, body: 'down' }), '/sync'));
+  assert.deepEqual(await new Fixture(team()).outcome(failing), { error: { retry: '/sync answered 500: down' } });
+  await assert.rejects(new Fixture(team()).reconcile(failing), (e) => e instanceof ReconcileError);
 });

@@ -31,12 +31,15 @@ export declare class Fixture {
   finalizing(): this;
   allowNamespace(namespace: string): this;
   relatedQueries(reconciler: Reconciler<any, any>): Array<{ group: string; kind: string; namespace?: string; selector: { tag: 'names'; val: string[] } | { tag: 'labels'; val: string } }>;
-  /** The Response, or throws a Failure. */
-  check(reconciler: Reconciler<any, any>): Response;
-  /** The Response, or throws the reconciler's ReconcileError; anything the host refuses throws a Failure. */
-  reconcile(reconciler: Reconciler<any, any>): Response;
-  /** The outcome as `capstan test` prints it, to compare with golden files. */
-  outcome(reconciler: Reconciler<any, any>): Record<string, unknown>;
+  /** The Response, or throws a Failure (a promise of either for an `async` reconciler). */
+  check(reconciler: Reconciler<any, any>): Response | Promise<Response>;
+  /**
+   * The Response, or throws the reconciler's ReconcileError; anything the host refuses
+   * throws a Failure (a promise of either for an `async` reconciler).
+   */
+  reconcile(reconciler: Reconciler<any, any>): Response | Promise<Response>;
+  /** The outcome as `capstan test` prints it, to compare with golden files (a promise for an `async` reconciler). */
+  outcome(reconciler: Reconciler<any, any>): Record<string, unknown> | Promise<Record<string, unknown>>;
 }
 
 export declare function outcomeOf(response: Response): Record<string, unknown>;
