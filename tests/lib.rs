@@ -82,8 +82,13 @@ pub fn capstan_bin() -> PathBuf {
     target_dir().join("debug/capstan")
 }
 
-/// The release `capstan` binary, built now (a bench measures what operators run).
+/// The release `capstan` binary, built now (a bench measures what operators run), or the
+/// one `CAPSTAN_BENCH_CAPSTAN` names.
 pub fn release_capstan() -> anyhow::Result<PathBuf> {
+    // A binary built apart (another machine's, or one built before a bench's own run).
+    if let Some(binary) = std::env::var_os("CAPSTAN_BENCH_CAPSTAN") {
+        return Ok(PathBuf::from(binary));
+    }
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["build", "--release", "-p", "capstan", "--bin", "capstan"])
         .current_dir(workspace())
