@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use capstan::dev::{Plane, PlaneConfig};
-use capstan_tests::host::Host;
+use capstan_tests::host::{Host, sample};
 use capstan_tests::process::{cpu_seconds, peak_rss_mib};
 use capstan_tests::requests::{Requests, requests};
 use capstan_tests::toolchains::{componentize_py, js_toolchain};
@@ -40,6 +40,8 @@ struct Hooked {
     language: &'static str,
     /// Its directory under `tests/fixtures/metacontroller`.
     example: &'static str,
+    /// Its controller's name, the plugin's.
+    controller: &'static str,
     /// The labels its parent rule selects.
     labels: &'static [(&'static str, &'static str)],
 }
@@ -48,11 +50,13 @@ const HOOKED: [Hooked; 2] = [
     Hooked {
         language: "Python",
         example: "counter",
+        controller: "configmap-counter",
         labels: &[],
     },
     Hooked {
         language: "JavaScript",
         example: "counter-js",
+        controller: "configmap-counter-js",
         labels: &[("counted", "yes")],
     },
 ];
@@ -279,6 +283,7 @@ async fn run_capstan(
         &[],
     )?;
     let seconds = converged(plane, &ns, n, t0).await?;
+    said_apart(hooked, &host.metrics().await?, n);
     let row = Row {
         seconds,
         cpu: cpu_seconds(host.pid()),
@@ -288,6 +293,32 @@ async fn run_capstan(
     host.signal(libc::SIGTERM);
     host.wait(Duration::from_secs(30))?;
     Ok(row)
+}
+
+/// Where Capstan's CPU went, from its metrics: reconciles per parent, and the plugin's
+/// share of the CPU (its calls, related and reconcile, in the sandbox).
+fn said_apart(hooked: &Hooked, page: &str, n: usize) {
+    let reconciles: f64 = ["success", "error", "requeue", "requeue_after"]
+        .iter()
+        .map(|r| {
+            let series = format!(
+                r#"controller_runtime_reconcile_total{{controller="{}",result="{r}"}}"#,
+                hooked.controller
+            );
+            sample(page, &series)
+        })
+        .sum();
+    let series = format!(
+        r#"capstan_wasm_cpu_seconds_total{{plugin="{}"}}"#,
+        hooked.controller
+    );
+    let plugin = sample(page, &series);
+    eprintln!(
+        "{}: Capstan reconciled {:.2} times per parent; the plugin's calls took {plugin:.2} s of CPU ({:.2} ms per parent)",
+        hooked.language,
+        reconciles / n as f64,
+        plugin * 1000.0 / n as f64
+    );
 }
 
 /// A child process, killed when dropped.
