@@ -45,11 +45,20 @@ pub(crate) async fn create_fake_node(client: &kube::Client) -> Result<()> {
             "capacity": { "cpu": "1000", "memory": "1Ti", "pods": "1000" },
         },
     }))?;
-    let api: Api<Node> = Api::all(client.clone());
-    match api.create(&PostParams::default(), &node).await {
+    create_once(&Api::<Node>::all(client.clone()), &node)
+        .await
+        .context("creating the fake node")
+}
+
+/// Creates `object`, or finds it there already (a plane started again on its state).
+async fn create_once<K>(api: &Api<K>, object: &K) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), object).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e).context("creating the fake node"),
+        Err(e) => Err(e),
     }
 }
 
@@ -68,12 +77,9 @@ pub(crate) async fn create_default_storage_class(client: &kube::Client) -> Resul
         "reclaimPolicy": "Delete",
         "volumeBindingMode": "Immediate",
     }))?;
-    let api: Api<StorageClass> = Api::all(client.clone());
-    match api.create(&PostParams::default(), &class).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e).context("creating the default StorageClass"),
-    }
+    create_once(&Api::<StorageClass>::all(client.clone()), &class)
+        .await
+        .context("creating the default StorageClass")
 }
 
 /// Whether node `name` reports `Ready=True` (kwok or its kubelet has picked it up).

@@ -132,9 +132,9 @@ fn next(
     };
     metrics.reconciled(name, outcome, start.elapsed());
     // Put off is neither a success nor a failure: the backoff stays as it was.
-    let after = match result {
-        Err(e) if e.put_off().is_some() => e.put_off(),
-        result => {
+    let after = match result.as_ref().err().and_then(Error::put_off) {
+        Some(after) => Some(after),
+        None => {
             let after = result?;
             shared.per_object.get(&object, |p| p.backoff.reset());
             after

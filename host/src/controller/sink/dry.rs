@@ -101,9 +101,8 @@ impl Sink for Dry {
         result: &Result<Outcome<Option<Duration>>, tokio::time::Instant>,
     ) {
         match result {
-            Err(_) | Ok(Err(Error::Deferred(_) | Error::Unseen(_) | Error::Slowed(_))) => {
-                return self.0.abandoned(object);
-            }
+            Err(_) => return self.0.abandoned(object),
+            Ok(Err(e)) if e.put_off().is_some() => return self.0.abandoned(object),
             Ok(Err(
                 Error::Refused(_) | Error::RelatedRefused(_) | Error::Conflict(_) | Error::StatusHeld(_),
             ))
