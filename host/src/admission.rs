@@ -252,6 +252,7 @@ pub fn options(e: &PluginConfig, defaults: &Options) -> anyhow::Result<Options> 
     if let Some(selector) = &e.selector {
         options.parent_labels = Some(config::parent_labels(selector)?);
     }
+    options.updates.clone_from(&e.updates);
     options.allow.secrets = e.allow_secrets;
     options.allow.own_kind = e.allow_own_kind;
     Ok(options)

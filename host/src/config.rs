@@ -103,6 +103,11 @@ pub struct PluginConfig {
     #[serde(default)]
     #[schemars(schema_with = "label_selector")]
     pub selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    /// How existing children that differ from the plugin's answer are updated, per child
+    /// kind (`Kind` or `plural.group`): `InPlace` (the default), `OnDelete` (left as they
+    /// are until deleted, then created anew) or `Recreate` (deleted, then created anew).
+    #[serde(default)]
+    pub updates: std::collections::BTreeMap<String, crate::controller::Update>,
     /// A candidate version for some parents.
     #[serde(default)]
     pub canary: Option<CanaryConfig>,
@@ -176,6 +181,7 @@ impl PluginConfig {
             settings: None,
             mode: Mode::Live,
             selector: None,
+            updates: Default::default(),
             canary: None,
             verify: None,
         }

@@ -183,3 +183,180 @@ async fn counts_follows_and_finalizes(
     .with_context(log)?;
     Ok(())
 }
+
+fn release_resource() -> ApiResource {
+    let gvk = kube::api::GroupVersionKind::gvk("examples.capstan.dev", "v1", "ConfigRelease");
+    ApiResource::from_gvk_with_plural(&gvk, "configreleases")
+}
+
+/// The reconciles the host has finished, all outcomes.
+async fn reconciles(host: &Host) -> Result<f64> {
+    let metrics = host.metrics().await?;
+    Ok(metrics
+        .lines()
+        .filter(|l| l.starts_with("controller_runtime_reconcile_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}
+
+/// Wait until the host has reconciled again since it had finished `before` reconciles,
+/// and a little longer: what that reconcile would write has been written.
+async fn reconciled_since(host: &Host, before: f64) -> Result<()> {
+    eventually("a reconcile", Duration::from_secs(30), async || {
+        Ok((reconciles(host).await? > before).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(())
+}
+
+/// A ServiceAccount's UID, `examples.capstan.dev/data` annotation and `side-effect` label.
+type Account = (String, Option<String>, Option<String>);
+
+/// A ConfigMap's `data.KEY`.
+fn data(cm: &Option<ConfigMap>, key: &str) -> Option<String> {
+    cm.as_ref()?.data.as_ref()?.get(key).cloned()
+}
+
+/// Metacontroller's update methods, imported from the child rules of our own controller
+/// (`tests/fixtures/metacontroller/update-methods`, after Metacontroller's own
+/// update-strategy example): a field someone else adds changes neither child; a new
+/// answer leaves the OnDelete child as it is until it is deleted, and deletes and creates
+/// again the Recreate child — once, not in a loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imported_update_methods_keep_or_recreate_a_child_that_differs() -> Result<()> {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use kube::api::{Patch, PatchParams};
+    let plane = Plane::shared().await?;
+    let ns = plane.namespace("update-methods").await?;
+    let dir = tempfile::tempdir()?;
+    let project = dir.path().join("release");
+    let example = workspace().join("tests/fixtures/metacontroller/update-methods");
+    let import = ["import", "metacontroller", arg(&example), "--out", arg(&project)];
+    capstan_in(dir.path(), &[&import[..], &["--sdk", arg(workspace())]].concat())?;
+    let run = std::fs::read_to_string(project.join("run.yaml"))?;
+    assert!(
+        run.contains("updates:\n    ConfigMap: OnDelete\n    ServiceAccount: Recreate\n"),
+        "{run}"
+    );
+    capstan_in(&project, &["build"])?;
+    let crds: Vec<CustomResourceDefinition> =
+        serde_saphyr::from_multiple(&std::fs::read_to_string(project.join("crds.yaml"))?)?;
+    plane.install_crds(&crds).await?;
+    let config = project.join("run.yaml");
+    let host = Host::start(
+        plane,
+        &["--config", arg(&config), "--namespace", &ns],
+        &dir.path().join("host.log"),
+        &[],
+    )?;
+    let client = plane.client().await?;
+    let releases: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &release_resource());
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    let log = || {
+        format!(
+            "host log: {:?}",
+            host.log().iter().rev().take(8).collect::<Vec<_>>()
+        )
+    };
+    let account = async || -> Result<Option<Account>> {
+        let Some(sa) = accounts.get_opt("web-renewed").await? else {
+            return Ok(None);
+        };
+        let meta = sa.metadata;
+        let annotation = meta
+            .annotations
+            .and_then(|a| a.get("examples.capstan.dev/data").cloned());
+        let label = meta.labels.and_then(|l| l.get("side-effect").cloned());
+        Ok(Some((meta.uid.unwrap_or_default(), annotation, label)))
+    };
+    let status = async || -> Result<Option<String>> {
+        let parent = releases.get_opt("web").await?;
+        Ok(parent.and_then(|p| p.data["status"]["data"].as_str().map(String::from)))
+    };
+    let release: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "examples.capstan.dev/v1", "kind": "ConfigRelease",
+        "metadata": {"name": "web"}, "spec": {"data": "v1"},
+    }))?;
+    releases.create(&PostParams::default(), &release).await?;
+    let (first_uid, _, _) = eventually("both children at v1", Duration::from_secs(120), async || {
+        let kept = data(&configmaps.get_opt("web-kept").await?, "data");
+        let renewed = account().await?;
+        Ok(renewed.filter(|r| r.1.as_deref() == Some("v1") && kept.as_deref() == Some("v1")))
+    })
+    .await
+    .with_context(log)?;
+
+    // Fields another manager adds are not the plugin's: neither child changes for them.
+    let before = reconciles(&host).await?;
+    let injected = PatchParams::default();
+    let cm_patch = json!({"data": {"side-effect": "injected"}});
+    configmaps
+        .patch("web-kept", &injected, &Patch::Merge(&cm_patch))
+        .await?;
+    let sa_patch = json!({"metadata": {"labels": {"side-effect": "injected"}}});
+    accounts
+        .patch("web-renewed", &injected, &Patch::Merge(&sa_patch))
+        .await?;
+    reconciled_since(&host, before).await?;
+    let (uid, _, label) = account().await?.context("the ServiceAccount")?;
+    assert_eq!(
+        (uid.as_str(), label.as_deref()),
+        (first_uid.as_str(), Some("injected"))
+    );
+
+    // A new answer: the Recreate child is deleted and made afresh (without the added
+    // label); the OnDelete child keeps what it had.
+    let spec = json!({"spec": {"data": "v2"}});
+    releases
+        .patch("web", &PatchParams::default(), &Patch::Merge(&spec))
+        .await?;
+    let (second_uid, _, label) = eventually(
+        "the ServiceAccount recreated at v2",
+        Duration::from_secs(60),
+        async || {
+            let done = status().await?.as_deref() == Some("v2");
+            Ok(account().await?.filter(|a| done && a.1.as_deref() == Some("v2")))
+        },
+    )
+    .await
+    .with_context(log)?;
+    assert_ne!(second_uid, first_uid, "recreated, not updated");
+    assert_eq!(label, None, "the new object carries only the answer");
+    let kept = configmaps.get_opt("web-kept").await?;
+    assert_eq!(
+        data(&kept, "data").as_deref(),
+        Some("v1"),
+        "OnDelete: not updated"
+    );
+    assert_eq!(data(&kept, "side-effect").as_deref(), Some("injected"));
+
+    // Once it holds the answer, the Recreate child stays: a label added again is no cause.
+    let before = reconciles(&host).await?;
+    accounts
+        .patch("web-renewed", &injected, &Patch::Merge(&sa_patch))
+        .await?;
+    reconciled_since(&host, before).await?;
+    let (uid, annotation, _) = account().await?.context("the ServiceAccount")?;
+    assert_eq!(
+        (uid, annotation.as_deref()),
+        (second_uid, Some("v2")),
+        "no recreation loop"
+    );
+
+    // Deleted, the OnDelete child comes back from the answer.
+    configmaps.delete("web-kept", &DeleteParams::default()).await?;
+    let kept = eventually(
+        "the ConfigMap made again at v2",
+        Duration::from_secs(60),
+        async || {
+            let kept = configmaps.get_opt("web-kept").await?;
+            Ok((data(&kept, "data").as_deref() == Some("v2")).then_some(kept))
+        },
+    )
+    .await
+    .with_context(log)?;
+    assert_eq!(data(&kept, "side-effect"), None);
+    Ok(())
+}

@@ -272,6 +272,9 @@ plugins:
     {{- if $p.allowOwnNamespace }}
     allowOwnNamespace: true
     {{- end }}
+    {{- with $p.updates }}
+    updates: {{ toJson . }}
+    {{- end }}
     {{- with $p.settings }}
     settings: {{ toJson . }}
     {{- end }}

@@ -26,6 +26,7 @@ mod sink;
 mod subscriptions;
 mod synced;
 mod throttle;
+mod update;
 mod version;
 mod write;
 mod written;
@@ -50,6 +51,7 @@ pub use discovery::{resolve, served};
 pub use informer::Informers;
 pub use per_object::Memory;
 use per_object::PerObject;
+pub use update::Update;
 pub use version::Canary;
 
 /// How one plugin is run.
@@ -85,6 +87,9 @@ pub struct Options {
     pub preview: Option<Arc<crate::preview::Preview>>,
     /// Reconcile only the parents with these labels (a label selector).
     pub parent_labels: Option<String>,
+    /// How existing children of a kind (`Kind` or `plural.group`) that differ from the
+    /// answer are updated; in place unless named.
+    pub updates: std::collections::BTreeMap<String, Update>,
     /// A candidate version for the parents its selector picks, as the supervisor sends
     /// it: replaced or dropped while the controller runs.
     pub canary: watch::Receiver<Option<Canary>>,
@@ -108,6 +113,7 @@ impl Default for Options {
             record: None,
             preview: None,
             parent_labels: None,
+            updates: Default::default(),
             canary: watch::channel(None).1,
         }
     }
@@ -118,6 +124,8 @@ struct ChildKind {
     kind: Kind,
     resource: ApiResource,
     cache: owned::Owned,
+    /// How its children that differ from an answer are updated.
+    update: Update,
 }
 
 /// Everything one plugin's reconciles share.
@@ -209,6 +217,7 @@ pub async fn run(
     memory: Memory,
 ) -> anyhow::Result<()> {
     let metadata = plugin.borrow().metadata().clone();
+    update::check(&options.updates, &metadata.children).map_err(|e| anyhow::anyhow!("{e}"))?;
     let shard = options
         .shard
         .as_ref()

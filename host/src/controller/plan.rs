@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::compact::Compact;
 use super::outcome::Observed;
+use super::update::Update;
 use crate::apply;
 use crate::engine::Kind;
 use crate::key::ObjectKey;
@@ -69,8 +70,8 @@ pub(super) struct Inputs<'a> {
     pub parent_kind: &'a ApiResource,
     /// Whose writes these are: the field manager and label of [`apply::own`].
     pub writer: &'a str,
-    /// The plugin's child kinds, in declared order.
-    pub kinds: &'a [&'a Kind],
+    /// The plugin's child kinds, in declared order, and how each one's children are updated.
+    pub kinds: &'a [(&'a Kind, Update)],
     /// The children this parent controls, from the caches.
     pub observed: &'a [Observed],
 }
@@ -88,23 +89,40 @@ pub(super) fn plan(
 ) -> Result<Plan, Box<Foreign>> {
     let mut children = Vec::with_capacity(desired.len());
     for mut child in desired {
-        let Some(kind) = inputs.kinds.iter().position(|k| **k == child.kind) else {
+        let Some(kind) = inputs.kinds.iter().position(|(k, _)| **k == child.kind) else {
             continue;
         };
         apply::own(&mut child, inputs.parent, inputs.parent_kind, inputs.writer);
+        let update = inputs.kinds[kind].1;
         let action = match inputs
             .observed
             .iter()
             .find(|o| o.kind == kind && same(&o.object, &child))
         {
-            Some(o) => step_over(&child, &o.object, inputs.writer),
+            Some(o) => match (step_over(&child, &o.object, inputs.writer), update) {
+                (action @ (Action::Keep | Action::Create), _) | (action, Update::InPlace) => action,
+                (Action::Update { .. }, Update::OnDelete) => Action::Keep,
+                // Left out of the steps, the observed child is pruned: deleted as observed,
+                // and created from the answer once its deletion wakes the parent. One
+                // already on its way out is waited for.
+                (Action::Update { .. }, Update::Recreate)
+                    if o.object.metadata.deletion_timestamp.is_none() =>
+                {
+                    continue;
+                }
+                (Action::Update { .. }, Update::Recreate) => Action::Keep,
+            },
             None => {
                 let key = ObjectKey::new(child.namespace.as_deref(), &child.name);
                 match cached(kind, &key) {
                     // This parent's own, cached since its children were observed: a
                     // creation of a reconcile before that landed meanwhile.
+                    // Not observed, so not to be deleted yet: only an in-place update.
                     Some(held) if controlled_by(&held, inputs.parent) => {
-                        step_over(&child, &held, inputs.writer)
+                        match step_over(&child, &held, inputs.writer) {
+                            Action::Update { .. } if update != Update::InPlace => Action::Keep,
+                            action => action,
+                        }
                     }
                     Some(holder) => return Err(Box::new(Foreign { child, holder })),
                     None => Action::Create,

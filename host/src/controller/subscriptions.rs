@@ -10,7 +10,7 @@ use kube::runtime::controller::{Config, Controller};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 
-use super::{ChildKind, Wiring, compact, discovery, informer, owned, sharded};
+use super::{ChildKind, Wiring, compact, discovery, informer, owned, sharded, update};
 use crate::engine::Kind;
 use crate::key::ObjectKey;
 
@@ -118,6 +118,7 @@ impl Wiring {
         ChildKind,
         impl futures::Stream<Item = Result<compact::Compact, watcher::Error>> + Send + 'static,
     )> {
+        let update = update::of(&self.options.updates, kind);
         let resource = discovery::resolve(&self.client, kind).await?;
         let cache = owned::Owned::default();
         let ns = self.options.namespace.as_deref().filter(|_| kind.namespaced);
@@ -168,6 +169,7 @@ impl Wiring {
             kind: kind.clone(),
             resource,
             cache,
+            update,
         };
         Ok((child, stream))
     }

@@ -25,7 +25,7 @@ pub(super) async fn write(
     let shared = at.shared;
     let children = std::mem::take(&mut response.children);
     let desired = check(at, metadata, children, &response.events)?;
-    let kinds: Vec<_> = shared.children.iter().map(|c| &c.kind).collect();
+    let kinds: Vec<_> = shared.children.iter().map(|c| (&c.kind, c.update)).collect();
     let inputs = Inputs {
         parent: at.parent,
         parent_kind: &shared.parent,

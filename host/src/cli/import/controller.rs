@@ -33,6 +33,9 @@ pub(super) struct Imported {
     pub resync_seconds: Option<f64>,
     /// The parent's status schema, which the status written is pruned to.
     pub status_schema: Value,
+    /// Each child kind's update method other than in place (`updates` in run.yaml):
+    /// the key naming the kind, and `OnDelete` or `Recreate`.
+    pub updates: Vec<(String, &'static str)>,
     /// What the controller says that the plugin does otherwise, one line each.
     pub differences: Vec<String>,
 }
@@ -166,6 +169,7 @@ pub(super) fn import(example: &Example, controller: &Value, related: &[String]) 
         None => Vec::new(),
     };
     let status_schema = kinds::status_schema(&parent, &crds);
+    let updates = updates(spec, field, &children)?;
     let differences = differences(spec, field);
     Ok(Imported {
         name,
@@ -181,21 +185,49 @@ pub(super) fn import(example: &Example, controller: &Value, related: &[String]) 
         version,
         resync_seconds: spec["resyncPeriodSeconds"].as_f64(),
         status_schema,
+        updates,
         differences,
     })
 }
 
-/// What of `spec` the plugin does otherwise than Metacontroller: every child is updated
-/// in place, whatever its rule's update strategy (Metacontroller's default is OnDelete),
-/// and no revision history is kept.
+/// Metacontroller's update method of each child rule (`OnDelete` when it names none) as
+/// the host's: `RollingRecreate` is `Recreate` and `RollingInPlace` in place, all of the
+/// kind's children at once (said by [`differences`]). A kind is named by `Kind`, or by
+/// `plural.group` where two child kinds share that name.
+fn updates(spec: &Value, field: &str, children: &[Kind]) -> anyhow::Result<Vec<(String, &'static str)>> {
+    let rules = spec[field].as_array().map(Vec::as_slice).unwrap_or_default();
+    let mut out = Vec::new();
+    for (i, (rule, kind)) in rules.iter().zip(children).enumerate() {
+        let method = rule["updateStrategy"]["method"].as_str().unwrap_or("OnDelete");
+        let update = match method {
+            "InPlace" | "RollingInPlace" => continue,
+            "OnDelete" => "OnDelete",
+            "Recreate" | "RollingRecreate" => "Recreate",
+            other => bail!(
+                "spec.{field}[{i}].updateStrategy.method {other}: Metacontroller's are OnDelete, Recreate, InPlace, RollingRecreate and RollingInPlace"
+            ),
+        };
+        let shared = children.iter().filter(|k| k.kind == kind.kind).count() > 1;
+        let key = if shared {
+            format!("{}.{}", kind.plural, kind.group)
+        } else {
+            kind.kind.clone()
+        };
+        out.push((key, update));
+    }
+    Ok(out)
+}
+
+/// What of `spec` the plugin does otherwise than Metacontroller: the rolling methods
+/// update all of a kind's children at once (no status checks between them), and no
+/// revision history is kept.
 fn differences(spec: &Value, field: &str) -> Vec<String> {
     let rules = spec[field].as_array().map(Vec::as_slice).unwrap_or_default();
     let mut out: Vec<String> = (rules.iter().enumerate())
         .filter_map(|(i, rule)| {
-            let method = rule["updateStrategy"]["method"].as_str().unwrap_or("OnDelete");
-            (method != "InPlace").then(|| {
-                format!("spec.{field}[{i}].updateStrategy.method {method}: its children are updated in place (other methods are not imported yet)")
-            })
+            let method = rule["updateStrategy"]["method"].as_str()?;
+            let like = method.strip_prefix("Rolling")?;
+            Some(format!("spec.{field}[{i}].updateStrategy.method {method}: its children are updated as {like}, all at once rather than one by one behind status checks"))
         })
         .collect();
     if !spec["parentResource"]["revisionHistory"].is_null() {
@@ -265,22 +297,52 @@ mod tests {
     use super::*;
 
     #[test]
-    fn update_strategies_but_in_place_and_revision_history_are_said_to_differ() {
+    fn update_methods_map_to_the_host_s_and_the_rolling_ones_are_said_to_differ() {
         let spec = serde_json::json!({
             "parentResource": {"apiVersion": "v1", "resource": "x", "revisionHistory": {"fieldPaths": ["spec"]}},
             "childResources": [
                 {"apiVersion": "v1", "resource": "pods", "updateStrategy": {"method": "RollingRecreate"}},
                 {"apiVersion": "v1", "resource": "services", "updateStrategy": {"method": "InPlace"}},
                 {"apiVersion": "v1", "resource": "configmaps"},
+                {"apiVersion": "v1", "resource": "secrets", "updateStrategy": {"method": "Recreate"}},
             ],
         });
-        let said = differences(&spec, "childResources");
-        assert_eq!(said.len(), 3, "{said:?}");
-        assert!(said[0].starts_with("spec.childResources[0].updateStrategy.method RollingRecreate"));
-        assert!(
-            said[1].contains("[2].updateStrategy.method OnDelete"),
-            "Metacontroller's default"
+        let kind = |k: &str, plural: &str| Kind {
+            group: String::new(),
+            version: "v1".into(),
+            kind: k.into(),
+            plural: plural.into(),
+            namespaced: true,
+        };
+        let children = [
+            kind("Pod", "pods"),
+            kind("Service", "services"),
+            kind("ConfigMap", "configmaps"),
+            kind("Secret", "secrets"),
+        ];
+        assert_eq!(
+            updates(&spec, "childResources", &children).unwrap(),
+            [
+                ("Pod".to_string(), "Recreate"),
+                ("ConfigMap".to_string(), "OnDelete"),
+                ("Secret".to_string(), "Recreate"),
+            ],
+            "Metacontroller's default is OnDelete"
         );
-        assert!(said[2].contains("revisionHistory"));
+        let said = differences(&spec, "childResources");
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(said[0].starts_with("spec.childResources[0].updateStrategy.method RollingRecreate: its children are updated as Recreate, all at once"));
+        assert!(said[1].contains("revisionHistory"));
+
+        let unknown = serde_json::json!({"childResources": [
+            {"apiVersion": "v1", "resource": "pods", "updateStrategy": {"method": "Sometimes"}},
+        ]});
+        let e = updates(&unknown, "childResources", &children[..1])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("spec.childResources[0].updateStrategy.method Sometimes: Metacontroller's are"),
+            "{e}"
+        );
     }
 }

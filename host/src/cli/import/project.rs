@@ -106,6 +106,12 @@ fn run_yaml(i: &Imported) -> String {
             "  # The parent rule's labelSelector.\n  selector: {selector}\n"
         ));
     }
+    if !i.updates.is_empty() {
+        out.push_str("  # Each child rule's updateStrategy.method (Metacontroller's default is OnDelete).\n  updates:\n");
+        for (kind, update) in &i.updates {
+            out.push_str(&format!("    {kind}: {update}\n"));
+        }
+    }
     if let Some(s) = i.resync_seconds {
         out.push_str(&format!(
             "  # spec.resyncPeriodSeconds\n  resync: {}ms\n",

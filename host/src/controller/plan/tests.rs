@@ -63,13 +63,24 @@ fn planned(
     observed: &[Observed],
     elsewhere: Option<&Observed>,
 ) -> Result<Plan, Box<Foreign>> {
+    planned_with(Update::InPlace, children, status, observed, elsewhere)
+}
+
+/// [`planned`], with the Job kind's children updated by `update`.
+fn planned_with(
+    update: Update,
+    children: Vec<Child>,
+    status: Option<Value>,
+    observed: &[Observed],
+    elsewhere: Option<&Observed>,
+) -> Result<Plan, Box<Foreign>> {
     let (parent, parent_kind) = echo();
     let kind = job();
     let inputs = Inputs {
         parent: &parent,
         parent_kind: &parent_kind,
         writer: "echo",
-        kinds: &[&kind],
+        kinds: &[(&kind, update)],
         observed,
     };
     let cached = |_: usize, key: &ObjectKey| {
@@ -179,4 +190,54 @@ fn a_child_of_a_kind_the_plugin_does_not_watch_is_not_planned() {
     config.kind.kind = "ConfigMap".into();
     let plan = planned(vec![config], None, &[], None).unwrap_or_else(|_| panic!("foreign"));
     assert!(plan.children.is_empty());
+}
+
+#[test]
+fn on_delete_keeps_a_child_that_differs_and_creates_one_that_is_gone() {
+    let first = planned(vec![desired("a", "hi")], None, &[], None).unwrap_or_else(|_| panic!("foreign"));
+    let observed = [stored(&first.children[0].child, "child-uid", "7")];
+    let changed = planned_with(Update::OnDelete, vec![desired("a", "bye")], None, &observed, None)
+        .unwrap_or_else(|_| panic!("foreign"));
+    assert_eq!(actions(&changed), [("a", &Action::Keep)]);
+    assert!(changed.prune.is_empty());
+    let gone = planned_with(Update::OnDelete, vec![desired("a", "bye")], None, &[], None)
+        .unwrap_or_else(|_| panic!("foreign"));
+    assert_eq!(actions(&gone), [("a", &Action::Create)]);
+    // Nor is one cached but not yet observed updated.
+    let cached = planned_with(
+        Update::OnDelete,
+        vec![desired("a", "bye")],
+        None,
+        &[],
+        Some(&observed[0]),
+    )
+    .unwrap_or_else(|_| panic!("its own child read as another's"));
+    assert_eq!(actions(&cached), [("a", &Action::Keep)]);
+}
+
+#[test]
+fn recreate_deletes_a_child_that_differs_as_observed_and_keeps_one_that_holds() {
+    let first = planned(vec![desired("a", "hi")], None, &[], None).unwrap_or_else(|_| panic!("foreign"));
+    let observed = [stored(&first.children[0].child, "child-uid", "7")];
+    let same = planned_with(Update::Recreate, vec![desired("a", "hi")], None, &observed, None)
+        .unwrap_or_else(|_| panic!("foreign"));
+    assert_eq!(actions(&same), [("a", &Action::Keep)]);
+    assert!(same.prune.is_empty());
+    let changed = planned_with(Update::Recreate, vec![desired("a", "bye")], None, &observed, None)
+        .unwrap_or_else(|_| panic!("foreign"));
+    assert!(
+        changed.children.is_empty(),
+        "created only once the old one is gone"
+    );
+    assert_eq!(changed.prune.len(), 1);
+    assert_eq!(changed.prune[0].object.uid().as_deref(), Some("child-uid"));
+    assert_eq!(changed.prune[0].object.resource_version().as_deref(), Some("7"));
+    // One already being deleted is waited for, not deleted again.
+    let mut going = first.children[0].child.clone();
+    going.object["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
+    let going = [stored(&going, "child-uid", "8")];
+    let waiting = planned_with(Update::Recreate, vec![desired("a", "bye")], None, &going, None)
+        .unwrap_or_else(|_| panic!("foreign"));
+    assert_eq!(actions(&waiting), [("a", &Action::Keep)]);
+    assert!(waiting.prune.is_empty());
 }
