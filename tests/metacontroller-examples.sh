@@ -3,7 +3,9 @@
 # plane: the example's CRD applied, `capstan import metacontroller EXAMPLE --out P`,
 # `capstan build` in P, `capstan run --config P/run.yaml`, then the example's test.sh with
 # only its install and uninstall lines (`kubectl apply -k …`, `kubectl delete -k …`)
-# removed. Prints one row per example: name, hook language, pass/fail, seconds.
+# removed. Prints one row per example: name, hook language, pass/fail, seconds. A
+# directory of several controllers is imported as a workspace (one project each, one
+# run.yaml for all).
 #
 #   tests/metacontroller-examples.sh METACONTROLLER_CHECKOUT [EXAMPLE…]
 #
@@ -21,7 +23,7 @@ examples=("$@")
 if [ ${#examples[@]} -eq 0 ]; then
   examples=(bluegreen catset clusteredparent configmap-list-v2 configmappropagation crd-roles
     daemonjob globalconfigmap indexedjob namespace-list-v2 secretpropagation service-per-pod
-    service-per-pod-v2)
+    service-per-pod-v2 update-strategy)
 fi
 capstan=${CAPSTAN:-capstan}
 # The hooks' toolchains, from the registries through this checkout's scripts.
@@ -62,6 +64,11 @@ plane() {
 
 run_one() {
   local name=$1 dir=$out/$1 started rc=1 host_pid=""
+  if [ ! -d "$checkout/examples/$name" ]; then
+    # update-strategy came after v4.17.2.
+    rows+=("| $name | - | not in this checkout | - |")
+    return
+  fi
   rm -rf "$dir" && mkdir -p "$dir"
   cp -r "$checkout/examples/$name" "$dir/example"
   started=$(date +%s)

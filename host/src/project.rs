@@ -21,6 +21,15 @@
 //! now = "2026-11-24T09:30:00Z"
 //! expect = "golden/new.yaml"
 //! ```
+//!
+//! A directory of several plugins (what `capstan import` makes of a directory holding
+//! several controllers) is a workspace: its `capstan.toml` lists the members' directories,
+//! each a project of its own, and `capstan build` and `capstan test` there do each one.
+//!
+//! ```toml
+//! [workspace]
+//! members = ["on-delete-demo", "recreate-demo"]
+//! ```
 
 use std::path::{Path, PathBuf};
 
@@ -100,10 +109,19 @@ impl Case {
     }
 }
 
+/// The `[workspace]` table.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct Workspace {
+    /// The members' directories, relative to the workspace's.
+    members: Vec<PathBuf>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ProjectFile {
-    plugin: Plugin,
+    plugin: Option<Plugin>,
+    workspace: Option<Workspace>,
     #[serde(default)]
     case: Vec<Case>,
 }
@@ -129,29 +147,46 @@ pub struct Project {
 impl Project {
     /// The project whose `capstan.toml` is in `start` or the nearest of its parents.
     pub fn find(start: &Path) -> anyhow::Result<Project> {
-        let start =
-            std::path::absolute(start).with_context(|| format!("cannot resolve {}", start.display()))?;
-        start
-            .ancestors()
-            .map(|dir| dir.join(FILE))
-            .find(|file| file.is_file())
-            .map_or_else(
-                || {
-                    anyhow::bail!(
-                        "no {FILE} in {} or its parents: give the plugin's .wasm, or run in a plugin project (`capstan new`)",
-                        start.display()
-                    )
-                },
-                |file| Project::load(&file),
-            )
+        Project::load(&nearest(start)?)
+    }
+
+    /// The projects of the nearest `capstan.toml`: the project, or a workspace's members.
+    pub fn find_all(start: &Path) -> anyhow::Result<Vec<Project>> {
+        let path = nearest(start)?;
+        let file: ProjectFile = read(&path)?;
+        let Some(workspace) = file.workspace.filter(|_| file.plugin.is_none()) else {
+            return Ok(vec![Project::load(&path)?]);
+        };
+        anyhow::ensure!(
+            !workspace.members.is_empty() && file.case.is_empty(),
+            "{}: a [workspace] lists its members and holds no [[case]]",
+            path.display()
+        );
+        let dir = path.parent().unwrap_or(Path::new("."));
+        (workspace.members.iter())
+            .map(|m| Project::load(&dir.join(m).join(FILE)))
+            .collect()
     }
 
     /// The project described by the file at `path`.
     pub fn load(path: &Path) -> anyhow::Result<Project> {
         let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
         let file: ProjectFile = read(path)?;
+        let plugin = match (file.plugin, file.workspace) {
+            (Some(plugin), None) => plugin,
+            (None, Some(w)) => {
+                let members: Vec<String> = w.members.iter().map(|m| m.display().to_string()).collect();
+                anyhow::bail!(
+                    "{} is a workspace ({}): run this in one of its members; `capstan build` and `capstan test` run in all",
+                    path.display(),
+                    members.join(", ")
+                )
+            }
+            (Some(_), Some(_)) => anyhow::bail!("{}: [plugin] or [workspace], not both", path.display()),
+            (None, None) => anyhow::bail!("{}: no [plugin] table", path.display()),
+        };
         let mut cases: Vec<Case> = file.case.into_iter().map(|c| c.under(&dir)).collect();
-        if let Some(more) = &file.plugin.cases {
+        if let Some(more) = &plugin.cases {
             let more = dir.join(more);
             let listed: CasesFile = read(&more)?;
             let base = more.parent().unwrap_or(Path::new("."));
@@ -160,11 +195,7 @@ impl Project {
         if let Some(name) = first_duplicate(&cases) {
             anyhow::bail!("{}: two cases are named {name:?}", path.display());
         }
-        Ok(Project {
-            dir,
-            plugin: file.plugin,
-            cases,
-        })
+        Ok(Project { dir, plugin, cases })
     }
 
     /// The component the build writes.
@@ -207,6 +238,20 @@ impl Project {
         );
         Ok(output)
     }
+}
+
+/// The nearest `capstan.toml`: in `start` or one of its parents.
+fn nearest(start: &Path) -> anyhow::Result<PathBuf> {
+    let start = std::path::absolute(start).with_context(|| format!("cannot resolve {}", start.display()))?;
+    (start.ancestors())
+        .map(|dir| dir.join(FILE))
+        .find(|file| file.is_file())
+        .with_context(|| {
+            format!(
+                "no {FILE} in {} or its parents: give the plugin's .wasm, or run in a plugin project (`capstan new`)",
+                start.display()
+            )
+        })
 }
 
 /// Cargo's build of a Rust plugin: the profile `capstan new` writes, for WASI 0.2.
@@ -297,6 +342,44 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("no capstan.toml in"), "{e}");
+    }
+
+    #[test]
+    fn a_workspace_is_its_members_and_names_them_to_a_command_of_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let member = |name: &str| {
+            let text = format!(
+                "[plugin]\nname = \"{name}\"\nlanguage = \"js\"\nbuild = \"true\"\noutput = \"{name}.wasm\"\n"
+            );
+            write(dir.path(), &format!("{name}/capstan.toml"), &text);
+        };
+        member("a");
+        member("b");
+        write(
+            dir.path(),
+            "capstan.toml",
+            "[workspace]\nmembers = [\"a\", \"b\"]\n",
+        );
+        let all = Project::find_all(dir.path()).unwrap();
+        let outputs: Vec<_> = all.iter().map(Project::output).collect();
+        assert_eq!(
+            outputs,
+            [dir.path().join("a/a.wasm"), dir.path().join("b/b.wasm")]
+        );
+        // In a member, the member alone.
+        assert_eq!(Project::find_all(&dir.path().join("b")).unwrap().len(), 1);
+        let e = Project::find(dir.path()).map(|_| ()).unwrap_err().to_string();
+        assert!(
+            e.contains("is a workspace (a, b): run this in one of its members"),
+            "{e}"
+        );
+        write(
+            dir.path(),
+            "capstan.toml",
+            "[workspace]\nmembers = [\"a\", \"c\"]\n",
+        );
+        let e = Project::find_all(dir.path()).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("c/capstan.toml"), "{e}");
     }
 
     #[test]

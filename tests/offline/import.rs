@@ -250,3 +250,98 @@ fn a_decorator_controller_imports_with_its_selectors_and_attachments() {
         "{py}"
     );
 }
+
+/// Two controllers in one directory (the counter, and the update-methods controller with
+/// its hook held inline in a ConfigMap manifest, as some of Metacontroller's examples
+/// write it): a workspace of one project each, with one run.yaml for both; `--controller`
+/// still picks one.
+#[test]
+fn a_directory_of_two_controllers_is_a_workspace_of_one_project_each() {
+    let fixtures = workspace().join("tests/fixtures/metacontroller");
+    let dir = tempfile::tempdir().unwrap();
+    let example = dir.path().join("example");
+    for file in [
+        "manifest/controller.yaml",
+        "manifest/kustomization.yaml",
+        "manifest/hooks.py",
+        "v1/crd.yaml",
+    ] {
+        let to = example.join("counter").join(file);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(fixtures.join("counter").join(file), to).unwrap();
+    }
+    let release = fixtures.join("update-methods");
+    let sync = std::fs::read_to_string(release.join("manifest/sync.py")).unwrap();
+    let indented: String = sync.lines().map(|l| format!("    {l}\n")).collect();
+    let inline = format!(
+        "{}---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: config-release\n  namespace: metacontroller\ndata:\n  sync.py: |\n{indented}",
+        std::fs::read_to_string(release.join("manifest/controller.yaml")).unwrap()
+    );
+    std::fs::create_dir_all(example.join("release")).unwrap();
+    std::fs::write(example.join("release/controller.yaml"), inline).unwrap();
+    std::fs::copy(release.join("v1/crd.yaml"), example.join("release/crd.yaml")).unwrap();
+
+    let capstan = capstan_bin();
+    let out = run_in(
+        dir.path(),
+        arg(&capstan),
+        &["import", "metacontroller", "example", "--out", "project"],
+    );
+    let said = succeeded("capstan import", &out);
+    assert!(
+        said.contains("imported CompositeController config-release into"),
+        "{said}"
+    );
+    assert!(
+        said.contains("imported CompositeController configmap-counter into"),
+        "{said}"
+    );
+    let project = dir.path().join("project");
+    let read = |p: &str| std::fs::read_to_string(project.join(p)).unwrap();
+    assert!(
+        read("capstan.toml").contains("[workspace]\nmembers = [\"configmap-counter\", \"config-release\"]\n"),
+        "{}",
+        read("capstan.toml")
+    );
+    let run = read("run.yaml");
+    assert!(
+        run.contains("- path: config-release/build/config-release.wasm\n"),
+        "{run}"
+    );
+    assert!(
+        run.contains("- path: configmap-counter/build/configmap-counter.wasm\n"),
+        "{run}"
+    );
+    assert!(run.contains("    ServiceAccount: Recreate\n"), "{run}");
+    assert_eq!(
+        read("config-release/hooks/sync.py"),
+        sync,
+        "the inline hook, unchanged"
+    );
+    assert!(read("config-release/capstan.toml").contains("name = \"config-release\""));
+    let crds = read("crds.yaml");
+    assert!(crds.contains("configreleases.examples.capstan.dev") && crds.contains("configmapcounters"));
+    // A command of one plugin, in the workspace, names the members.
+    let out = run_in(&project, arg(&capstan), &["test", "--parent", "x.yaml"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("is a workspace (configmap-counter, config-release): run this in one of its members"),
+        "{stderr}"
+    );
+
+    let out = run_in(
+        dir.path(),
+        arg(&capstan),
+        &[
+            "import",
+            "metacontroller",
+            "example",
+            "--out",
+            "one",
+            "--controller",
+            "config-release",
+        ],
+    );
+    succeeded("capstan import --controller", &out);
+    assert!(dir.path().join("one/capstan.toml").is_file() && dir.path().join("one/hooks/sync.py").is_file());
+}

@@ -1,5 +1,5 @@
-//! `capstan build`: build the plugin project here, whatever its language, as its
-//! capstan.toml says.
+//! `capstan build`: build the plugin project here (or each member of the workspace here),
+//! whatever its language, as its capstan.toml says.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,9 +15,10 @@ pub struct BuildArgs {
 }
 
 pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
-    let project = crate::project::Project::find(&args.dir)?;
-    let output = project.build()?;
-    let size = std::fs::metadata(&output)?.len();
-    println!("built {} ({} KB)", output.display(), size / 1000);
+    for project in crate::project::Project::find_all(&args.dir)? {
+        let output = project.build()?;
+        let size = std::fs::metadata(&output)?.len();
+        println!("built {} ({} KB)", output.display(), size / 1000);
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -106,15 +106,32 @@ impl TestArgs {
     }
 }
 
-/// `capstan test` in a plugin project: every case of its capstan.toml against the
-/// component its build wrote; one line per case, the diff of each that differs.
+/// `capstan test` in a plugin project (or in each member of a workspace): every case of
+/// its capstan.toml against the component its build wrote; one line per case, the diff of
+/// each that differs.
 fn cases(args: &TestArgs) -> anyhow::Result<ExitCode> {
-    let project = crate::project::Project::find(Path::new("."))?;
-    anyhow::ensure!(
-        !project.cases.is_empty(),
-        "{}: no [[case]] to run (or give --parent)",
-        project.dir.join(crate::project::FILE).display()
-    );
+    let projects = crate::project::Project::find_all(Path::new("."))?;
+    let total: usize = projects.iter().map(|p| p.cases.len()).sum();
+    if total == 0 {
+        let dirs: Vec<String> = (projects.iter())
+            .map(|p| p.dir.join(crate::project::FILE).display().to_string())
+            .collect();
+        anyhow::bail!("{}: no [[case]] to run (or give --parent)", dirs.join(", "));
+    }
+    let mut failed = 0;
+    for project in projects.iter().filter(|p| !p.cases.is_empty()) {
+        failed += project_cases(args, project)?;
+    }
+    println!("{total} cases: {} passed, {failed} failed", total - failed);
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// One project's cases, each reported; how many differ from their golden files.
+fn project_cases(args: &TestArgs, project: &crate::project::Project) -> anyhow::Result<usize> {
     let path = project.output();
     anyhow::ensure!(
         path.is_file(),
@@ -159,16 +176,7 @@ fn cases(args: &TestArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    println!(
-        "{} cases: {} passed, {failed} failed",
-        project.cases.len(),
-        project.cases.len() - failed
-    );
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(failed)
 }
 
 /// One plugin checked on fixtures as `capstan run` would call and judge it.

@@ -63,8 +63,8 @@ impl Imported {
     }
 }
 
-/// The controller to import: the one named, or the only one.
-pub(super) fn pick<'a>(example: &'a Example, name: Option<&str>) -> anyhow::Result<&'a Value> {
+/// The controllers to import: the one named, or every one in the directory.
+pub(super) fn pick<'a>(example: &'a Example, name: Option<&str>) -> anyhow::Result<Vec<&'a Value>> {
     let mut all: Vec<&Value> = Vec::new();
     let found = example
         .of_kind("CompositeController")
@@ -89,18 +89,15 @@ pub(super) fn pick<'a>(example: &'a Example, name: Option<&str>) -> anyhow::Resu
         .iter()
         .filter_map(|c| c["metadata"]["name"].as_str())
         .collect();
-    match (name, all.as_slice()) {
-        (None, []) => bail!("no CompositeController or DecoratorController in the directory"),
-        (None, [one]) => Ok(one),
-        (None, _) => bail!(
-            "{} controllers ({}): pick one with --controller",
-            all.len(),
-            names.join(", ")
-        ),
-        (Some(n), _) => all
-            .into_iter()
-            .find(|c| c["metadata"]["name"] == n)
-            .with_context(|| format!("no controller {n} (there are: {})", names.join(", "))),
+    match name {
+        None if all.is_empty() => bail!("no CompositeController or DecoratorController in the directory"),
+        None => Ok(all),
+        Some(n) => {
+            let picked = all.into_iter().find(|c| c["metadata"]["name"] == n);
+            Ok(vec![picked.with_context(|| {
+                format!("no controller {n} (there are: {})", names.join(", "))
+            })?])
+        }
     }
 }
 
@@ -165,7 +162,7 @@ pub(super) fn import(example: &Example, controller: &Value, related: &[String]) 
         bail!("spec.hooks.sync.version {version}: Metacontroller's are v1 and v2");
     }
     let related = match &customize {
-        Some(hook) => related_kinds(hook, related, &crds)?,
+        Some(hook) => related_kinds(example, hook, related, &crds)?,
         None => Vec::new(),
     };
     let status_schema = kinds::status_schema(&parent, &crds);
@@ -270,7 +267,12 @@ fn rule_kind(rule: &Value, field: &str, crds: &[Value]) -> anyhow::Result<Kind> 
 
 /// The kinds `customize` may ask for: those given, and every known plural its source
 /// quotes (Metacontroller learns them only from its answers; a plugin declares them).
-fn related_kinds(hook: &HookFile, given: &[String], crds: &[Value]) -> anyhow::Result<Vec<Kind>> {
+fn related_kinds(
+    example: &Example,
+    hook: &HookFile,
+    given: &[String],
+    crds: &[Value],
+) -> anyhow::Result<Vec<Kind>> {
     let mut out = Vec::new();
     for g in given {
         let (api_version, resource) = g
@@ -281,8 +283,7 @@ fn related_kinds(hook: &HookFile, given: &[String], crds: &[Value]) -> anyhow::R
                 .with_context(|| format!("--related {g}: not a kind the importer knows"))?,
         );
     }
-    let source = std::fs::read_to_string(&hook.script)
-        .with_context(|| format!("cannot read {}", hook.script.display()))?;
+    let source = example.text(&hook.script)?;
     for kind in kinds::known(crds) {
         let quoted = [format!("'{}'", kind.plural), format!("\"{}\"", kind.plural)];
         if quoted.iter().any(|q| source.contains(q.as_str())) && !out.contains(&kind) {

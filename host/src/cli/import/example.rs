@@ -1,6 +1,7 @@
 //! What a directory laid out as Metacontroller's examples are holds: every YAML document
 //! under it (controllers, CRDs, the hook's Deployment and Service) and the files each
-//! kustomization's `configMapGenerator` turns into a ConfigMap.
+//! kustomization's `configMapGenerator` turns into a ConfigMap — or that a ConfigMap
+//! written out in a manifest holds in its `data`.
 
 use std::path::{Path, PathBuf};
 
@@ -12,8 +13,11 @@ use serde_json::Value;
 pub(super) struct Example {
     /// Every Kubernetes object found, with the file it came from.
     pub objects: Vec<(PathBuf, Value)>,
-    /// `configMapGenerator` entries: (name, files) with each file's path on disk.
+    /// `configMapGenerator` entries and ConfigMaps' `data`: (name, files) with each
+    /// file's path on disk, or the path [`Example::text`] knows an inline file by.
     pub generated: Vec<(String, Vec<PathBuf>)>,
+    /// The text of each file a ConfigMap holds inline, by the path it is known by.
+    inline: Vec<(PathBuf, String)>,
     /// The files kustomizations list as `resources`: what `kubectl apply -k` installs.
     pub resources: Vec<PathBuf>,
 }
@@ -37,6 +41,9 @@ impl Example {
             if is_kustomization {
                 self.generators(path, &doc)?;
             } else if doc.get("kind").is_some_and(Value::is_string) {
+                if doc["kind"] == "ConfigMap" {
+                    self.inline_files(path, &doc);
+                }
                 self.objects.push((path.to_path_buf(), doc));
             }
         }
@@ -69,6 +76,39 @@ impl Example {
             self.generated.push((name.to_string(), files));
         }
         Ok(())
+    }
+
+    /// A ConfigMap's `data` as files, known by `DIR/NAME/KEY` beside the manifest.
+    fn inline_files(&mut self, path: &Path, config_map: &Value) {
+        let (Some(name), Some(data)) = (
+            config_map["metadata"]["name"].as_str(),
+            config_map["data"].as_object(),
+        ) else {
+            return;
+        };
+        let dir = path.parent().unwrap_or(Path::new(".")).join(name);
+        let files = (data.iter())
+            .filter_map(|(key, text)| Some((dir.join(key), text.as_str()?.to_string())))
+            .collect::<Vec<_>>();
+        self.generated
+            .push((name.to_string(), files.iter().map(|(p, _)| p.clone()).collect()));
+        self.inline.extend(files);
+    }
+
+    /// The text of a file a ConfigMap holds inline, if `path` is one.
+    pub fn inline(&self, path: &Path) -> Option<&str> {
+        self.inline
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, t)| t.as_str())
+    }
+
+    /// The text of one of the example's files: inline in a ConfigMap, or on disk.
+    pub fn text(&self, path: &Path) -> anyhow::Result<String> {
+        match self.inline(path) {
+            Some(text) => Ok(text.to_string()),
+            None => std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display())),
+        }
     }
 
     /// The example's CRDs, each once: a CRD in two files is the one a kustomization

@@ -39,7 +39,8 @@ struct MetacontrollerArgs {
     /// Where to make the project; must not exist or be empty.
     #[arg(long)]
     out: PathBuf,
-    /// Which controller, when the directory has several.
+    /// Import this controller alone; a directory of several is otherwise imported as a
+    /// workspace of one project each.
     #[arg(long)]
     controller: Option<String>,
     /// A kind the customize hook may ask for, as `APIVERSION/RESOURCE` (`v1/configmaps`),
@@ -57,9 +58,59 @@ pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(empty, "{} exists and is not empty", args.out.display());
     let example = example::Example::read(&args.dir)?;
     let picked = controller::pick(&example, args.controller.as_deref())?;
-    let imported = controller::import(&example, picked, &args.related)?;
-    crate::validate::dns1123_label(&imported.name)
-        .map_err(|e| anyhow::anyhow!("controller name {e}: it names the plugin"))?;
+    let imported = (picked.iter())
+        .map(|c| controller::import(&example, c, &args.related))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for i in &imported {
+        crate::validate::dns1123_label(&i.name)
+            .map_err(|e| anyhow::anyhow!("controller name {e}: it names the plugin"))?;
+    }
+    let crds = example.crds()?;
+    let sdk = super::new::sdk_source(args.sdk.as_deref())?;
+    // Decided for every controller before anything is written.
+    let mut projects = Vec::new();
+    for i in &imported {
+        let files = hook_files(&example, i);
+        let mut project = match i.sync.runtime {
+            hooks::Runtime::Python => python::files(i, &sdk.path)?,
+            hooks::Runtime::Fission => js::files(i, &sdk.path)?,
+        };
+        project.extend(project::common(&example, i, &files, &crds)?);
+        projects.push((i, files, project));
+    }
+    let several = projects.len() > 1;
+    if several {
+        let all: Vec<&controller::Imported> = imported.iter().collect();
+        project::write(&args.out, project::workspace(&all, &crds)?)?;
+    }
+    for (i, files, project) in projects {
+        let out = if several {
+            args.out.join(&i.name)
+        } else {
+            args.out.clone()
+        };
+        project::write(&out, project)?;
+        println!(
+            "imported {} {} into {} ({} hooks: {})",
+            i.kind(),
+            i.name,
+            out.display(),
+            i.sync.runtime.language(),
+            files
+                .iter()
+                .filter_map(|f| f.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        for difference in &i.differences {
+            eprintln!("note: {}: {difference}", i.name);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The files of the ConfigMaps the kustomization generates that hold `imported`'s hooks.
+fn hook_files(example: &example::Example, imported: &controller::Imported) -> Vec<PathBuf> {
     let hooks = [
         Some(&imported.sync),
         imported.finalize.as_ref(),
@@ -74,28 +125,5 @@ pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let crds = example.crds()?;
-    let sdk = super::new::sdk_source(args.sdk.as_deref())?;
-    let mut project = match imported.sync.runtime {
-        hooks::Runtime::Python => python::files(&imported, &sdk.path)?,
-        hooks::Runtime::Fission => js::files(&imported, &sdk.path)?,
-    };
-    project.extend(project::common(&imported, &files, &crds)?);
-    project::write(&args.out, project)?;
-    println!(
-        "imported {} {} into {} ({} hooks: {})",
-        imported.kind(),
-        imported.name,
-        args.out.display(),
-        imported.sync.runtime.language(),
-        files
-            .iter()
-            .filter_map(|f| f.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    for difference in &imported.differences {
-        eprintln!("note: {difference}");
-    }
-    Ok(ExitCode::SUCCESS)
+    files
 }

@@ -9,6 +9,7 @@ use anyhow::Context;
 use serde_json::Value;
 
 use super::controller::Imported;
+use super::example::Example;
 use super::kinds::Kind;
 
 /// One file of the project: its text, or the file it is a copy of.
@@ -18,28 +19,40 @@ pub(super) enum File {
 }
 
 /// The files of the project for `imported` that its hooks' language does not change:
-/// `run.yaml`, the CRDs, and the hooks' files (from their ConfigMaps, `hook_files`).
+/// `run.yaml`, the CRDs, and the hooks' files (from their ConfigMaps, `hook_files`,
+/// copied or, held inline in a manifest, written).
 pub(super) fn common(
+    example: &Example,
     imported: &Imported,
     hook_files: &[PathBuf],
     crds: &[Value],
 ) -> anyhow::Result<Vec<(PathBuf, File)>> {
     let mut files = vec![(PathBuf::from("run.yaml"), File::Text(run_yaml(imported)))];
-    if !crds.is_empty() {
-        let docs: Vec<String> = crds
-            .iter()
-            .map(serde_json::to_string_pretty)
-            .collect::<Result<_, _>>()?;
-        files.push((
-            PathBuf::from("crds.yaml"),
-            File::Text(docs.join("\n---\n") + "\n"),
-        ));
-    }
+    files.extend(crds_file(crds)?);
     for file in hook_files {
         let base = file.file_name().context("a hook file without a name")?;
-        files.push((Path::new("hooks").join(base), File::Copy(file.clone())));
+        let content = match example.inline(file) {
+            Some(text) => File::Text(text.to_string()),
+            None => File::Copy(file.clone()),
+        };
+        files.push((Path::new("hooks").join(base), content));
     }
     Ok(files)
+}
+
+/// `crds.yaml`: the example's CRDs, if it has any.
+fn crds_file(crds: &[Value]) -> anyhow::Result<Option<(PathBuf, File)>> {
+    if crds.is_empty() {
+        return Ok(None);
+    }
+    let docs: Vec<String> = crds
+        .iter()
+        .map(serde_json::to_string_pretty)
+        .collect::<Result<_, _>>()?;
+    Ok(Some((
+        PathBuf::from("crds.yaml"),
+        File::Text(docs.join("\n---\n") + "\n"),
+    )))
 }
 
 /// A template's text with the controller's name and kind and the SDK's directory.
@@ -66,13 +79,39 @@ pub(super) fn write(out: &Path, files: Vec<(PathBuf, File)>) -> anyhow::Result<(
     Ok(())
 }
 
+/// The files of a directory of several controllers, each imported into its own
+/// directory: a workspace of them (`capstan build` and `capstan test` there do each), one
+/// `run.yaml` running them all, and the example's CRDs.
+pub(super) fn workspace(imported: &[&Imported], crds: &[Value]) -> anyhow::Result<Vec<(PathBuf, File)>> {
+    let names: Vec<String> = imported.iter().map(|i| format!("{:?}", i.name)).collect();
+    let toml = format!(
+        "# Made by `capstan import metacontroller`: one plugin project per controller.\n[workspace]\nmembers = [{}]\n",
+        names.join(", ")
+    );
+    let mut run = String::from(RUN_HEADER);
+    for i in imported {
+        run.push_str(&plugin_entry(i, &format!("{}/", i.name)));
+    }
+    let mut files = vec![
+        (PathBuf::from("capstan.toml"), File::Text(toml)),
+        (PathBuf::from("run.yaml"), File::Text(run)),
+    ];
+    files.extend(crds_file(crds)?);
+    Ok(files)
+}
+
+const RUN_HEADER: &str =
+    "# Made by `capstan import metacontroller`: review the grants below before running.\nplugins:\n";
+
 /// `capstan run --config run.yaml`: the plugin with the grants its controller's kinds
 /// need (Metacontroller's RBAC gave it those kinds; here the operator sees them named).
 fn run_yaml(i: &Imported) -> String {
-    let mut out = format!(
-        "# Made by `capstan import metacontroller`: review the grants below before running.\nplugins:\n- path: build/{}.wasm\n",
-        i.name
-    );
+    format!("{RUN_HEADER}{}", plugin_entry(i, ""))
+}
+
+/// The plugin's entry in `run.yaml`, its component under `dir`.
+fn plugin_entry(i: &Imported, dir: &str) -> String {
+    let mut out = format!("- path: {dir}build/{}.wasm\n", i.name);
     let declared: Vec<&Kind> = std::iter::once(&i.parent)
         .chain(&i.children)
         .chain(&i.related)
