@@ -43,9 +43,11 @@ language() {
   sed -n 's/.*(\([A-Za-z]*\) hooks.*/\1/p' "$1" | head -n1
 }
 
-# The example's test.sh without the lines that install or remove the controller.
+# The example's test.sh without the lines that install or remove the controller — and,
+# in an example that waits for its hooks' Deployment (update-strategy), that wait: the
+# hooks run in the plugin, and no Deployment is made.
 strip_install() {
-  grep -vE '^\s*kubectl (apply|delete) -k ' "$1"
+  grep -vE '^\s*kubectl (apply|delete) -k |^\s*kubectl rollout status deployment/|^\s*-n metacontroller --timeout=[0-9]+s$' "$1"
 }
 
 real_node=" ${REAL_NODE:-indexedjob} "

@@ -105,7 +105,10 @@ pub struct PluginConfig {
     pub selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
     /// How existing children that differ from the plugin's answer are updated, per child
     /// kind (`Kind` or `plural.group`): `InPlace` (the default), `OnDelete` (left as they
-    /// are until deleted, then created anew) or `Recreate` (deleted, then created anew).
+    /// are until deleted, then created anew), `Recreate` (deleted, then created anew), or
+    /// `RollingInPlace`/`RollingRecreate` (one child per reconcile); or, as Metacontroller
+    /// writes it, `{method, statusChecks: {conditions: [{type, status, reason}]}}`: each
+    /// child at the answer must hold those conditions before the next one is updated.
     #[serde(default)]
     pub updates: std::collections::BTreeMap<String, crate::controller::Update>,
     /// A candidate version for some parents.

@@ -221,8 +221,8 @@ fn data(cm: &Option<ConfigMap>, key: &str) -> Option<String> {
 /// Metacontroller's update methods, imported from the child rules of our own controller
 /// (`tests/fixtures/metacontroller/update-methods`, after Metacontroller's own
 /// update-strategy example): a field someone else adds changes neither child; a new
-/// answer leaves the OnDelete child as it is until it is deleted, and deletes and creates
-/// again the Recreate child — once, not in a loop.
+/// answer leaves the OnDelete child as it is until it is deleted, deletes and creates
+/// again the Recreate child — once, not in a loop — and rolls the three Roles to it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn imported_update_methods_keep_or_recreate_a_child_that_differs() -> Result<()> {
     use k8s_openapi::api::core::v1::ServiceAccount;
@@ -236,7 +236,9 @@ async fn imported_update_methods_keep_or_recreate_a_child_that_differs() -> Resu
     capstan_in(dir.path(), &[&import[..], &["--sdk", arg(workspace())]].concat())?;
     let run = std::fs::read_to_string(project.join("run.yaml"))?;
     assert!(
-        run.contains("updates:\n    ConfigMap: OnDelete\n    ServiceAccount: Recreate\n"),
+        run.contains(
+            "updates:\n    ConfigMap: OnDelete\n    ServiceAccount: Recreate\n    Role: RollingInPlace\n"
+        ),
         "{run}"
     );
     capstan_in(&project, &["build"])?;
@@ -254,6 +256,16 @@ async fn imported_update_methods_keep_or_recreate_a_child_that_differs() -> Resu
     let releases: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &release_resource());
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    let roles: Api<k8s_openapi::api::rbac::v1::Role> = Api::namespaced(client.clone(), &ns);
+    let rolled = async |data: &str| -> Result<Option<()>> {
+        let mut at = 0;
+        for i in 0..3 {
+            let role = roles.get_opt(&format!("web-rolled-{i}")).await?;
+            let annotations = role.and_then(|r| r.metadata.annotations).unwrap_or_default();
+            at += usize::from(annotations.get("examples.capstan.dev/data").map(String::as_str) == Some(data));
+        }
+        Ok((at == 3).then_some(()))
+    };
     let log = || {
         format!(
             "host log: {:?}",
@@ -284,6 +296,11 @@ async fn imported_update_methods_keep_or_recreate_a_child_that_differs() -> Resu
         let kept = data(&configmaps.get_opt("web-kept").await?, "data");
         let renewed = account().await?;
         Ok(renewed.filter(|r| r.1.as_deref() == Some("v1") && kept.as_deref() == Some("v1")))
+    })
+    .await
+    .with_context(log)?;
+    eventually("the Roles at v1", Duration::from_secs(30), async || {
+        rolled("v1").await
     })
     .await
     .with_context(log)?;
@@ -331,6 +348,12 @@ async fn imported_update_methods_keep_or_recreate_a_child_that_differs() -> Resu
         "OnDelete: not updated"
     );
     assert_eq!(data(&kept, "side-effect").as_deref(), Some("injected"));
+
+    eventually("the Roles rolled to v2", Duration::from_secs(60), async || {
+        rolled("v2").await
+    })
+    .await
+    .with_context(log)?;
 
     // Once it holds the answer, the Recreate child stays: a label added again is no cause.
     let before = reconciles(&host).await?;

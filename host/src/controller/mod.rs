@@ -125,7 +125,7 @@ struct ChildKind {
     resource: ApiResource,
     cache: owned::Owned,
     /// How its children that differ from an answer are updated.
-    update: Update,
+    update: update::Rule,
 }
 
 /// Everything one plugin's reconciles share.

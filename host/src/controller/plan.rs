@@ -13,8 +13,8 @@ use serde_json::Value;
 
 use super::compact::Compact;
 use super::outcome::Observed;
-use super::update::Update;
-use crate::apply;
+use super::update::{Method, Rule};
+use crate::apply::{self, Existing};
 use crate::engine::Kind;
 use crate::key::ObjectKey;
 use crate::validate::Child;
@@ -71,7 +71,7 @@ pub(super) struct Inputs<'a> {
     /// Whose writes these are: the field manager and label of [`apply::own`].
     pub writer: &'a str,
     /// The plugin's child kinds, in declared order, and how each one's children are updated.
-    pub kinds: &'a [(&'a Kind, Update)],
+    pub kinds: &'a [(&'a Kind, Rule)],
     /// The children this parent controls, from the caches.
     pub observed: &'a [Observed],
 }
@@ -87,40 +87,28 @@ pub(super) fn plan(
     status: Option<&Value>,
     cached: impl Fn(usize, &ObjectKey) -> Option<Arc<Compact>>,
 ) -> Result<Plan, Box<Foreign>> {
-    let mut children = Vec::with_capacity(desired.len());
+    let mut decided = Vec::with_capacity(desired.len());
     for mut child in desired {
         let Some(kind) = inputs.kinds.iter().position(|(k, _)| **k == child.kind) else {
             continue;
         };
         apply::own(&mut child, inputs.parent, inputs.parent_kind, inputs.writer);
-        let update = inputs.kinds[kind].1;
-        let action = match inputs
-            .observed
-            .iter()
+        let observed = (inputs.observed.iter())
             .find(|o| o.kind == kind && same(&o.object, &child))
-        {
-            Some(o) => match (step_over(&child, &o.object, inputs.writer), update) {
-                (action @ (Action::Keep | Action::Create), _) | (action, Update::InPlace) => action,
-                (Action::Update { .. }, Update::OnDelete) => Action::Keep,
-                // Left out of the steps, the observed child is pruned: deleted as observed,
-                // and created from the answer once its deletion wakes the parent. One
-                // already on its way out is waited for.
-                (Action::Update { .. }, Update::Recreate)
-                    if o.object.metadata.deletion_timestamp.is_none() =>
-                {
-                    continue;
-                }
-                (Action::Update { .. }, Update::Recreate) => Action::Keep,
-            },
+            .map(|o| o.object.clone());
+        let action = match &observed {
+            Some(o) => step_over(&child, o, inputs.writer),
             None => {
                 let key = ObjectKey::new(child.namespace.as_deref(), &child.name);
                 match cached(kind, &key) {
                     // This parent's own, cached since its children were observed: a
-                    // creation of a reconcile before that landed meanwhile.
-                    // Not observed, so not to be deleted yet: only an in-place update.
+                    // creation of a reconcile before that landed meanwhile. Not observed,
+                    // so neither deleted nor counted in a rollout yet: in place or kept.
                     Some(held) if controlled_by(&held, inputs.parent) => {
                         match step_over(&child, &held, inputs.writer) {
-                            Action::Update { .. } if update != Update::InPlace => Action::Keep,
+                            Action::Update { .. } if inputs.kinds[kind].1.method != Method::InPlace => {
+                                Action::Keep
+                            }
                             action => action,
                         }
                     }
@@ -129,8 +117,10 @@ pub(super) fn plan(
                 }
             }
         };
-        children.push(Step { child, kind, action });
+        let step = Step { child, kind, action };
+        decided.push(Decided { step, observed });
     }
+    let children = by_method(decided, inputs.kinds);
     let prune = inputs
         .observed
         .iter()
@@ -149,6 +139,65 @@ pub(super) fn plan(
         prune,
         status,
     })
+}
+
+/// A desired child's step as an in-place update would have it, and the object observed
+/// under its name.
+struct Decided {
+    step: Step,
+    observed: Option<Arc<Compact>>,
+}
+
+/// The steps as each kind's update method has them. A child whose answer changed since
+/// it was applied (its applied digest) is updated in place, kept (`OnDelete`), or left
+/// out of the steps — so pruned as observed, and created by the reconcile its deletion
+/// wakes (`Recreate`; one already on its way out is waited for). A rolling kind takes
+/// one such child per reconcile, in the answer's order, and only while every other child
+/// of the kind is there and each one at the answer passes the kind's status checks; the
+/// rest are kept meanwhile. A child at the answer whose fields someone changed (or the
+/// server normalized) is applied over in place whatever the method but `OnDelete`: only
+/// a new answer deletes anything, so nothing is deleted in a loop.
+fn by_method(decided: Vec<Decided>, kinds: &[(&Kind, Rule)]) -> Vec<Step> {
+    let answered = |d: &Decided| {
+        d.observed
+            .as_ref()
+            .is_some_and(|o| o.applied() == Some(d.step.digest()))
+    };
+    // Per rolling kind: whether the rollout may take its next child.
+    let mut turn: Vec<bool> = kinds.iter().map(|(_, r)| r.rolling()).collect();
+    for d in &decided {
+        let rule = &kinds[d.step.kind].1;
+        let passes = |o: &Compact| {
+            o.object()
+                .is_ok_and(|o| rule.passes(o.metadata.generation, &o.data["status"]))
+        };
+        let done = match (&d.step.action, &d.observed) {
+            (Action::Update { .. }, Some(o)) if answered(d) => passes(o),
+            (Action::Update { .. }, _) => true,
+            (Action::Keep, Some(o)) => passes(o),
+            (Action::Create | Action::Keep, _) => false,
+        };
+        turn[d.step.kind] &= done;
+    }
+    let mut steps = Vec::with_capacity(decided.len());
+    for d in decided {
+        let rule = &kinds[d.step.kind].1;
+        let changed = !answered(&d);
+        let Decided { mut step, observed } = d;
+        if matches!(step.action, Action::Update { .. }) {
+            let now = !changed || !rule.rolling() || std::mem::replace(&mut turn[step.kind], false);
+            let going = observed.is_some_and(|o| o.metadata.deletion_timestamp.is_some());
+            match rule.method {
+                Method::OnDelete => step.action = Action::Keep,
+                _ if !now => step.action = Action::Keep,
+                _ if rule.recreates() && changed && !going => continue,
+                _ if rule.recreates() && changed => step.action = Action::Keep,
+                Method::InPlace | Method::RollingInPlace | Method::Recreate | Method::RollingRecreate => {}
+            }
+        }
+        steps.push(step);
+    }
+    steps
 }
 
 /// The step for a desired child over the object observed under its name.

@@ -25,7 +25,11 @@ pub(super) async fn write(
     let shared = at.shared;
     let children = std::mem::take(&mut response.children);
     let desired = check(at, metadata, children, &response.events)?;
-    let kinds: Vec<_> = shared.children.iter().map(|c| (&c.kind, c.update)).collect();
+    let kinds: Vec<_> = shared
+        .children
+        .iter()
+        .map(|c| (&c.kind, c.update.clone()))
+        .collect();
     let inputs = Inputs {
         parent: at.parent,
         parent_kind: &shared.parent,

@@ -33,9 +33,9 @@ pub(super) struct Imported {
     pub resync_seconds: Option<f64>,
     /// The parent's status schema, which the status written is pruned to.
     pub status_schema: Value,
-    /// Each child kind's update method other than in place (`updates` in run.yaml):
-    /// the key naming the kind, and `OnDelete` or `Recreate`.
-    pub updates: Vec<(String, &'static str)>,
+    /// Each child kind's update strategy other than in place (`updates` in run.yaml):
+    /// the key naming the kind, and the method (with its status checks).
+    pub updates: Vec<(String, Value)>,
     /// What the controller says that the plugin does otherwise, one line each.
     pub differences: Vec<String>,
 }
@@ -187,19 +187,23 @@ pub(super) fn import(example: &Example, controller: &Value, related: &[String]) 
     })
 }
 
-/// Metacontroller's update method of each child rule (`OnDelete` when it names none) as
-/// the host's: `RollingRecreate` is `Recreate` and `RollingInPlace` in place, all of the
-/// kind's children at once (said by [`differences`]). A kind is named by `Kind`, or by
-/// `plural.group` where two child kinds share that name.
-fn updates(spec: &Value, field: &str, children: &[Kind]) -> anyhow::Result<Vec<(String, &'static str)>> {
+/// Metacontroller's update strategy of each child rule that is not in place (`OnDelete`
+/// when it names none), as `run.yaml`'s `updates` takes it: the method, or the method with
+/// its status checks. A kind is named by `Kind`, or by `plural.group` where two child
+/// kinds share that name.
+fn updates(spec: &Value, field: &str, children: &[Kind]) -> anyhow::Result<Vec<(String, Value)>> {
     let rules = spec[field].as_array().map(Vec::as_slice).unwrap_or_default();
     let mut out = Vec::new();
     for (i, (rule, kind)) in rules.iter().zip(children).enumerate() {
-        let method = rule["updateStrategy"]["method"].as_str().unwrap_or("OnDelete");
+        let strategy = &rule["updateStrategy"];
+        let method = strategy["method"].as_str().unwrap_or("OnDelete");
         let update = match method {
-            "InPlace" | "RollingInPlace" => continue,
-            "OnDelete" => "OnDelete",
-            "Recreate" | "RollingRecreate" => "Recreate",
+            "InPlace" => continue,
+            "OnDelete" | "Recreate" => Value::from(method),
+            "RollingInPlace" | "RollingRecreate" if strategy["statusChecks"].is_null() => Value::from(method),
+            "RollingInPlace" | "RollingRecreate" => {
+                serde_json::json!({"method": method, "statusChecks": strategy["statusChecks"]})
+            }
             other => bail!(
                 "spec.{field}[{i}].updateStrategy.method {other}: Metacontroller's are OnDelete, Recreate, InPlace, RollingRecreate and RollingInPlace"
             ),
@@ -215,16 +219,17 @@ fn updates(spec: &Value, field: &str, children: &[Kind]) -> anyhow::Result<Vec<(
     Ok(out)
 }
 
-/// What of `spec` the plugin does otherwise than Metacontroller: the rolling methods
-/// update all of a kind's children at once (no status checks between them), and no
-/// revision history is kept.
+/// What of `spec` the plugin does otherwise than Metacontroller: a rolling update keeps
+/// no ControllerRevisions and sets no `Updated` condition on the parent, and no revision
+/// history is kept.
 fn differences(spec: &Value, field: &str) -> Vec<String> {
     let rules = spec[field].as_array().map(Vec::as_slice).unwrap_or_default();
     let mut out: Vec<String> = (rules.iter().enumerate())
         .filter_map(|(i, rule)| {
             let method = rule["updateStrategy"]["method"].as_str()?;
-            let like = method.strip_prefix("Rolling")?;
-            Some(format!("spec.{field}[{i}].updateStrategy.method {method}: its children are updated as {like}, all at once rather than one by one behind status checks"))
+            method.starts_with("Rolling").then(|| {
+                format!("spec.{field}[{i}].updateStrategy.method {method}: its children are rolled one at a time behind the status checks, but the parent's status gets no Updated condition")
+            })
         })
         .collect();
     if !spec["parentResource"]["revisionHistory"].is_null() {
@@ -321,18 +326,21 @@ mod tests {
             kind("ConfigMap", "configmaps"),
             kind("Secret", "secrets"),
         ];
+        let pods = serde_json::json!({"method": "RollingRecreate", "statusChecks": {"conditions": [{"type": "Ready"}]}});
+        let mut spec = spec;
+        spec["childResources"][0]["updateStrategy"] = pods.clone();
         assert_eq!(
             updates(&spec, "childResources", &children).unwrap(),
             [
-                ("Pod".to_string(), "Recreate"),
-                ("ConfigMap".to_string(), "OnDelete"),
-                ("Secret".to_string(), "Recreate"),
+                ("Pod".to_string(), pods),
+                ("ConfigMap".to_string(), "OnDelete".into()),
+                ("Secret".to_string(), "Recreate".into()),
             ],
             "Metacontroller's default is OnDelete"
         );
         let said = differences(&spec, "childResources");
         assert_eq!(said.len(), 2, "{said:?}");
-        assert!(said[0].starts_with("spec.childResources[0].updateStrategy.method RollingRecreate: its children are updated as Recreate, all at once"));
+        assert!(said[0].starts_with("spec.childResources[0].updateStrategy.method RollingRecreate: its children are rolled one at a time"));
         assert!(said[1].contains("revisionHistory"));
 
         let unknown = serde_json::json!({"childResources": [

@@ -40,19 +40,18 @@ pub(super) fn common(
     Ok(files)
 }
 
-/// `crds.yaml`: the example's CRDs, if it has any.
+/// `crds.yaml`: the example's CRDs, if it has any, as `kubectl apply -f` reads them.
 fn crds_file(crds: &[Value]) -> anyhow::Result<Option<(PathBuf, File)>> {
     if crds.is_empty() {
         return Ok(None);
     }
+    // YAML documents: kubectl reads a file that opens with `{` as JSON alone, and would
+    // stop at the first `---`.
     let docs: Vec<String> = crds
         .iter()
-        .map(serde_json::to_string_pretty)
+        .map(serde_saphyr::to_string)
         .collect::<Result<_, _>>()?;
-    Ok(Some((
-        PathBuf::from("crds.yaml"),
-        File::Text(docs.join("\n---\n") + "\n"),
-    )))
+    Ok(Some((PathBuf::from("crds.yaml"), File::Text(docs.join("---\n")))))
 }
 
 /// A template's text with the controller's name and kind and the SDK's directory.
@@ -148,7 +147,11 @@ fn plugin_entry(i: &Imported, dir: &str) -> String {
     if !i.updates.is_empty() {
         out.push_str("  # Each child rule's updateStrategy.method (Metacontroller's default is OnDelete).\n  updates:\n");
         for (kind, update) in &i.updates {
-            out.push_str(&format!("    {kind}: {update}\n"));
+            // A method, or a flow mapping of it and its status checks.
+            out.push_str(&format!(
+                "    {kind}: {}\n",
+                update.as_str().map_or_else(|| update.to_string(), String::from)
+            ));
         }
     }
     if let Some(s) = i.resync_seconds {
