@@ -63,7 +63,7 @@ pub(super) async fn let_go(at: &At<'_>, metadata: &Metadata) -> Result<bool, Err
 
 /// Put the running version's finalizer on a live parent — in place of an earlier
 /// version's, and recorded as the plugin's — or take an earlier version's off when this
-/// one declares none; `true` when the parent was written (the update wakes it again).
+/// one declares none; `true` when the parent was written.
 pub(super) async fn add_if_missing(at: &At<'_>, metadata: &Metadata) -> Result<bool, Error> {
     let Some(change) = names::wanted(at.parent, metadata) else {
         return Ok(false);

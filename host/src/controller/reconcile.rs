@@ -202,9 +202,10 @@ async fn reconcile_inner(
         return Ok(Some(queue::resync_after(shared.options.resync)));
     }
     memory.get(key, |p| p.quiet = None);
-    if !deleting && finalizer::add_if_missing(at, metadata).await? {
-        return Ok(None);
-    }
+    // Put on before any child is made, and the same reconcile goes on: the plugin is not
+    // shown the finalizer, and waiting for the update to wake the parent cost a whole
+    // reconcile more of every new parent.
+    let finalizer_added = !deleting && finalizer::add_if_missing(at, metadata).await?;
     let inputs_seen = (&observed[..], &related[..]);
     let Some(mut response) = dispatch::run(compact, at, plugin, inputs_seen).await? else {
         return Ok(None);
@@ -217,7 +218,7 @@ async fn reconcile_inner(
     if deleting && let Some(due) = finalizer::stuck(at, &metadata.name) {
         return Ok(Some(next.min(due)));
     }
-    if !deleting && quiet_answer(&response, writes) {
+    if !deleting && !finalizer_added && quiet_answer(&response, writes) {
         memory.with(key, |p| p.quiet = Some(inputs));
     }
     Ok(Some(next))
