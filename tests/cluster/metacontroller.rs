@@ -5,7 +5,7 @@
 //! hook holds the parent's deletion until its child is gone, and a parent the parent
 //! rule's labelSelector does not pick is left alone.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -38,6 +38,28 @@ fn capstan_in(dir: &Path, args: &[&str]) -> Result<String> {
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `tests/fixtures/metacontroller/EXAMPLE` imported into `dir/project` (with this
+/// checkout's SDK), built, its CRDs installed, and `capstan run --config run.yaml` started
+/// on `ns`: the project and the host.
+async fn imported_and_running(plane: &Plane, example: &str, ns: &str, dir: &Path) -> Result<(PathBuf, Host)> {
+    let project = dir.join("project");
+    let example = workspace().join("tests/fixtures/metacontroller").join(example);
+    let import = ["import", "metacontroller", arg(&example), "--out", arg(&project)];
+    capstan_in(dir, &[&import[..], &["--sdk", arg(workspace())]].concat())?;
+    capstan_in(&project, &["build"])?;
+    let crds: Vec<CustomResourceDefinition> =
+        serde_saphyr::from_multiple(&std::fs::read_to_string(project.join("crds.yaml"))?)?;
+    plane.install_crds(&crds).await?;
+    let config = project.join("run.yaml");
+    let host = Host::start(
+        plane,
+        &["--config", arg(&config), "--namespace", ns],
+        &dir.join("host.log"),
+        &[],
+    )?;
+    Ok((project, host))
 }
 
 fn configmap(name: &str, app: &str) -> Result<ConfigMap> {
@@ -81,25 +103,7 @@ async fn counts_follows_and_finalizes(
     let plane = Plane::shared().await?;
     let ns = plane.namespace(example).await?;
     let dir = tempfile::tempdir()?;
-    let project = dir.path().join("counter");
-    let example = workspace().join("tests/fixtures/metacontroller").join(example);
-    capstan_in(
-        dir.path(),
-        &[
-            "import",
-            "metacontroller",
-            arg(&example),
-            "--out",
-            arg(&project),
-            "--sdk",
-            arg(workspace()),
-        ],
-    )?;
-    capstan_in(&project, &["build"])?;
-    let crds: Vec<CustomResourceDefinition> =
-        serde_saphyr::from_multiple(&std::fs::read_to_string(project.join("crds.yaml"))?)?;
-    plane.install_crds(&crds).await?;
-
+    let (_, host) = imported_and_running(plane, example, &ns, dir.path()).await?;
     let client = plane.client().await?;
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     for (name, app) in [("a", "web"), ("b", "web"), ("c", "db")] {
@@ -107,13 +111,6 @@ async fn counts_follows_and_finalizes(
             .create(&PostParams::default(), &configmap(name, app)?)
             .await?;
     }
-    let config = project.join("run.yaml");
-    let host = Host::start(
-        plane,
-        &["--config", arg(&config), "--namespace", &ns],
-        &dir.path().join("host.log"),
-        &[],
-    )?;
     let counters: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &counter_resource());
     let labels: serde_json::Map<String, serde_json::Value> =
         labels.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
@@ -230,10 +227,7 @@ async fn imported_update_methods_keep_or_recreate_a_child_that_differs() -> Resu
     let plane = Plane::shared().await?;
     let ns = plane.namespace("update-methods").await?;
     let dir = tempfile::tempdir()?;
-    let project = dir.path().join("release");
-    let example = workspace().join("tests/fixtures/metacontroller/update-methods");
-    let import = ["import", "metacontroller", arg(&example), "--out", arg(&project)];
-    capstan_in(dir.path(), &[&import[..], &["--sdk", arg(workspace())]].concat())?;
+    let (project, host) = imported_and_running(plane, "update-methods", &ns, dir.path()).await?;
     let run = std::fs::read_to_string(project.join("run.yaml"))?;
     assert!(
         run.contains(
@@ -241,17 +235,6 @@ async fn imported_update_methods_keep_or_recreate_a_child_that_differs() -> Resu
         ),
         "{run}"
     );
-    capstan_in(&project, &["build"])?;
-    let crds: Vec<CustomResourceDefinition> =
-        serde_saphyr::from_multiple(&std::fs::read_to_string(project.join("crds.yaml"))?)?;
-    plane.install_crds(&crds).await?;
-    let config = project.join("run.yaml");
-    let host = Host::start(
-        plane,
-        &["--config", arg(&config), "--namespace", &ns],
-        &dir.path().join("host.log"),
-        &[],
-    )?;
     let client = plane.client().await?;
     let releases: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &release_resource());
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);

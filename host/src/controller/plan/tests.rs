@@ -74,6 +74,11 @@ fn rule(method: Method) -> Rule {
     }
 }
 
+/// The plan of `children` over `observed`, the Job kind's children updated by `update`.
+fn updated(update: Rule, children: Vec<Child>, observed: &[Observed]) -> Plan {
+    planned_with(update, children, None, observed, None).unwrap_or_else(|_| panic!("foreign"))
+}
+
 /// [`planned`], with the Job kind's children updated by `update`.
 fn planned_with(
     update: Rule,
@@ -204,18 +209,10 @@ fn a_child_of_a_kind_the_plugin_does_not_watch_is_not_planned() {
 fn on_delete_keeps_a_child_that_differs_and_creates_one_that_is_gone() {
     let first = planned(vec![desired("a", "hi")], None, &[], None).unwrap_or_else(|_| panic!("foreign"));
     let observed = [stored(&first.children[0].child, "child-uid", "7")];
-    let changed = planned_with(
-        rule(Method::OnDelete),
-        vec![desired("a", "bye")],
-        None,
-        &observed,
-        None,
-    )
-    .unwrap_or_else(|_| panic!("foreign"));
+    let changed = updated(rule(Method::OnDelete), vec![desired("a", "bye")], &observed);
     assert_eq!(actions(&changed), [("a", &Action::Keep)]);
     assert!(changed.prune.is_empty());
-    let gone = planned_with(rule(Method::OnDelete), vec![desired("a", "bye")], None, &[], None)
-        .unwrap_or_else(|_| panic!("foreign"));
+    let gone = updated(rule(Method::OnDelete), vec![desired("a", "bye")], &[]);
     assert_eq!(actions(&gone), [("a", &Action::Create)]);
     // Nor is one cached but not yet observed updated.
     let cached = planned_with(
@@ -233,24 +230,10 @@ fn on_delete_keeps_a_child_that_differs_and_creates_one_that_is_gone() {
 fn recreate_deletes_a_child_that_differs_as_observed_and_keeps_one_that_holds() {
     let first = planned(vec![desired("a", "hi")], None, &[], None).unwrap_or_else(|_| panic!("foreign"));
     let observed = [stored(&first.children[0].child, "child-uid", "7")];
-    let same = planned_with(
-        rule(Method::Recreate),
-        vec![desired("a", "hi")],
-        None,
-        &observed,
-        None,
-    )
-    .unwrap_or_else(|_| panic!("foreign"));
+    let same = updated(rule(Method::Recreate), vec![desired("a", "hi")], &observed);
     assert_eq!(actions(&same), [("a", &Action::Keep)]);
     assert!(same.prune.is_empty());
-    let changed = planned_with(
-        rule(Method::Recreate),
-        vec![desired("a", "bye")],
-        None,
-        &observed,
-        None,
-    )
-    .unwrap_or_else(|_| panic!("foreign"));
+    let changed = updated(rule(Method::Recreate), vec![desired("a", "bye")], &observed);
     assert!(
         changed.children.is_empty(),
         "created only once the old one is gone"
@@ -262,14 +245,7 @@ fn recreate_deletes_a_child_that_differs_as_observed_and_keeps_one_that_holds() 
     let mut going = first.children[0].child.clone();
     going.object["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
     let going = [stored(&going, "child-uid", "8")];
-    let waiting = planned_with(
-        rule(Method::Recreate),
-        vec![desired("a", "bye")],
-        None,
-        &going,
-        None,
-    )
-    .unwrap_or_else(|_| panic!("foreign"));
+    let waiting = updated(rule(Method::Recreate), vec![desired("a", "bye")], &going);
     assert_eq!(actions(&waiting), [("a", &Action::Keep)]);
     assert!(waiting.prune.is_empty());
 }
@@ -296,8 +272,7 @@ fn three_jobs(status: Value) -> Vec<Observed> {
 fn a_rolling_update_changes_one_child_per_reconcile_in_the_answer_s_order() {
     let observed = three_jobs(json!({}));
     let answer = || vec![desired("a", "bye"), desired("b", "bye"), desired("c", "bye")];
-    let rolling = planned_with(rule(Method::RollingInPlace), answer(), None, &observed, None)
-        .unwrap_or_else(|_| panic!("foreign"));
+    let rolling = updated(rule(Method::RollingInPlace), answer(), &observed);
     let kinds: Vec<_> = rolling
         .children
         .iter()
@@ -307,15 +282,13 @@ fn a_rolling_update_changes_one_child_per_reconcile_in_the_answer_s_order() {
     // Once a is at the answer, b; recreating, b is pruned instead.
     let mut moved = observed.clone();
     moved[0] = stored(&rolling.children[0].child, "a-uid", "4");
-    let next = planned_with(rule(Method::RollingRecreate), answer(), None, &moved, None)
-        .unwrap_or_else(|_| panic!("foreign"));
+    let next = updated(rule(Method::RollingRecreate), answer(), &moved);
     assert_eq!(actions(&next), [("a", &Action::Keep), ("c", &Action::Keep)]);
     assert_eq!(next.prune.len(), 1);
     assert_eq!(next.prune[0].object.uid().as_deref(), Some("b-uid"));
     // While b is gone (to be created), c waits.
     let gone = [moved[0].clone(), moved[2].clone()];
-    let waiting = planned_with(rule(Method::RollingRecreate), answer(), None, &gone, None)
-        .unwrap_or_else(|_| panic!("foreign"));
+    let waiting = updated(rule(Method::RollingRecreate), answer(), &gone);
     assert_eq!(
         actions(&waiting),
         [("a", &Action::Keep), ("b", &Action::Create), ("c", &Action::Keep)]
@@ -338,11 +311,10 @@ fn a_rolling_update_waits_for_the_children_at_the_answer_to_pass_its_status_chec
             .count()
     };
     let unready = three_jobs(json!({"conditions": [{"type": "Ready", "status": "False"}]}));
-    let plan = planned_with(checks.clone(), answer(), None, &unready[..2], None)
-        .unwrap_or_else(|_| panic!("foreign"));
+    let plan = updated(checks.clone(), answer(), &unready[..2]);
     assert_eq!(updates(&plan), 0, "a is at the answer but not Ready");
     let ready = three_jobs(json!({"conditions": [{"type": "Ready", "status": "True"}]}));
-    let plan = planned_with(checks, answer(), None, &ready[..2], None).unwrap_or_else(|_| panic!("foreign"));
+    let plan = updated(checks, answer(), &ready[..2]);
     assert_eq!(updates(&plan), 1, "a is Ready: b's turn");
     assert!(matches!(plan.children[1].action, Action::Update { .. }));
 }
@@ -354,32 +326,11 @@ fn a_child_at_the_answer_whose_fields_were_changed_is_applied_over_never_recreat
     let mut edited = first.children[0].child.clone();
     edited.object["spec"]["message"] = "edited".into();
     let observed = [stored(&edited, "child-uid", "5")];
-    let recreate = planned_with(
-        rule(Method::Recreate),
-        vec![desired("a", "hi")],
-        None,
-        &observed,
-        None,
-    )
-    .unwrap_or_else(|_| panic!("foreign"));
+    let recreate = updated(rule(Method::Recreate), vec![desired("a", "hi")], &observed);
     assert!(matches!(recreate.children[0].action, Action::Update { .. }));
     assert!(recreate.prune.is_empty(), "no new answer, nothing deleted");
-    let rolling = planned_with(
-        rule(Method::RollingRecreate),
-        vec![desired("a", "hi")],
-        None,
-        &observed,
-        None,
-    )
-    .unwrap_or_else(|_| panic!("foreign"));
+    let rolling = updated(rule(Method::RollingRecreate), vec![desired("a", "hi")], &observed);
     assert!(matches!(rolling.children[0].action, Action::Update { .. }) && rolling.prune.is_empty());
-    let on_delete = planned_with(
-        rule(Method::OnDelete),
-        vec![desired("a", "hi")],
-        None,
-        &observed,
-        None,
-    )
-    .unwrap_or_else(|_| panic!("foreign"));
+    let on_delete = updated(rule(Method::OnDelete), vec![desired("a", "hi")], &observed);
     assert_eq!(actions(&on_delete), [("a", &Action::Keep)]);
 }
