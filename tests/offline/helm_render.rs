@@ -282,7 +282,8 @@ fn secrets_are_granted_by_the_operator_never_by_the_plugin() -> Result<()> {
 }
 
 #[test]
-fn related_kinds_are_read_only_secrets_among_them_only_by_grant_and_settings_reach_the_host() -> Result<()> {
+fn related_kinds_are_read_only_secrets_among_them_only_by_grant_and_settings_and_updates_reach_the_host()
+-> Result<()> {
     let dir = std::env::temp_dir().join(format!("capstan-helm-related-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let values = dir.join("reader.yaml");
@@ -295,7 +296,9 @@ fn related_kinds_are_read_only_secrets_among_them_only_by_grant_and_settings_rea
          children: [{group: batch, version: v1, kind: Job, plural: jobs, namespaced: true}]\n    \
          related:\n      - {group: \"\", version: v1, kind: ConfigMap, plural: configmaps, namespaced: true}\n      \
          - {group: \"\", version: v1, kind: Secret, plural: secrets, namespaced: true}\n    \
-         settings: {image: \"registry.example.com/tools:1\", backoffLimit: 2}\n",
+         settings: {image: \"registry.example.com/tools:1\", backoffLimit: 2}\n    \
+         allowNamespaces: [\"*\"]\n    \
+         updates: {Job: {method: RollingRecreate, statusChecks: {conditions: [{type: Complete, status: \"True\"}]}}}\n",
     )?;
     let refused = render("capstan", &["-f", values.to_str().unwrap()]).unwrap_err();
     assert!(
@@ -321,6 +324,12 @@ fn related_kinds_are_read_only_secrets_among_them_only_by_grant_and_settings_rea
     assert_eq!(
         config["plugins"][0]["settings"],
         serde_json::json!({"image": "registry.example.com/tools:1", "backoffLimit": 2}),
+        "{config}"
+    );
+    assert_eq!(config["plugins"][0]["allowNamespaces"], serde_json::json!(["*"]));
+    assert_eq!(
+        config["plugins"][0]["updates"],
+        serde_json::json!({"Job": {"method": "RollingRecreate", "statusChecks": {"conditions": [{"type": "Complete", "status": "True"}]}}}),
         "{config}"
     );
     std::fs::remove_dir_all(dir).ok();
