@@ -130,7 +130,7 @@ impl Rule {
 /// Checks an entry's `updates` (keyed by `Kind` or `plural.group`, as `allowClusterKinds`
 /// is) against the plugin's child kinds: a key that names none of them is an error naming it.
 pub(super) fn check(updates: &BTreeMap<String, Update>, kinds: &[Kind]) -> Result<(), String> {
-    match updates.keys().find(|key| !kinds.iter().any(|k| names(key, k))) {
+    match updates.keys().find(|key| !kinds.iter().any(|k| k.is_named(key))) {
         Some(unknown) => {
             let declared: Vec<&str> = kinds.iter().map(|k| k.kind.as_str()).collect();
             Err(format!(
@@ -145,12 +145,8 @@ pub(super) fn check(updates: &BTreeMap<String, Update>, kinds: &[Kind]) -> Resul
 /// The rule for `kind`: its entry by `Kind` or `plural.group`, else in place.
 pub(super) fn of(updates: &BTreeMap<String, Update>, kind: &Kind) -> Rule {
     (updates.iter())
-        .find(|(key, _)| names(key, kind))
+        .find(|(key, _)| kind.is_named(key))
         .map_or_else(Rule::default, |(_, u)| u.rule())
-}
-
-fn names(key: &str, kind: &Kind) -> bool {
-    key == kind.kind || key == format!("{}.{}", kind.plural, kind.group)
 }
 
 #[cfg(test)]

@@ -28,6 +28,16 @@ impl Kind {
         }
     }
 
+    /// True when an operator's `key` names this kind: its `Kind`, or `plural.group` (how
+    /// `allowClusterKinds` and `updates` name kinds).
+    pub fn is_named(&self, key: &str) -> bool {
+        key == self.kind
+            || key
+                .strip_prefix(self.plural.as_str())
+                .and_then(|rest| rest.strip_prefix('.'))
+                .is_some_and(|group| group == self.group)
+    }
+
     /// True when a JSON object's `apiVersion` and `kind` name this kind.
     pub fn matches(&self, object: &serde_json::Value) -> bool {
         object["kind"].as_str() == Some(self.kind.as_str())

@@ -71,10 +71,7 @@ impl Allowances {
 
     /// True when `kind` is one of the cluster-scoped child kinds granted.
     pub(crate) fn cluster_kind(&self, kind: &Kind) -> bool {
-        let qualified = format!("{}.{}", kind.plural, kind.group);
-        self.cluster_kinds
-            .iter()
-            .any(|k| *k == kind.kind || *k == qualified)
+        self.cluster_kinds.iter().any(|k| kind.is_named(k))
     }
 }
 
