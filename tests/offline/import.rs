@@ -21,6 +21,7 @@ fn counter_example() -> PathBuf {
 fn an_imported_metacontroller_controller_builds_and_answers_through_its_unchanged_hooks() {
     let run = imported_counter_answers("counter", "configmap-counter", &["hooks.py"], "Python");
     assert!(run.contains("resync: 30000ms"), "{run}");
+    assert!(run.contains("reuseInstances: true"), "{run}");
 }
 
 #[test]

@@ -13,5 +13,6 @@ mod import;
 mod new;
 mod polyglot;
 mod reference;
+mod reuse;
 mod sandbox;
 mod structure;

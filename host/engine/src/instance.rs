@@ -20,8 +20,8 @@ pub struct Instance {
     pub(super) bindings: versions::Bindings,
     pub(super) limits: Limits,
     pub(super) settings: Arc<str>,
-    /// Keeps the deadline clock ticking while this instance lives.
-    pub(super) _ticking: deadline::Ticking,
+    /// Keeps the deadline clock ticking while this instance runs calls (not while kept).
+    pub(super) ticking: Option<deadline::Ticking>,
     /// Last, so the pool slot is given back only after the store has been dropped.
     pub(super) _slot: slots::Slot,
 }
@@ -30,6 +30,27 @@ impl Instance {
     /// What this instance holds of its plugin's memory now.
     pub(super) fn footprint(&self) -> usize {
         self.store.data().limiter.held()
+    }
+
+    /// Whether a call may run in this instance after the one that just ended cleanly:
+    /// it was never denied memory and holds no more than `floor`.
+    pub(super) fn reusable(&self, floor: usize) -> bool {
+        let limiter = &self.store.data().limiter;
+        limiter.denied.is_none() && limiter.held() <= floor
+    }
+
+    /// Kept idle: the deadline clock need not tick for it.
+    pub(super) fn pause(&mut self) {
+        self.ticking = None;
+    }
+
+    /// Taken from the kept ones for a call on `object`: a full lift allowance again, its
+    /// logs under the new object's key, and the clock ticking.
+    pub(super) fn resume(&mut self, object: &str, ticking: deadline::Ticking) {
+        self.store.data_mut().begin_call(object);
+        let fuel = self.store.data().lift_fuel();
+        self.store.set_hostcall_fuel(fuel);
+        self.ticking = Some(ticking);
     }
 
     pub(super) fn metadata(&mut self) -> Result<Result<Metadata, LoadError>, Fault> {

@@ -30,6 +30,7 @@ mod compiled;
 mod deadline;
 mod fault;
 mod instance;
+mod kept;
 mod limits;
 mod load;
 mod logs;
@@ -209,11 +210,13 @@ impl Engine {
             let (component, version) = load::compile(&self.inner, self.cache.as_ref(), bytes)?;
             versions::Pre::new(&self.linker, &self.inner, &component, version)
         })?;
+        // Reserved from the host's budget once the plugin's name is known.
+        let memory = memory::PluginMemory::new(limits.memory_total, None);
         let mut plugin = Plugin {
             engine: self.clone(),
             pre,
-            // Reserved from the host's budget once the plugin's name is known.
-            memory: memory::PluginMemory::new(limits.memory_total, None),
+            kept: kept::Kept::new(self, &memory),
+            memory,
             logs: Arc::new(logs::LogBudget::new(limits.log_bytes_per_second)),
             limits,
             name: Arc::from("<loading>"),
@@ -232,6 +235,7 @@ impl Engine {
         drop(instance);
         load::validate_metadata(&mut metadata)?;
         plugin.memory = self.reserve(&metadata.name, &plugin.limits, plugin.footprint)?;
+        plugin.kept = kept::Kept::new(self, &plugin.memory);
         plugin.name = Arc::from(metadata.name.as_str());
         plugin.metadata = Some(metadata);
         Ok(plugin)

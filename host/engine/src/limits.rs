@@ -49,6 +49,11 @@ pub struct Limits {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "String")]
     pub finalizer_timeout: Duration,
+    /// Run a call in an instance an earlier call ended in, instead of a fresh one: what
+    /// the plugin keeps in memory then carries from call to call, as in a long-running
+    /// hook server. For plugins whose start is costly (a Python or JavaScript runtime);
+    /// their calls are no longer independent, so a recording may not replay the same.
+    pub reuse_instances: bool,
 }
 
 impl Default for Limits {
@@ -64,6 +69,7 @@ impl Default for Limits {
             creations_per_second: 500,
             log_bytes_per_second: 4096,
             finalizer_timeout: Duration::from_secs(600),
+            reuse_instances: false,
         }
     }
 }

@@ -76,13 +76,33 @@ impl PluginMemory {
         self.usage.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Join the line and wait to be admitted ([`Self::admit_in_line`]).
+    #[cfg(test)]
+    pub fn admit(&self) -> Claim {
+        let ticket = self.line_up();
+        self.admit_in_line(ticket)
+    }
+
+    /// Take a place in the line for [`Self::admit_in_line`]: a caller that must first
+    /// look for a kept instance (under its own lock) joins the line before letting go,
+    /// so an instance kept after that sees it waiting (`waiting`) and is not kept.
+    pub fn line_up(&self) -> Ticket {
+        let mut usage = self.lock();
+        usage.next += 1;
+        Ticket(usage.next - 1)
+    }
+
+    /// Whether a call is in line and not yet admitted.
+    pub fn waiting(&self) -> bool {
+        let usage = self.lock();
+        usage.next != usage.serving
+    }
+
     /// Wait in line until the total has room for one more instance of the floor's size
     /// (or none is live: a call alone is never kept waiting), and admit it: the claim
     /// that instance's memory is first drawn from.
-    pub fn admit(&self) -> Claim {
+    pub fn admit_in_line(&self, Ticket(ticket): Ticket) -> Claim {
         let mut usage = self.lock();
-        let ticket = usage.next;
-        usage.next += 1;
         let mut waited = false;
         let claim = loop {
             let claim = usage.floor.min(self.limit);
@@ -216,6 +236,10 @@ struct Usage {
     next: u64,
     serving: u64,
 }
+
+/// A call's place in a plugin's line for memory.
+#[must_use = "a ticket not admitted holds up the line"]
+pub(crate) struct Ticket(u64);
 
 /// Bytes of a plugin's total promised to one admitted instance, drawn on as it grows.
 #[derive(Debug, Default)]

@@ -1,5 +1,6 @@
-//! A loaded plugin: its calls, each in a fresh instance of the precompiled component,
-//! admitted to the plugin's memory total and a pool slot first.
+//! A loaded plugin: its calls, each in a fresh instance of the precompiled component
+//! (or, under `reuseInstances`, one kept from an earlier call), admitted to the plugin's
+//! memory total and a pool slot first.
 
 use std::sync::Arc;
 
@@ -7,7 +8,7 @@ use super::instance::{fault_of, json};
 use super::sandbox::{self, State};
 use super::{
     DispatchError, Engine, Fault, Instance, Limits, LoadError, Metadata, Reconcile, RelatedParent,
-    RelatedQuery, Request, Response, deadline, limits, logs, memory, object_key, rename, versions,
+    RelatedQuery, Request, Response, deadline, kept, limits, logs, memory, object_key, rename, versions,
 };
 
 /// A loaded plugin: precompiled, linked against the sandbox, ready to instantiate.
@@ -28,6 +29,9 @@ pub struct Plugin {
     pub(super) footprint: usize,
     /// The name the plugin declares, when it runs under another ([`Plugin::renamed`]).
     pub(super) declared: Option<Arc<str>>,
+    /// Instances kept for the next call (`reuseInstances`); made anew with the memory,
+    /// limits or settings their instances were made under.
+    pub(super) kept: Arc<kept::Kept>,
 }
 
 /// Settings of a plugin the operator configured none for.
@@ -75,8 +79,10 @@ impl Plugin {
     /// The same compiled plugin under other limits.
     pub fn with_limits(&self, limits: Limits) -> Result<Plugin, LoadError> {
         self.engine.check_limits(&limits)?;
+        let memory = self.engine.reserve(&self.name, &limits, self.footprint)?;
         Ok(Plugin {
-            memory: self.engine.reserve(&self.name, &limits, self.footprint)?,
+            kept: kept::Kept::new(&self.engine, &memory),
+            memory,
             logs: Arc::new(logs::LogBudget::new(limits.log_bytes_per_second)),
             limits,
             ..self.clone()
@@ -102,6 +108,7 @@ impl Plugin {
         instance.validate_settings(&text)?;
         Ok(Plugin {
             settings: Arc::from(text),
+            kept: kept::Kept::new(&self.engine, &self.memory),
             ..self.clone()
         })
     }
@@ -120,14 +127,24 @@ impl Plugin {
         let parent = parent.json();
         let key = object_key(parent);
         let _span = tracing::debug_span!("related", plugin = %self.name, object = %key).entered();
-        Ok(self.instance_for(key)?.related(parent)?)
+        let mut instance = self.instance_for(key)?;
+        let queries = instance.related(parent)?;
+        self.done(instance);
+        Ok(queries)
     }
 
-    /// Reconcile one object in a fresh instance.
+    /// Reconcile one object in a fresh (or, under `reuseInstances`, a kept) instance.
     pub fn reconcile(&self, request: &Request) -> Result<Response, DispatchError> {
         let key = object_key(&request.parent);
         let _span = tracing::debug_span!("dispatch", plugin = %self.name, object = %key).entered();
-        let mut response = self.instance_for(key)?.reconcile(request)?;
+        let mut instance = self.instance_for(key)?;
+        let response = instance.reconcile(request);
+        // A faulted instance is never called again; an answer refused, or an error the
+        // plugin returned, leaves it sound.
+        if !matches!(response, Err(DispatchError::Fault(_))) {
+            self.done(instance);
+        }
+        let mut response = response?;
         if let Some(declared) = &self.declared {
             rename::relabel(&mut response.children, declared, &self.name);
         }
@@ -136,14 +153,32 @@ impl Plugin {
 
     /// A fresh instance; reused across calls only by benchmarks.
     pub fn instantiate(&self, object: &str) -> Result<Instance, Fault> {
-        self.instance_for(object.to_string())
+        self.fresh(object.to_string(), self.memory.line_up())
     }
 
+    /// An instance for a call on `object`: a kept one when the plugin reuses them.
     fn instance_for(&self, object: String) -> Result<Instance, Fault> {
+        if !self.limits.reuse_instances {
+            return self.fresh(object, self.memory.line_up());
+        }
+        match self.kept.take(&object) {
+            Ok(instance) => Ok(instance),
+            Err(ticket) => self.fresh(object, ticket),
+        }
+    }
+
+    /// Keep `instance` for the next call when the plugin reuses them.
+    fn done(&self, instance: Instance) {
+        if self.limits.reuse_instances {
+            self.kept.keep(instance);
+        }
+    }
+
+    fn fresh(&self, object: String, ticket: memory::Ticket) -> Result<Instance, Fault> {
         // In line for the plugin's memory total first (as calls are for its CPU share),
         // then for a pool slot: a call waiting for its own plugin's memory holds no slot
         // another plugin could use.
-        let claim = self.memory.admit();
+        let claim = self.memory.admit_in_line(ticket);
         let slot = self.engine.slots.take(&self.name);
         let ticking = self.engine.clock.ticking();
         let state = State::new(
@@ -167,7 +202,7 @@ impl Plugin {
             bindings,
             limits: self.limits.clone(),
             settings: self.settings.clone(),
-            _ticking: ticking,
+            ticking: Some(ticking),
             _slot: slot,
         })
     }

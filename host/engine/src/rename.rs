@@ -14,8 +14,10 @@ impl Plugin {
         let mut metadata = self.metadata().clone();
         metadata.name = name.to_string();
         load::validate_metadata(&mut metadata)?;
+        let memory = self.engine.reserve(name, &self.limits, self.footprint)?;
         Ok(Plugin {
-            memory: self.engine.reserve(name, &self.limits, self.footprint)?,
+            kept: super::kept::Kept::new(&self.engine, &memory),
+            memory,
             declared: Some(self.declared.clone().unwrap_or_else(|| self.name.clone())),
             name: Arc::from(name),
             metadata: Some(metadata),

@@ -39,6 +39,8 @@ pub(crate) struct State {
     object: String,
     log_lines: usize,
     logs: Arc<super::logs::LogBudget>,
+    /// Each call's lift allowance (hostcall fuel), held of the plugin's total.
+    lift_fuel: usize,
 }
 
 impl State {
@@ -70,7 +72,19 @@ impl State {
             object,
             log_lines: 0,
             logs,
+            lift_fuel: 0,
         }
+    }
+
+    /// A new call in a kept instance, on `object`: its own log lines and key.
+    pub fn begin_call(&mut self, object: &str) {
+        object.clone_into(&mut self.object);
+        self.log_lines = 0;
+    }
+
+    /// Each call's lift allowance.
+    pub fn lift_fuel(&self) -> usize {
+        self.lift_fuel
     }
 
     /// Emit what the guest wrote to stdout/stderr as tracing events, within the plugin's
@@ -106,6 +120,7 @@ impl State {
 /// plugin's linear memory, within its share of `--memory-budget`.
 pub(crate) fn store(engine: &wasmtime::Engine, mut state: State, lift: usize) -> Store<State> {
     let fuel = state.limiter.hold_up_to(lift);
+    state.lift_fuel = fuel;
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.limiter);
     store.set_hostcall_fuel(fuel);

@@ -6,12 +6,21 @@
 //! object being reconciled.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 /// The engine's pool of instance slots.
 pub(crate) struct Slots {
     pool: Mutex<Pool>,
     freed: Condvar,
+    /// Where finished instances are kept for reuse, holding slots: a call that must
+    /// wait for a slot has them given back first.
+    kept: Mutex<Vec<Weak<dyn Reclaim>>>,
+}
+
+/// Instances kept idle that give their slots back when a call waits for one.
+pub(crate) trait Reclaim: Send + Sync {
+    /// Drop every instance kept.
+    fn reclaim(&self);
 }
 
 /// Free slots, and per plugin the slots it holds and the calls it has waiting.
@@ -53,7 +62,30 @@ impl Slots {
                 ..Pool::default()
             }),
             freed: Condvar::new(),
+            kept: Mutex::default(),
         })
+    }
+
+    /// Have `kept` give its instances back whenever a call waits for a slot.
+    pub fn register(&self, kept: Weak<dyn Reclaim>) {
+        let mut all = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|k| k.strong_count() > 0);
+        all.push(kept);
+    }
+
+    /// Whether a call waits for a slot.
+    pub fn waiting(&self) -> bool {
+        !self.lock().waiting.is_empty()
+    }
+
+    /// Drop every kept instance (outside the pool's lock: each gives its slot back).
+    fn reclaim(&self) {
+        let kept: Vec<_> = (self.kept.lock().unwrap_or_else(|e| e.into_inner()).iter())
+            .filter_map(Weak::upgrade)
+            .collect();
+        for k in kept {
+            k.reclaim();
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Pool> {
@@ -66,6 +98,11 @@ impl Slots {
         let mut pool = self.lock();
         if !pool.turn_of(owner) {
             *pool.waiting.entry(owner.clone()).or_default() += 1;
+            // Waiting now, so an instance kept from here on is not kept; those kept
+            // before give their slots back.
+            drop(pool);
+            self.reclaim();
+            pool = self.lock();
             while !pool.turn_of(owner) {
                 pool = self.freed.wait(pool).unwrap_or_else(|e| e.into_inner());
             }

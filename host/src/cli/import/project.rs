@@ -154,6 +154,13 @@ fn plugin_entry(i: &Imported, dir: &str) -> String {
             ));
         }
     }
+    out.push_str(concat!(
+        "  # Metacontroller's hook server runs for as long as the controller does: each call\n",
+        "  # here runs in an instance an earlier call ended in, so what a hook keeps in memory\n",
+        "  # carries over as it did there, and its runtime starts once, not on every call.\n",
+        "  # Remove this for a fresh instance per call.\n",
+        "  limits:\n    reuseInstances: true\n",
+    ));
     if let Some(s) = i.resync_seconds {
         out.push_str(&format!(
             "  # spec.resyncPeriodSeconds\n  resync: {}ms\n",

@@ -260,6 +260,12 @@ impl Guest for Hostile {
                 }
                 children.push(config_map(&parent, 0).to_string());
             }
+            // Counts the calls its instance has run: 1 in a fresh one each call.
+            "calls" => {
+                static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                status = Some(json!({ "calls": n }));
+            }
             // Flips its own status between two answers, each one waking the next.
             "flip" => {
                 let next = if parent["status"]["flip"] == "a" { "b" } else { "a" };

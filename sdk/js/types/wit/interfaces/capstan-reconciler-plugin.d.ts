@@ -17,7 +17,8 @@ declare module 'capstan:reconciler/plugin@0.2.0' {
   export function related(parent: Json, settings: Json): Array<RelatedQuery>;
   /**
    * Compute the desired state for one parent object. Each call runs in a fresh
-   * instance, so nothing carries over between calls.
+   * instance, so nothing carries over between calls (unless the operator sets the
+   * plugin's `reuseInstances` limit).
    */
   export function reconcile(request: Request): Response;
   export type Json = import('capstan:reconciler/types@0.2.0').Json;
