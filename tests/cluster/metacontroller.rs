@@ -93,7 +93,10 @@ async fn an_imported_controller_with_javascript_hooks_does_the_same_for_the_pare
 
 /// The counter of `tests/fixtures/metacontroller/EXAMPLE`, imported, built and run: it
 /// counts, follows a new ConfigMap and finalizes a parent labelled `labels`; when those
-/// are the parent rule's selector, a parent without them is never reconciled.
+/// are the parent rule's selector, a parent without them is never reconciled. Its hooks
+/// are v2 and its rule names no namespace, so, as under Metacontroller, it counts the
+/// ConfigMaps it selects in every namespace (the import grants every one): the label is
+/// the example's own, since the other counter runs beside it on the plane.
 async fn counts_follows_and_finalizes(
     example: &str,
     controller: &str,
@@ -106,7 +109,8 @@ async fn counts_follows_and_finalizes(
     let (_, host) = imported_and_running(plane, example, &ns, dir.path()).await?;
     let client = plane.client().await?;
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    for (name, app) in [("a", "web"), ("b", "web"), ("c", "db")] {
+    let web = format!("web-{example}");
+    for (name, app) in [("a", web.as_str()), ("b", &web), ("c", "db")] {
         configmaps
             .create(&PostParams::default(), &configmap(name, app)?)
             .await?;
@@ -117,7 +121,7 @@ async fn counts_follows_and_finalizes(
     let counter = |name: &str, labels: &serde_json::Map<String, serde_json::Value>| {
         serde_json::from_value::<DynamicObject>(json!({
             "apiVersion": "examples.capstan.dev/v1", "kind": "ConfigMapCounter",
-            "metadata": {"name": name, "labels": labels}, "spec": {"selector": {"app": "web"}},
+            "metadata": {"name": name, "labels": labels}, "spec": {"selector": {"app": web}},
         }))
     };
     let unselected = !labels.is_empty();
@@ -154,16 +158,19 @@ async fn counts_follows_and_finalizes(
         assert!(configmaps.get_opt("ignored-count").await?.is_none());
     }
 
-    // A related ConfigMap that appears is followed.
-    configmaps
-        .create(&PostParams::default(), &configmap("d", "web")?)
+    // A related ConfigMap that appears, in another namespace, is followed.
+    let elsewhere = plane.namespace(&format!("{example}-elsewhere")).await?;
+    Api::<ConfigMap>::namespaced(client.clone(), &elsewhere)
+        .create(&PostParams::default(), &configmap("d", &web)?)
         .await?;
     let seen = eventually("the count of three", Duration::from_secs(60), async || {
         Ok(counted(&configmaps, &counters).await?.filter(|c| c.1 == 3))
     })
     .await
     .with_context(log)?;
-    assert_eq!(seen, want(&format!("{ns}/a,{ns}/b,{ns}/d"), 3));
+    let mut names = [format!("{ns}/a"), format!("{ns}/b"), format!("{elsewhere}/d")];
+    names.sort();
+    assert_eq!(seen, want(&names.join(","), 3));
 
     // finalize answers no children until the child is gone, then releases the parent.
     counters.delete("web", &DeleteParams::default()).await?;

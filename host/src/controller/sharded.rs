@@ -23,7 +23,8 @@ pub(super) enum Role {
     Child {
         parent_namespaced: bool,
     },
-    /// A related kind, namespaced or not.
+    /// A related kind; `namespaced` when its objects concern only parents of their own
+    /// namespace (a namespaced kind, read by a plugin granted no other namespace).
     Related {
         namespaced: bool,
     },

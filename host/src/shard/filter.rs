@@ -50,9 +50,9 @@ impl Filter {
     }
 
     /// Whether a related object may concern a parent in the ranges. A namespaced parent
-    /// reads related objects of its own namespace only, so under the `namespace` key a
-    /// namespaced one outside the ranges concerns none of this replica's parents;
-    /// otherwise any may.
+    /// granted no other namespace reads related objects of its own only, so under the
+    /// `namespace` key a namespaced one outside the ranges concerns none of this
+    /// replica's parents; otherwise any may (the watch says which: `Role::Related`).
     pub fn related(&self, object: &impl Resource, kind_namespaced: bool) -> bool {
         !self.shards_related(kind_namespaced)
             || self.has(hash_of(self.key, object.meta().namespace.as_deref(), ""))

@@ -165,16 +165,22 @@ export class Composite {
   async related(parent) {
     if (!this.customize) return [];
     const answer = await this.customize({ controller: this.controller, [this.constructor.PARENT_FIELD]: parent });
-    return (answer?.relatedResources ?? []).map((rule) => this.query(rule));
+    return (answer?.relatedResources ?? []).map((rule) => this.query(rule, parent));
   }
 
-  /** A `customize` answer's related-resource rule as Capstan's query. */
-  query(rule) {
+  /**
+   * A `customize` answer's related-resource rule as Capstan's query. A rule naming no
+   * namespace reads, for a v1 hook's namespaced parent, its own; otherwise, as
+   * Metacontroller, every namespace (`*`: every one the operator lets the parent read).
+   */
+  query(rule, parent) {
     const kind = this.declared.related.find((k) => apiVersion(k) === rule.apiVersion && k.plural === rule.resource);
     if (!kind) throw fatal(`customize: ${rule.resource} (${rule.apiVersion}) is not declared related`);
     if (rule.namespaceSelector) throw fatal(`customize: ${rule.resource} (${rule.apiVersion}): a namespaceSelector is not supported yet`);
     const query = rule.names?.length ? Related.named(kind, rule.names) : Related.labelled(kind, labelSelector(rule.labelSelector));
-    return rule.namespace ? query.inNamespace(rule.namespace) : query;
+    const own = this.version === 'v1' && parent?.metadata?.namespace;
+    const ns = rule.namespace || (own ? undefined : '*');
+    return ns ? query.inNamespace(ns) : query;
   }
 
   /** The hook request for `parent`, as Metacontroller sends it. */

@@ -228,7 +228,7 @@ export class Fixture {
     if (!metadata.related.length) return reconciled([]);
     const queries = run.related(reconciler, JSON.stringify(shownToRelated(this.parent)), settings);
     return run.andThen(queries, (queries) => {
-      const resolved = queries.map((q) => resolve(metadata, namespace, this.namespaces, q));
+      const resolved = queries.flatMap((q) => resolve(metadata, namespace, this.namespaces, q));
       return reconciled(select(metadata, resolved, this.relatedObjects.map((o) => inDefault(metadata, o))));
     });
   }
@@ -357,37 +357,60 @@ function inDefault(metadata, object) {
   return object;
 }
 
+/** The grant of every namespace, and a query for every namespace the parent may read. */
+const ANY_NAMESPACE = '*';
+
+/** A query as the host resolves it: one per namespace it reads (`*`: any). */
 function resolve(metadata, own, allowed, q) {
   const kind = metadata.related.find((k) => k.group === q.group && k.kind === q.kind);
   if (!kind) throw new Failure('related', `related query for ${q.group ? `${q.kind}.${q.group}` : q.kind}: not a declared related kind`);
-  let namespace;
-  if (kind.namespaced) {
-    namespace = q.namespace ?? own;
-    if (namespace === undefined) {
-      throw new Failure('related', `related query for namespaced ${kind.kind} from a cluster-scoped parent must name its namespace`);
-    }
-    if (namespace !== own && !allowed.includes(namespace)) {
-      throw new Failure('related', `related query for ${kind.kind}: namespace ${JSON.stringify(namespace)} is not the parent's namespace`);
-    }
-  }
+  const namespaces = kind.namespaced ? readable(kind, own, allowed, q.namespace ?? own) : [undefined];
+  let selector;
   if (q.selector.tag === 'names') {
     for (const n of q.selector.val) {
       if (dns1123Subdomain(n) !== undefined) throw new Failure('related', `related query for ${kind.kind}: ${dns1123Subdomain(n)}`);
     }
-    return { kind, namespace, names: q.selector.val };
+    selector = { names: q.selector.val };
+  } else {
+    selector = { labels: labelSelector(q.selector.val) };
   }
-  return { kind, namespace, labels: labelSelector(q.selector.val) };
+  return namespaces.map((namespace) => ({ kind, namespace, ...selector }));
 }
 
+/** The namespaces a query for namespaced `kind` reads: `*` is every one where the
+ * operator grants every one, else the parent's own and each granted. */
+function readable(kind, own, allowed, asked) {
+  const every = allowed.includes(ANY_NAMESPACE);
+  if (asked === ANY_NAMESPACE) {
+    if (every) return [ANY_NAMESPACE];
+    const namespaces = [...new Set([own, ...allowed].filter((ns) => ns))];
+    if (!namespaces.length) {
+      throw new Failure('related', `related query for ${kind.kind} in every namespace ("*"): a cluster-scoped parent reads none unless the operator grants them (allowNamespaces)`);
+    }
+    return namespaces;
+  }
+  if (asked === undefined) {
+    throw new Failure('related', `related query for namespaced ${kind.kind} from a cluster-scoped parent must name its namespace`);
+  }
+  if (asked !== own && !allowed.includes(asked) && !every) {
+    throw new Failure('related', `related query for ${kind.kind}: namespace ${JSON.stringify(asked)} is not the parent's namespace`);
+  }
+  return [asked];
+}
+
+/** The objects answering `resolved`, query by query, each query's in namespace and name
+ * order (as the host answers), each object once. */
 function select(metadata, resolved, candidates) {
   const out = [];
+  const key = (c) => `${c.metadata?.namespace ?? ''}\u0000${c.metadata?.name ?? ''}`;
+  const ordered = [...candidates].sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
   for (const q of resolved) {
-    for (const c of candidates) {
+    for (const c of ordered) {
       if (!isKind(q.kind, c)) continue;
       const ns = q.kind.namespaced ? c.metadata?.namespace : undefined;
       const name = c.metadata?.name ?? '';
       const labels = c.metadata?.labels ?? {};
-      if (ns === q.namespace && (!q.names || q.names.includes(name)) && (!q.labels || q.labels(labels)) && !out.includes(c)) {
+      if ((ns === q.namespace || q.namespace === ANY_NAMESPACE) && (!q.names || q.names.includes(name)) && (!q.labels || q.labels(labels)) && !out.includes(c)) {
         out.push(c);
       }
     }

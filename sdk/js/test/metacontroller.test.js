@@ -118,6 +118,17 @@ test('customize rules become related queries of declared kinds; others are the p
   await assert.rejects(composite(recorder().hook, { customize: byNamespaces.hook }).related(team(), new Context()), /namespaceSelector is not supported yet/);
 });
 
+test('a rule naming no namespace reads every one, but for a v1 hook’s namespaced parent', async () => {
+  const rule = { apiVersion: 'v1', resource: 'secrets', labelSelector: { matchLabels: { app: 'web' } } };
+  const named = { apiVersion: 'v1', resource: 'secrets', names: ['tls'] };
+  const customize = recorder({ relatedResources: [rule, named] });
+  const read = async (opts, parent) => (await composite(recorder().hook, { customize: customize.hook, ...opts }).related(parent, new Context())).map((q) => q.namespace);
+  assert.deepEqual(await read({}, team()), [undefined, undefined], 'v1: the parent’s own');
+  assert.deepEqual(await read({ version: 'v2' }, team()), ['*', '*'], 'v2: every namespace');
+  const cluster = { apiVersion: 'example.com/v1', kind: 'Team', metadata: { name: 'a' } };
+  assert.deepEqual(await read({}, cluster), ['*', '*'], 'a cluster-scoped parent: every namespace');
+});
+
 test('label selectors become selector text and match labels', () => {
   const selector = {
     matchLabels: { tier: 'web', app: 'shop' },

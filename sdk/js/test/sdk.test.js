@@ -13,7 +13,11 @@ const Greeting = kindRef({ group: 'example.com', version: 'v1', kind: 'Greeting'
 const greeter = {
   parent: Greeting,
   metadata: () => new Metadata('greeter', '0.2.0').child(kinds.ConfigMap).relatedKind(kinds.ConfigMap),
-  related: (g) => (g.spec.wordsFrom ? [Related.named(kinds.ConfigMap, [g.spec.wordsFrom])] : []),
+  related: (g) => {
+    if (!g.spec.wordsFrom) return [];
+    const q = Related.named(kinds.ConfigMap, [g.spec.wordsFrom]);
+    return [g.spec.wordsIn ? q.inNamespace(g.spec.wordsIn) : q];
+  },
   reconcile(g, ctx) {
     if (g.spec.fail === 'fatal') throw fatal('no');
     if (g.spec.fail === 'retry') throw retryAfter('later', 1500);
@@ -120,4 +124,17 @@ test('related is shown the parent without status or version, as the host shows i
   const fixture = new Fixture(seen);
   assert.deepEqual(fixture.relatedQueries(statusReader)[0].selector, { tag: 'names', val: ['no-status', 'no-version', 'g'] });
   assert.deepEqual(fixture.parent.status, { phase: 'Done' }, "the fixture's own parent is left as it was");
+});
+
+test('a query for every namespace reads what the parent may read, as the host resolves it', () => {
+  const cms = 'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: w, namespace: other}\ndata: {salutation: hey}\n---\n' +
+    'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: w, namespace: demo}\ndata: {salutation: hi}';
+  const words = (f) => f.related(cms).reconcile(greeter).children[0].data.text;
+  const every = () => new Fixture(parent({ name: 'you', wordsFrom: 'w', wordsIn: '*' }));
+  assert.equal(words(every()), 'hi, you', 'its own namespace alone');
+  const read = (f) => f.related(cms).reconcile({ ...greeter, reconcile: (g, ctx) => new Response().withStatus({ read: ctx.relatedOf(kinds.ConfigMap).map((c) => c.metadata.namespace) }) }).status.read;
+  assert.deepEqual(read(every().allowNamespace('other')), ['demo', 'other'], 'its own, then each one granted');
+  assert.deepEqual(read(every().allowNamespace('*')), ['demo', 'other'], 'every one, in namespace order');
+  const cluster = { apiVersion: 'example.com/v1', kind: 'Greeting', metadata: { name: 'g' }, spec: { wordsFrom: 'w', wordsIn: '*' } };
+  assert.throws(() => new Fixture(cluster).reconcile({ ...greeter, parent: { ...Greeting, namespaced: false } }), /every namespace/);
 });

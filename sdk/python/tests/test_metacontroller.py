@@ -140,6 +140,20 @@ def test_customize_rules_become_related_queries_of_declared_kinds():
     assert (queries[1].names, queries[1].namespace) == (("tls", "ca"), "certs")
 
 
+def test_a_rule_naming_no_namespace_reads_every_one_but_for_a_v1_hooks_namespaced_parent():
+    rule = {"apiVersion": "v1", "resource": "secrets", "labelSelector": {"matchLabels": {"app": "web"}}}
+    named = {"apiVersion": "v1", "resource": "secrets", "names": ["tls"]}
+    customize, _ = recorder({"relatedResources": [rule, named]})
+    hook, _ = recorder()
+    v1 = composite(hook, customize=customize).related(team(), Context())
+    assert [q.namespace for q in v1] == [None, None], "v1: the parent's own"
+    v2 = composite(hook, version="v2", customize=customize).related(team(), Context())
+    assert [q.namespace for q in v2] == ["*", "*"], "v2: every namespace"
+    cluster = {"apiVersion": "example.com/v1", "kind": "Team", "metadata": {"name": "a"}}
+    v1_cluster = composite(hook, customize=customize).related(cluster, Context())
+    assert [q.namespace for q in v1_cluster] == ["*", "*"], "a cluster-scoped parent: every namespace"
+
+
 def test_a_customize_rule_for_an_undeclared_resource_is_the_plugins_error_naming_it():
     customize, _ = recorder({"relatedResources": [{"apiVersion": "v1", "resource": "pods"}]})
     hook, _ = recorder()

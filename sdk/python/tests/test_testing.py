@@ -132,6 +132,14 @@ def test_related_objects_are_selected_by_the_plugins_queries_with_the_hosts_rule
     assert len(reader(names="a").related_queries(Reader())) == 1
 
 
+def test_a_query_for_every_namespace_reads_what_the_parent_may_read():
+    every = {"names": "a,c", "from": "*"}
+    assert reader(**every).check(Reader()).status["read"] == ["a"], "its own namespace alone"
+    assert reader(**every).allow_namespace("other").check(Reader()).status["read"] == ["a", "c"]
+    assert reader(**every).allow_namespace("*").check(Reader()).status["read"] == ["a", "c"]
+    assert reader(names="c", **{"from": "other"}).allow_namespace("*").check(Reader()).status["read"] == ["c"]
+
+
 def test_settings_are_validated_as_the_host_validates_them_at_load():
     with pytest.raises(SettingsRefused, match="unknown field `selectr`"):
         reader().settings_value({"selectr": "x"}).check(Reader())

@@ -82,8 +82,11 @@ pub(super) async fn watch(
 )> {
     let resource = discovery::resolve(&wiring.client, kind).await?;
     let ns = wiring.options.namespace.as_deref().filter(|_| kind.namespaced);
+    // Split by namespace on a replica sharded by namespace only when a parent reads its
+    // own namespace alone: a plugin granted others (allowNamespaces, "*" queries) reads
+    // objects of namespaces another replica's parents live in.
     let role = sharded::Role::Related {
-        namespaced: kind.namespaced,
+        namespaced: kind.namespaced && wiring.options.allow.namespaces.is_empty(),
     };
     // The host's watch of the kind, shared with every plugin reading or reconciling it.
     let (informer, store) = wiring.stored(&resource, ns, None, role);
@@ -208,11 +211,40 @@ pub(super) async fn read(
     Ok(answer)
 }
 
-/// The change count of the namespace each query reads.
+/// The change count of the namespace each query reads (of any, for one reading every
+/// namespace).
 fn changes(queries: &[Resolved], shared: &Shared) -> Vec<u64> {
     (queries.iter())
-        .map(|q| shared.related[q.kind].namespaces.changes(q.namespace.as_deref()))
+        .map(|q| {
+            let namespaces = &shared.related[q.kind].namespaces;
+            match q.every_namespace() {
+                true => namespaces.last_change(),
+                false => namespaces.changes(q.namespace.as_deref()),
+            }
+        })
         .collect()
+}
+
+/// (namespace, name) of each object a query may select: the names it lists, or every
+/// object of the namespaces it reads — the one it names, or all of them.
+fn candidates(q: &Resolved, namespaces: &Namespaces) -> Vec<(Option<String>, String)> {
+    let read: Vec<Option<String>> = match q.every_namespace() {
+        true => namespaces.all(),
+        false => vec![q.namespace.clone()],
+    };
+    match &q.names {
+        Some(names) => (read.iter())
+            .flat_map(|ns| names.iter().map(move |n| (ns.clone(), n.clone())))
+            .collect(),
+        None => (read.into_iter())
+            .flat_map(|ns| {
+                namespaces
+                    .names(ns.as_deref())
+                    .into_iter()
+                    .map(move |n| (ns.clone(), n))
+            })
+            .collect(),
+    }
 }
 
 /// The objects the queries select, query by query, each query's in namespace and name
@@ -223,15 +255,11 @@ fn answer(queries: &[Resolved], shared: &Shared) -> Result<Vec<Arc<Compact>>, St
     let mut tally = capstan_contract::related::Tally::default();
     for q in queries {
         let cache = &shared.related[q.kind];
-        // A label query reads the names its namespace holds, not the whole cache.
-        let names = match &q.names {
-            Some(names) => names.clone(),
-            None => cache.namespaces.names(q.namespace.as_deref()),
-        };
-        let mut found: Vec<Arc<Compact>> = (names.iter())
-            .filter_map(|name| {
+        // A label query reads the names its namespaces hold, not the whole cache.
+        let mut found: Vec<Arc<Compact>> = (candidates(q, &cache.namespaces).iter())
+            .filter_map(|(ns, name)| {
                 let r = ObjectRef::new_with(name, cache.resource.clone());
-                cache.store.get(&match &q.namespace {
+                cache.store.get(&match ns {
                     Some(ns) => r.within(ns),
                     None => r,
                 })

@@ -87,6 +87,20 @@ impl Namespaces {
         inner.buckets.get(&key).map_or(0, |b| b.changes)
     }
 
+    /// The count of the last change in any namespace.
+    pub fn last_change(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).changes
+    }
+
+    /// Every namespace holding objects of the kind (`None`: a cluster-scoped kind's).
+    pub fn all(&self) -> Vec<Option<String>> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        (inner.buckets.iter())
+            .filter(|(_, b)| !b.names.is_empty())
+            .map(|(ns, _)| ns.clone())
+            .collect()
+    }
+
     /// The names of the objects in `namespace`, in order.
     pub fn names(&self, namespace: Option<&str>) -> Vec<String> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -145,5 +159,12 @@ mod tests {
         assert!(index.changes(Some("c")) > before);
         assert!(index.names(Some("c")).is_empty());
         assert_eq!(index.names(Some("a")), ["y"]);
+        // Any change moves the count of every namespace; only those holding objects are read.
+        let any = index.last_change();
+        index.take(&Event::Apply(object("d", "u")));
+        assert!(index.last_change() > any);
+        let mut all = index.all();
+        all.sort();
+        assert_eq!(all, [Some("a".to_string()), Some("d".to_string())]);
     }
 }

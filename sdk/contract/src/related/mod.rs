@@ -56,7 +56,8 @@ pub struct RelatedQuery {
     pub group: String,
     /// Kind of a declared related kind.
     pub kind: String,
-    /// Namespace to read from; `None` is the parent's.
+    /// Namespace to read from; `None` is the parent's, [`crate::ANY_NAMESPACE`] every
+    /// namespace the parent may read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     /// Which objects.
@@ -79,7 +80,8 @@ pub enum Selector {
 pub struct Resolved {
     /// Index of the kind in `Metadata::related`.
     pub kind: usize,
-    /// The namespace read, for namespaced kinds.
+    /// The namespace read, for namespaced kinds: [`crate::ANY_NAMESPACE`] when the
+    /// operator grants every one and the query asked for every one.
     pub namespace: Option<String>,
     /// The objects' names, for a by-name query.
     pub names: Option<Vec<String>>,
@@ -95,9 +97,16 @@ impl Resolved {
         name: &str,
         labels: &(impl crate::Labels + ?Sized),
     ) -> bool {
-        namespace == self.namespace.as_deref()
+        (namespace == self.namespace.as_deref() || self.every_namespace())
             && self.names.as_ref().is_none_or(|n| n.iter().any(|n| n == name))
             && self.labels.as_ref().is_none_or(|s| s.matches(labels))
+    }
+}
+
+impl Resolved {
+    /// True when the query reads every namespace (the operator grants every one).
+    pub fn every_namespace(&self) -> bool {
+        self.namespace.as_deref() == Some(crate::ANY_NAMESPACE)
     }
 }
 
@@ -143,7 +152,9 @@ impl<'a> Parent<'a> {
 /// the namespaces the operator grants it (`allow.namespaces`: `allowNamespaces`, or the host's `--namespace`). The
 /// grant only widens; nothing else is readable. A query that names no namespace reads
 /// the parent's own; a cluster-scoped parent other than a Namespace has none, so its
-/// queries must name one.
+/// queries must name one. A query for [`crate::ANY_NAMESPACE`] reads every namespace the
+/// parent may read: all of them where the operator grants every one, else its own and
+/// each one granted, a query apiece.
 pub fn resolve(
     metadata: &Metadata,
     parent: Parent<'_>,
@@ -169,7 +180,46 @@ pub fn resolve(
         ));
     }
     let own = parent.own(metadata, allow);
-    queries.iter().map(|q| one(metadata, own, q, allow)).collect()
+    let mut out = Vec::new();
+    for q in queries {
+        let namespaced =
+            (metadata.related.iter()).any(|k| k.group == q.group && k.kind == q.kind && k.namespaced);
+        match q.namespace.as_deref() {
+            Some(crate::ANY_NAMESPACE) if namespaced && !allow.namespace(crate::ANY_NAMESPACE) => {
+                for ns in readable_namespaces(own, allow, q)? {
+                    let each = RelatedQuery {
+                        namespace: Some(ns),
+                        ..q.clone()
+                    };
+                    out.push(one(metadata, own, &each, allow)?);
+                }
+            }
+            _ => out.push(one(metadata, own, q, allow)?),
+        }
+    }
+    Ok(out)
+}
+
+/// Each namespace a parent whose own is `own` may read, when the operator grants some
+/// but not every one; none is the query's error.
+fn readable_namespaces(
+    own: Option<&str>,
+    allow: &Allowances,
+    q: &RelatedQuery,
+) -> Result<Vec<String>, String> {
+    let mut namespaces: Vec<String> = own.into_iter().map(str::to_string).collect();
+    for ns in &allow.namespaces {
+        if !namespaces.contains(ns) {
+            namespaces.push(ns.clone());
+        }
+    }
+    if namespaces.is_empty() {
+        return Err(format!(
+            "related query for {} in every namespace (\"*\"): a cluster-scoped parent reads none unless the operator grants them (allowNamespaces)",
+            describe(&q.group, &q.kind)
+        ));
+    }
+    Ok(namespaces)
 }
 
 fn one(
@@ -225,6 +275,9 @@ fn readable(
             kind.kind
         ));
     };
+    if asked == crate::ANY_NAMESPACE && allow.namespace(asked) {
+        return Ok(asked.to_string());
+    }
     crate::dns1123_label(asked).map_err(|e| format!("related query namespace {e}"))?;
     if Some(asked) == own || allow.namespace(asked) {
         return Ok(asked.to_string());

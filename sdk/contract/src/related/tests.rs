@@ -187,3 +187,53 @@ fn a_label_query_selects_at_most_the_answer_bound() {
     let e = select(&m, &resolved, &big).unwrap_err();
     assert!(e.contains("more than 4 MiB"), "{e}");
 }
+
+/// `"*"` reads every namespace the parent may read: all of them under the grant of every
+/// one (and any object of the kind answers), else its own and each granted, a query
+/// apiece; a cluster-scoped parent granted none reads none, and says so.
+#[test]
+fn a_query_for_every_namespace_reads_what_the_parent_may_read() {
+    let m = metadata();
+    let q = |selector| query("ConfigMap", Some(crate::ANY_NAMESPACE), selector);
+    let every = Allowances {
+        namespaces: vec![crate::ANY_NAMESPACE.into()],
+        ..Allowances::default()
+    };
+    let all = resolve(&m, in_ns("a"), &[q(names(&["x"]))], &every).unwrap();
+    assert_eq!(all.len(), 1);
+    assert!(all[0].every_namespace());
+    let empty = std::collections::BTreeMap::<String, String>::new();
+    assert!(all[0].matches(Some("z"), "x", &empty), "any namespace answers");
+    assert!(!all[0].matches(Some("z"), "y", &empty));
+
+    let some = Allowances {
+        namespaces: vec!["b".into(), "a".into()],
+        ..Allowances::default()
+    };
+    let each = resolve(&m, in_ns("a"), &[q(Selector::Labels("app=web".into()))], &some).unwrap();
+    let read: Vec<_> = each.iter().map(|r| r.namespace.as_deref().unwrap()).collect();
+    assert_eq!(read, ["a", "b"], "its own first, each namespace once");
+    assert!(!each[0].matches(Some("c"), "x", &empty));
+
+    let own_only = resolve(&m, in_ns("a"), &[q(names(&["x"]))], &Allowances::default()).unwrap();
+    assert_eq!(own_only[0].namespace.as_deref(), Some("a"));
+
+    let cluster = Parent {
+        namespace: None,
+        name: "p",
+    };
+    let e = resolve(&m, cluster, &[q(names(&["x"]))], &Allowances::default()).unwrap_err();
+    assert!(
+        e.contains("every namespace") && e.contains("allowNamespaces"),
+        "{e}"
+    );
+    // A cluster-scoped kind has no namespace to read: one query, as without "*".
+    let ns = resolve(
+        &m,
+        in_ns("a"),
+        &[query("Namespace", Some(crate::ANY_NAMESPACE), names(&["x"]))],
+        &some,
+    )
+    .unwrap();
+    assert_eq!((ns.len(), ns[0].namespace.as_deref()), (1, None));
+}

@@ -200,8 +200,16 @@ class Composite(Reconciler):
             raise Fatal(f"customize: {resource} ({api_version}): a namespaceSelector is not supported yet")
         names = rule.get("names")
         query = Related.named(kind, names) if names else Related.labelled(kind, label_selector(rule.get("labelSelector")))
-        ns = rule.get("namespace")
+        ns = rule.get("namespace") or self._every_namespace(parent)
         return query.in_namespace(ns) if ns else query
+
+    def _every_namespace(self, parent: Mapping[str, Any]) -> str | None:
+        """Where a rule naming no namespace reads: a v1 hook's namespaced parent its own
+        (none: the default); otherwise, as Metacontroller, every namespace ("*": every one
+        the operator lets the parent read)."""
+        if self.version == "v1" and (parent.get("metadata") or {}).get("namespace"):
+            return None
+        return "*"
 
     def request(self, parent: dict[str, Any], ctx: Context) -> dict[str, Any]:
         """The hook request for ``parent``, as Metacontroller sends it."""

@@ -346,6 +346,37 @@ def _shown_to_related(parent: Any) -> Any:
     return shown
 
 
+ANY_NAMESPACE = "*"
+"""The grant of every namespace, and a query for every namespace the parent may read."""
+
+
+def _readable(kind: KindRef, own: str | None, asked: str | None, allow: Allowances) -> list[str | None]:
+    """The namespaces a query for namespaced ``kind`` reads, as the host resolves it:
+    ``*`` is every one where the operator grants every one, else the parent's own and
+    each granted."""
+    every = ANY_NAMESPACE in allow.namespaces
+    if asked == ANY_NAMESPACE:
+        if every:
+            return [ANY_NAMESPACE]
+        readable = list(dict.fromkeys([ns for ns in [own, *allow.namespaces] if ns]))
+        if not readable:
+            raise RelatedRefused(
+                f"related query for {kind.kind} in every namespace (\"*\"): a cluster-scoped parent reads none"
+                " unless the operator grants them (allowNamespaces)"
+            )
+        return readable
+    if asked is None:
+        raise RelatedRefused(f"related query for namespaced {kind.kind} from a cluster-scoped parent must name its namespace")
+    bad = dns1123_label(asked)
+    if bad:
+        raise RelatedRefused(f"related query namespace {bad}")
+    if asked != own and asked not in allow.namespaces and not every:
+        raise RelatedRefused(
+            f"related query for {kind.kind}: namespace {rust_debug(printable(asked))} is not the parent's namespace"
+        )
+    return [asked]
+
+
 def _select(
     metadata: Metadata,
     parent: dict[str, Any],
@@ -362,20 +393,9 @@ def _select(
         if kind is None:
             what = q.kind if not q.group else f"{q.kind}.{q.group}"
             raise RelatedRefused(f"related query for {printable(what)}: not a declared related kind")
-        namespace = None
+        namespaces: list[str | None] = [None]
         if kind.namespaced:
-            namespace = q.namespace or own
-            if namespace is None:
-                raise RelatedRefused(
-                    f"related query for namespaced {kind.kind} from a cluster-scoped parent must name its namespace"
-                )
-            bad = dns1123_label(namespace)
-            if bad:
-                raise RelatedRefused(f"related query namespace {bad}")
-            if namespace != own and namespace not in allow.namespaces:
-                raise RelatedRefused(
-                    f"related query for {kind.kind}: namespace {rust_debug(printable(namespace))} is not the parent's namespace"
-                )
+            namespaces = _readable(kind, own, q.namespace or own, allow)
         selector = None
         if q.names is not None:
             for n in q.names:
@@ -387,15 +407,21 @@ def _select(
                 selector = LabelSelector.parse(q.labels or "")
             except ValueError as e:
                 raise RelatedRefused(str(e)) from None
-        resolved.append((kind, namespace, q.names, selector))
+        resolved.extend((kind, namespace, q.names, selector) for namespace in namespaces)
     out: list[dict[str, Any]] = []
+    # Each query's answer in namespace and name order, as the host's.
+    def place(c: dict[str, Any]) -> tuple[str, str]:
+        meta = c.get("metadata") or {}
+        return (meta.get("namespace") or "", meta.get("name") or "")
+
+    ordered = sorted(candidates, key=place)
     for kind, namespace, names, selector in resolved:
-        for c in candidates:
+        for c in ordered:
             if not kind.matches(c):
                 continue
             meta = c.get("metadata") or {}
             ns = (meta.get("namespace") or "default") if kind.namespaced else None
-            if ns != namespace:
+            if ns != namespace and namespace != ANY_NAMESPACE:
                 continue
             if names is not None and meta.get("name") not in names:
                 continue

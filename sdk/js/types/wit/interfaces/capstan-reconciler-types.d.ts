@@ -100,8 +100,9 @@ declare module 'capstan:reconciler/types@0.2.0' {
      */
     kind: string,
     /**
-     * Namespace to read a namespaced kind from; none is the parent's own. A namespaced
-     * parent may only read its own namespace. Ignored for cluster-scoped kinds.
+     * Namespace to read a namespaced kind from; none is the parent's own, "*" every
+     * namespace the parent may read. A parent reads its own namespace and those the
+     * operator grants it (`allowNamespaces`). Ignored for cluster-scoped kinds.
      */
     namespace?: string,
     /**
