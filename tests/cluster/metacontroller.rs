@@ -94,9 +94,8 @@ async fn an_imported_controller_with_javascript_hooks_does_the_same_for_the_pare
 /// The counter of `tests/fixtures/metacontroller/EXAMPLE`, imported, built and run: it
 /// counts, follows a new ConfigMap and finalizes a parent labelled `labels`; when those
 /// are the parent rule's selector, a parent without them is never reconciled. Its hooks
-/// are v2 and its rule names no namespace, so, as under Metacontroller, it counts the
-/// ConfigMaps it selects in every namespace (the import grants every one): the label is
-/// the example's own, since the other counter runs beside it on the plane.
+/// are v2 and its rule names no namespace, so it reads every namespace the parent may:
+/// under the host's `--namespace`, that one alone.
 async fn counts_follows_and_finalizes(
     example: &str,
     controller: &str,
@@ -158,9 +157,13 @@ async fn counts_follows_and_finalizes(
         assert!(configmaps.get_opt("ignored-count").await?.is_none());
     }
 
-    // A related ConfigMap that appears, in another namespace, is followed.
+    // A related ConfigMap that appears is followed; one in another namespace, outside
+    // the host's `--namespace`, is not read.
     let elsewhere = plane.namespace(&format!("{example}-elsewhere")).await?;
     Api::<ConfigMap>::namespaced(client.clone(), &elsewhere)
+        .create(&PostParams::default(), &configmap("e", &web)?)
+        .await?;
+    configmaps
         .create(&PostParams::default(), &configmap("d", &web)?)
         .await?;
     let seen = eventually("the count of three", Duration::from_secs(60), async || {
@@ -168,9 +171,7 @@ async fn counts_follows_and_finalizes(
     })
     .await
     .with_context(log)?;
-    let mut names = [format!("{ns}/a"), format!("{ns}/b"), format!("{elsewhere}/d")];
-    names.sort();
-    assert_eq!(seen, want(&names.join(","), 3));
+    assert_eq!(seen, want(&format!("{ns}/a,{ns}/b,{ns}/d"), 3));
 
     // finalize answers no children until the child is gone, then releases the parent.
     counters.delete("web", &DeleteParams::default()).await?;

@@ -1,6 +1,6 @@
 use super::*;
 use crate::controller::per_object::PerObject;
-use capstan_contract::{Metadata, RelatedQuery, Selector};
+use capstan_contract::{Allowances, Metadata, RelatedQuery, Selector};
 use kube::api::DynamicObject;
 
 fn kind(kind: &str, namespaced: bool) -> Kind {
@@ -109,5 +109,70 @@ fn a_changed_object_wakes_exactly_the_parents_whose_queries_select_it() {
     assert!(
         woken(0, &object(Some("a"), "cfg", &[])).is_empty(),
         "forgotten with its parent"
+    );
+}
+
+/// A query for every namespace (the operator grants every one) reads the objects of every
+/// namespace the cache holds: by name in each, by label all of them.
+#[test]
+fn a_query_for_every_namespace_reads_each_namespace_the_cache_holds() {
+    let namespaces = Namespaces::default();
+    for (ns, name) in [("a", "x"), ("b", "x"), ("b", "y")] {
+        namespaces.take(&kube::runtime::watcher::Event::Apply(Compact::of(object(
+            Some(ns),
+            name,
+            &[],
+        ))));
+    }
+    let every = Allowances {
+        namespaces: vec![capstan_contract::ANY_NAMESPACE.into()],
+        ..Default::default()
+    };
+    let resolved = |selector| {
+        let metadata = Metadata {
+            name: "p".into(),
+            version: "1".into(),
+            parent: kind("Parent", true),
+            children: vec![],
+            related: vec![kind("ConfigMap", true)],
+            settings_schema: None,
+            finalizer: None,
+        };
+        let q = RelatedQuery {
+            group: String::new(),
+            kind: "ConfigMap".into(),
+            namespace: Some(capstan_contract::ANY_NAMESPACE.into()),
+            selector,
+        };
+        let parent = Parent {
+            namespace: Some("a"),
+            name: "p",
+        };
+        resolve(&metadata, parent, &[q], &every).unwrap().remove(0)
+    };
+    let sorted = |mut v: Vec<(Option<String>, String)>| {
+        v.sort();
+        v
+    };
+    let at = |ns: &str, name: &str| (Some(ns.to_string()), name.to_string());
+    let by_name = resolved(Selector::Names(vec!["x".into()]));
+    assert_eq!(
+        sorted(candidates(&by_name, &namespaces)),
+        [at("a", "x"), at("b", "x")]
+    );
+    let by_label = resolved(Selector::Labels(String::new()));
+    assert_eq!(
+        sorted(candidates(&by_label, &namespaces)),
+        [at("a", "x"), at("b", "x"), at("b", "y")]
+    );
+    let before = namespaces.last_change();
+    namespaces.take(&kube::runtime::watcher::Event::Apply(Compact::of(object(
+        Some("c"),
+        "z",
+        &[],
+    ))));
+    assert!(
+        namespaces.last_change() > before,
+        "a change in a new namespace is a change"
     );
 }
