@@ -27,6 +27,20 @@ pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| workspace().join("target"), PathBuf::from)
 }
 
+/// A reconcile request for the hostile plugin: a `Hostile` parent in `namespace` whose spec
+/// asks for `mode` with `arg`.
+pub fn hostile_request(namespace: &str, mode: &str, arg: &str) -> capstan_engine::Request {
+    capstan_engine::Request {
+        parent: serde_json::json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
+            "metadata": {"name": mode, "namespace": namespace},
+            "spec": {"mode": mode, "arg": arg},
+        })
+        .into(),
+        ..capstan_engine::Request::default()
+    }
+}
+
 /// Path of a plugin's `.wasm`, building all test plugins (release `plugin` profile,
 /// `wasm32-wasip2`) on first use so a plain `cargo test` works.
 pub fn plugin(name: &str) -> PathBuf {

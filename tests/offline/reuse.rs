@@ -8,22 +8,13 @@ use std::time::Duration;
 
 use capstan_engine::{DispatchError, Engine, EngineConfig, Fault, Limits, Plugin, Request};
 use capstan_tests::plugin;
-use serde_json::json;
 
 /// Longer than any of these calls takes on a loaded machine; past it the test says which
 /// call never came back instead of hanging.
 const NO_DEADLOCK: Duration = Duration::from_secs(120);
 
 fn request(mode: &str, arg: &str) -> Request {
-    Request {
-        parent: json!({
-            "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
-            "metadata": {"name": mode, "namespace": "reuse"},
-            "spec": {"mode": mode, "arg": arg},
-        })
-        .into(),
-        ..Request::default()
-    }
+    capstan_tests::hostile_request("reuse", mode, arg)
 }
 
 /// Hostile in an engine of `slots` pool slots, once as loaded and once (renamed

@@ -32,15 +32,7 @@ fn load(limits: Limits) -> Plugins {
 }
 
 fn hostile(mode: &str, arg: &str) -> Request {
-    Request {
-        parent: json!({
-            "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
-            "metadata": {"name": mode, "namespace": "sandbox"},
-            "spec": {"mode": mode, "arg": arg},
-        })
-        .into(),
-        ..Request::default()
-    }
+    capstan_tests::hostile_request("sandbox", mode, arg)
 }
 
 fn echo_request() -> Request {
