@@ -95,7 +95,8 @@ impl Response {
         self
     }
 
-    /// Report that finalization is complete.
+    /// Report that finalization is complete; on a live parent with no children, that the
+    /// plugin holds nothing for it (the host takes its finalizer off).
     pub fn finalized(mut self) -> Self {
         self.finalized = true;
         self

@@ -410,6 +410,43 @@ async fn a_declared_finalizer_holds_deletion_until_the_plugin_says_finalized() -
     )
     .await?;
 
+    // A live parent the plugin holds nothing for ("release": finalized, no children)
+    // carries no finalizer; once it makes a child the finalizer is on first, and it goes
+    // again, with the child, when the plugin lets the parent go.
+    let live: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
+        "metadata": {"name": "release"}, "spec": {"mode": "ok"},
+    }))?;
+    hostiles.create(&PostParams::default(), &live).await?;
+    let holding = async |want: bool| {
+        eventually(
+            "the live parent's finalizer and child",
+            Duration::from_secs(60),
+            async || {
+                let parent = hostiles.get("release").await?;
+                let finalizer = parent.finalizers().iter().any(|f| f == "capstan.dev/hostile");
+                let child = config_maps.get_opt("release-0").await?.is_some();
+                Ok((finalizer == want && child == want).then_some(()))
+            },
+        )
+        .await
+    };
+    holding(true).await?;
+    let release = |mode: &str| json!({"spec": {"mode": mode}});
+    hostiles
+        .patch(
+            "release",
+            &PatchParams::default(),
+            &Patch::Merge(&release("release")),
+        )
+        .await?;
+    holding(false).await?;
+    hostiles
+        .patch("release", &PatchParams::default(), &Patch::Merge(&release("ok")))
+        .await?;
+    holding(true).await?;
+    hostiles.delete("release", &DeleteParams::default()).await?;
+
     // A plugin that never lets go: an admin releases the finalizer with the annotation.
     let stuck: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",

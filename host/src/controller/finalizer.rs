@@ -61,10 +61,23 @@ pub(super) async fn let_go(at: &At<'_>, metadata: &Metadata) -> Result<bool, Err
     Ok(true)
 }
 
+/// Have a live parent carry the plugin's finalizer or not, as its answer says (`wanted`);
+/// `true` when the parent was written.
+pub(super) async fn hold(at: &At<'_>, metadata: &Metadata, wanted: bool) -> Result<bool, Error> {
+    if wanted {
+        return add_if_missing(at, metadata).await;
+    }
+    if names::on(at.parent, metadata).is_empty() {
+        return Ok(false);
+    }
+    release(at, metadata).await?;
+    Ok(true)
+}
+
 /// Put the running version's finalizer on a live parent — in place of an earlier
 /// version's, and recorded as the plugin's — or take an earlier version's off when this
 /// one declares none; `true` when the parent was written.
-pub(super) async fn add_if_missing(at: &At<'_>, metadata: &Metadata) -> Result<bool, Error> {
+async fn add_if_missing(at: &At<'_>, metadata: &Metadata) -> Result<bool, Error> {
     let Some(change) = names::wanted(at.parent, metadata) else {
         return Ok(false);
     };

@@ -202,14 +202,14 @@ async fn reconcile_inner(
         return Ok(Some(queue::resync_after(shared.options.resync)));
     }
     memory.get(key, |p| p.quiet = None);
-    // Put on before any child is made, and the same reconcile goes on: the plugin is not
-    // shown the finalizer, and waiting for the update to wake the parent cost a whole
-    // reconcile more of every new parent.
-    let finalizer_added = !deleting && finalizer::add_if_missing(at, metadata).await?;
     let inputs_seen = (&observed[..], &related[..]);
     let Some(mut response) = dispatch::run(compact, at, plugin, inputs_seen).await? else {
         return Ok(None);
     };
+    // Put on before any child is made, in the same reconcile: waiting for the update to
+    // wake the parent cost a whole reconcile more of every new parent. Taken off a live
+    // parent the plugin holds nothing for.
+    let finalizer_changed = !deleting && finalizer::hold(at, metadata, holds(&response)).await?;
     let written = write::write(at, metadata, &mut response, &observed).await;
     let Some(writes) = write::follow(at, metadata, &response, written).await? else {
         return Ok(None);
@@ -218,10 +218,16 @@ async fn reconcile_inner(
     if deleting && let Some(due) = finalizer::stuck(at, &metadata.name) {
         return Ok(Some(next.min(due)));
     }
-    if !deleting && !finalizer_added && quiet_answer(&response, writes) {
+    if !deleting && !finalizer_changed && quiet_answer(&response, writes) {
         memory.with(key, |p| p.quiet = Some(inputs));
     }
     Ok(Some(next))
+}
+
+/// Whether a live parent is to carry the plugin's finalizer after this answer: unless the
+/// plugin answered `finalized` with no children (it holds nothing to clean up).
+fn holds(response: &Response) -> bool {
+    !(response.finalized && response.children.is_empty())
 }
 
 /// How long to wait for the caches to show the parent's last writes, if they do not yet.

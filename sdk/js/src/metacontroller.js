@@ -234,7 +234,9 @@ export class Composite {
 /**
  * A DecoratorController's hooks as a plugin: the target is the parent (`object` in the
  * hooks' requests), its attachments the children. `parentSelector` and
- * `annotationSelector` are its resource rule's: a target they do not select gets nothing.
+ * `annotationSelector` are its resource rule's: a target they do not select is finalized,
+ * as Metacontroller finalizes one that stops matching (the finalize hook, if any, cleans
+ * up; its `finalized` lets the target go).
  * The hooks' `labels` and `annotations` for the target are honoured only where the
  * target already has them (a plugin cannot write its parent's metadata yet); any other is
  * the plugin's error, naming the keys.
@@ -259,8 +261,13 @@ export class Decorator extends Composite {
   }
 
   async reconcile(parent, ctx) {
-    if (!this.selected(parent)) return ctx.finalizing ? new Response().finalize() : new Response();
-    return super.reconcile(parent, ctx);
+    if (this.selected(parent)) return super.reconcile(parent, ctx);
+    // As under Metacontroller, a target the rule no longer selects is finalized: the
+    // finalize hook cleans its attachments up, and its answer lets the finalizer go;
+    // without one, nothing is held for it.
+    if (!this.finalize) return new Response().finalize();
+    const answer = await this.finalize({ ...this.request(parent, ctx), finalizing: true });
+    return this.response(answer ?? {}, parent, true);
   }
 
   response(answer, parent, finalizing) {

@@ -71,7 +71,8 @@ export class Response {
     return this;
   }
 
-  /** Report that finalization is complete. */
+  /** Report that finalization is complete; on a live parent with no children, that the
+   * plugin holds nothing for it (the host takes its finalizer off). */
   finalize() {
     this.finalized = true;
     return this;

@@ -213,6 +213,24 @@ test('a decorator’s target is `object`, its children `attachments`; selectors 
   await assert.rejects(labelling.reconcile(role({ team: 'a' }), new Context()), /the target's labels added/);
 });
 
+test('a target the rule no longer selects is finalized, as Metacontroller finalizes it', async () => {
+  const sync = recorder({ attachments: [obj(kinds.ConfigMap, 'att', 'ns1')] });
+  const finalize = async (request) => ({ attachments: [], finalized: Object.keys(request.attachments['ConfigMap.v1']).length === 0 });
+  const finalizing = [];
+  const plugin = decorator(sync.hook, {
+    annotationSelector: { matchExpressions: [{ key: 'watch', operator: 'Exists' }] },
+    finalize: async (request) => (finalizing.push(request.finalizing), finalize(request)),
+  });
+  const role = object(Role, { metadata: { name: 'r', namespace: 'ns1' } });
+  const still = await plugin.reconcile(role, new Context({ children: [obj(kinds.ConfigMap, 'att', 'ns1')] }));
+  assert.deepEqual([still.children, still.finalized, finalizing], [[], false, [true]], 'attachments go first');
+  const gone = await plugin.reconcile(role, new Context());
+  assert.deepEqual([gone.children, gone.finalized], [[], true], 'then the target is let go');
+  assert.equal(sync.seen.length, 0, 'sync is never called for it');
+  const noHook = await decorator(sync.hook, { annotationSelector: { matchLabels: { watch: 'yes' } } }).reconcile(role, new Context());
+  assert.deepEqual([noHook.children, noHook.finalized], [[], true], 'without a finalize hook nothing is held');
+});
+
 test('the testing fixture runs an async reconciler, related queries and checks included', async () => {
   const customize = recorder({ relatedResources: [{ apiVersion: 'v1', resource: 'secrets', labelSelector: { matchLabels: { app: 'web' } } }] });
   const plugin = composite(fission(counter, '/sync'), { version: 'v2', customize: customize.hook });

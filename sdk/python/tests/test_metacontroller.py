@@ -266,8 +266,25 @@ def test_a_decorator_leaves_targets_its_selectors_do_not_pick():
     for other in (role(labels={"team": "b"}, annotations={"bind": ""}), role(labels={"team": "a"})):
         response = plugin.reconcile(other, Context())
         assert response.children == [] and response.status is None
+        assert response.finalized, "without a finalize hook nothing is held for it"
         assert plugin.reconcile(other, Context(finalizing=True)).finalized
     assert len(seen) == 1
+
+
+def test_a_target_the_rule_no_longer_selects_is_finalized_as_metacontroller_finalizes_it():
+    sync, synced = recorder({"attachments": [obj(kinds.CONFIG_MAP, "made", "ns1")]})
+    asked = []
+
+    def finalize(request):
+        asked.append(request["finalizing"])
+        return {"attachments": [], "finalized": not request["attachments"]["ConfigMap.v1"]}
+
+    plugin = decorator(sync, annotation_selector={"matchLabels": {"bind": "yes"}}, finalize=finalize)
+    still = plugin.reconcile(role(), Context(children=[obj(kinds.CONFIG_MAP, "made", "ns1")]))
+    assert (still.children, still.finalized, asked) == ([], False, [True]), "attachments go first"
+    gone = plugin.reconcile(role(), Context())
+    assert (gone.children, gone.finalized) == ([], True), "then the target is let go"
+    assert synced == []
 
 
 def test_labels_and_annotations_for_the_target_are_its_own_or_refused():

@@ -270,8 +270,9 @@ class Decorator(Composite):
     the hooks' requests), its attachments the children.
 
     ``parent_selector`` is the resource rule's ``labelSelector`` and
-    ``annotation_selector`` its ``annotationSelector``: a target they do not select gets
-    nothing. The hooks' ``labels`` and ``annotations`` for the target are honoured only
+    ``annotation_selector`` its ``annotationSelector``: a target they do not select is
+    finalized, as Metacontroller finalizes one that stops matching (the finalize hook, if
+    any, cleans up; its ``finalized`` lets the target go). The hooks' ``labels`` and ``annotations`` for the target are honoured only
     where the target already has them: a plugin cannot write its parent's metadata yet,
     so any other is the plugin's error, naming the keys.
     """
@@ -292,9 +293,16 @@ class Decorator(Composite):
         return super().related(parent, ctx) if self._selected(parent) else []
 
     def reconcile(self, parent: dict[str, Any], ctx: Context) -> Response:
-        if not self._selected(parent):
-            return Response().with_finalized() if ctx.finalizing else Response()
-        return super().reconcile(parent, ctx)
+        if self._selected(parent):
+            return super().reconcile(parent, ctx)
+        # As under Metacontroller, a target the rule no longer selects is finalized: the
+        # finalize hook cleans its attachments up, and its answer lets the finalizer go;
+        # without one, nothing is held for it.
+        if self.finalize is None:
+            return Response().with_finalized()
+        request = self.request(parent, ctx)
+        request["finalizing"] = True
+        return self.response(self.finalize(request) or {}, parent, True)
 
     def response(self, answer: Mapping[str, Any], parent: Mapping[str, Any], finalizing: bool) -> Response:
         meta = parent.get("metadata") or {}

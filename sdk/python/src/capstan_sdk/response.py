@@ -77,7 +77,8 @@ class Response:
         return self
 
     def with_finalized(self) -> "Response":
-        """Cleanup is complete; the host may remove the finalizer."""
+        """Cleanup is complete; the host may remove the finalizer. On a live parent with no
+        children: the plugin holds nothing for it (the host takes its finalizer off)."""
         self.finalized = True
         return self
 

@@ -260,6 +260,8 @@ impl Guest for Hostile {
                 }
                 children.push(config_map(&parent, 0).to_string());
             }
+            // Holds nothing for its parent: no children, and `finalized` while it lives.
+            "release" => {}
             // Counts the calls its instance has run: 1 in a fresh one each call.
             "calls" => {
                 static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -331,7 +333,8 @@ impl Guest for Hostile {
             status: status.map(|s| s.to_string()),
             requeue_after_ms,
             events,
-            finalized: request.finalizing && mode != "hold",
+            // "release": nothing held for the parent, deleted or not.
+            finalized: (request.finalizing && mode != "hold") || mode == "release",
         })
     }
 }

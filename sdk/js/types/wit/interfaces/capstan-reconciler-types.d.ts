@@ -200,8 +200,10 @@ declare module 'capstan:reconciler/types@0.2.0' {
      */
     events: Array<Event>,
     /**
-     * Only meaningful when the request was `finalizing`: cleanup is complete and the
-     * host may remove the finalizer.
+     * When the request was `finalizing`: cleanup is complete and the host may remove
+     * the finalizer. On a parent not being deleted, with no children: the plugin
+     * holds nothing for it (a decorator's target it no longer selects, say), so the
+     * host takes its finalizer off, and puts it on again before it makes a child.
      */
     finalized: boolean,
   }
