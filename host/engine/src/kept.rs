@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::memory::{PluginMemory, Ticket};
 use super::slots::{Reclaim, Slots};
-use super::{Engine, Instance, deadline};
+use super::{Engine, Instance, Limits, deadline};
 
 /// One plugin's idle instances.
 pub(crate) struct Kept {
@@ -23,8 +23,12 @@ pub(crate) struct Kept {
 }
 
 impl Kept {
-    /// None kept yet, for a plugin whose instances draw on `memory`.
-    pub fn new(engine: &Engine, memory: &Arc<PluginMemory>) -> Arc<Kept> {
+    /// Where a plugin under `limits` keeps its instances, none kept yet: nowhere unless it
+    /// reuses them. Its instances draw on `memory`.
+    pub fn of(engine: &Engine, memory: &Arc<PluginMemory>, limits: &Limits) -> Option<Arc<Kept>> {
+        if !limits.reuse_instances {
+            return None;
+        }
         let kept = Arc::new(Kept {
             idle: Mutex::default(),
             memory: memory.clone(),
@@ -33,7 +37,7 @@ impl Kept {
         });
         let weak: Weak<Kept> = Arc::downgrade(&kept);
         engine.slots.register(weak);
-        kept
+        Some(kept)
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Instance>> {

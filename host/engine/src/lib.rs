@@ -215,7 +215,8 @@ impl Engine {
         let mut plugin = Plugin {
             engine: self.clone(),
             pre,
-            kept: kept::Kept::new(self, &memory),
+            // Set with the memory reserved below: the loading calls are fresh.
+            kept: None,
             memory,
             logs: Arc::new(logs::LogBudget::new(limits.log_bytes_per_second)),
             limits,
@@ -235,7 +236,7 @@ impl Engine {
         drop(instance);
         load::validate_metadata(&mut metadata)?;
         plugin.memory = self.reserve(&metadata.name, &plugin.limits, plugin.footprint)?;
-        plugin.kept = kept::Kept::new(self, &plugin.memory);
+        plugin.kept = kept::Kept::of(self, &plugin.memory, &plugin.limits);
         plugin.name = Arc::from(metadata.name.as_str());
         plugin.metadata = Some(metadata);
         Ok(plugin)

@@ -29,9 +29,9 @@ pub struct Plugin {
     pub(super) footprint: usize,
     /// The name the plugin declares, when it runs under another ([`Plugin::renamed`]).
     pub(super) declared: Option<Arc<str>>,
-    /// Instances kept for the next call (`reuseInstances`); made anew with the memory,
-    /// limits or settings their instances were made under.
-    pub(super) kept: Arc<kept::Kept>,
+    /// Instances kept for the next call, under `reuseInstances`; made anew with the
+    /// memory, limits or settings their instances were made under.
+    pub(super) kept: Option<Arc<kept::Kept>>,
 }
 
 /// Settings of a plugin the operator configured none for.
@@ -81,7 +81,7 @@ impl Plugin {
         self.engine.check_limits(&limits)?;
         let memory = self.engine.reserve(&self.name, &limits, self.footprint)?;
         Ok(Plugin {
-            kept: kept::Kept::new(&self.engine, &memory),
+            kept: kept::Kept::of(&self.engine, &memory, &limits),
             memory,
             logs: Arc::new(logs::LogBudget::new(limits.log_bytes_per_second)),
             limits,
@@ -108,7 +108,7 @@ impl Plugin {
         instance.validate_settings(&text)?;
         Ok(Plugin {
             settings: Arc::from(text),
-            kept: kept::Kept::new(&self.engine, &self.memory),
+            kept: kept::Kept::of(&self.engine, &self.memory, &self.limits),
             ..self.clone()
         })
     }
@@ -158,10 +158,10 @@ impl Plugin {
 
     /// An instance for a call on `object`: a kept one when the plugin reuses them.
     fn instance_for(&self, object: String) -> Result<Instance, Fault> {
-        if !self.limits.reuse_instances {
+        let Some(kept) = &self.kept else {
             return self.fresh(object, self.memory.line_up());
-        }
-        match self.kept.take(&object) {
+        };
+        match kept.take(&object) {
             Ok(instance) => Ok(instance),
             Err(ticket) => self.fresh(object, ticket),
         }
@@ -169,8 +169,8 @@ impl Plugin {
 
     /// Keep `instance` for the next call when the plugin reuses them.
     fn done(&self, instance: Instance) {
-        if self.limits.reuse_instances {
-            self.kept.keep(instance);
+        if let Some(kept) = &self.kept {
+            kept.keep(instance);
         }
     }
 

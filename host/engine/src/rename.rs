@@ -16,7 +16,7 @@ impl Plugin {
         load::validate_metadata(&mut metadata)?;
         let memory = self.engine.reserve(name, &self.limits, self.footprint)?;
         Ok(Plugin {
-            kept: super::kept::Kept::new(&self.engine, &memory),
+            kept: super::kept::Kept::of(&self.engine, &memory, &self.limits),
             memory,
             declared: Some(self.declared.clone().unwrap_or_else(|| self.name.clone())),
             name: Arc::from(name),
