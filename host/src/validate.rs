@@ -4,5 +4,6 @@
 //! checks cannot disagree.
 
 pub use capstan_contract::{
-    ANY_NAMESPACE, Allowances, Child, Refusal, dns1123_label, namespace_grant, parent_namespace, response,
+    ANY_NAMESPACE, Allowances, Child, Refusal, Rest, dns1123_label, namespace_grant, parent_namespace,
+    response,
 };

@@ -90,6 +90,13 @@ pub fn related<R: Reconciler>(parent: String, settings: String) -> Vec<wit::Rela
         .collect()
 }
 
+/// A parent's labels or annotations as the contract lists them.
+fn entries(map: std::collections::BTreeMap<String, Option<String>>) -> Vec<wit::MetadataEntry> {
+    map.into_iter()
+        .map(|(key, value)| wit::MetadataEntry { key, value })
+        .collect()
+}
+
 /// `reconcile` export.
 pub fn reconcile<R: Reconciler>(request: wit::Request) -> Result<wit::Response, wit::ReconcileError> {
     match run::<R>(request) {
@@ -115,6 +122,8 @@ pub fn reconcile<R: Reconciler>(request: wit::Request) -> Result<wit::Response, 
                 })
                 .collect(),
             finalized: r.finalized,
+            parent_labels: entries(r.parent.labels),
+            parent_annotations: entries(r.parent.annotations),
         }),
         Err(ReconcileError::Retry { message, after }) => Err(wit::ReconcileError::Retry(wit::Retry {
             message,

@@ -154,7 +154,7 @@ pub use error::ReconcileError;
 pub use metadata::{KindRef, Metadata, Scope};
 pub use observed::{Observed, ObservedMeta};
 pub use related::Related;
-pub use response::{Event, EventType, Response};
+pub use response::{Event, EventType, ParentMetadata, Response};
 pub use settings::Settings;
 
 /// Re-exported so plugins name the same versions the SDK was built with.

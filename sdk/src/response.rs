@@ -7,6 +7,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::value::RawValue;
 
 use crate::{KindRef, ReconcileError, metadata::Scope};
+pub use capstan_contract::ParentMetadata;
 
 /// Severity of an [`Event`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +50,8 @@ impl Event {
 }
 
 /// The full desired state for one parent: the host applies these children, prunes the
-/// rest, writes the status and records the events.
+/// rest, sets the parent's labels and annotations it names, writes the status and records
+/// the events.
 #[derive(Clone, Debug, Default)]
 pub struct Response {
     /// Desired children as JSON text: serialized once, straight from their types, since
@@ -63,6 +65,8 @@ pub struct Response {
     pub events: Vec<Event>,
     /// Cleanup finished; the host may remove the finalizer.
     pub finalized: bool,
+    /// Labels and annotations to set on the parent itself (`Some`) or remove (`None`).
+    pub parent: ParentMetadata,
 }
 
 impl Response {
@@ -99,6 +103,30 @@ impl Response {
     /// plugin holds nothing for it (the host takes its finalizer off).
     pub fn finalized(mut self) -> Self {
         self.finalized = true;
+        self
+    }
+
+    /// Set label `key` of the parent itself to `value`; its other labels stay as they are.
+    pub fn parent_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.parent.labels.insert(key.into(), Some(value.into()));
+        self
+    }
+
+    /// Remove label `key` from the parent itself, if it is there.
+    pub fn remove_parent_label(mut self, key: impl Into<String>) -> Self {
+        self.parent.labels.insert(key.into(), None);
+        self
+    }
+
+    /// Set annotation `key` of the parent itself to `value`; its other annotations stay.
+    pub fn parent_annotation(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.parent.annotations.insert(key.into(), Some(value.into()));
+        self
+    }
+
+    /// Remove annotation `key` from the parent itself, if it is there.
+    pub fn remove_parent_annotation(mut self, key: impl Into<String>) -> Self {
+        self.parent.annotations.insert(key.into(), None);
         self
     }
 

@@ -446,8 +446,11 @@ impl Fixture {
         };
         let response = crate::guest::run::<R>(request).map_err(Failure::Plugin)?;
         let children = response.children_json().map_err(Failure::Plugin)?;
-        let reasons = response.events.iter().map(|e| e.reason.as_str());
-        capstan_contract::response(&declared, namespace.as_deref(), children, reasons, &self.allow)
+        let rest = capstan_contract::Rest {
+            event_reasons: response.events.iter().map(|e| e.reason.as_str()),
+            parent: &response.parent,
+        };
+        capstan_contract::response(&declared, namespace.as_deref(), children, rest, &self.allow)
             .map_err(Failure::Refused)?;
         Ok(response)
     }
@@ -549,7 +552,10 @@ mod tests {
             return Err(ReconcileError::fatal(m.clone()));
         }
         let children: Vec<Value> = serde_json::from_str(annotations.get("children").map_or("[]", |c| c))?;
-        let response = children.iter().try_fold(Response::new(), |r, c| r.child(c))?;
+        let mut response = children.iter().try_fold(Response::new(), |r, c| r.child(c))?;
+        if let Some((key, value)) = annotations.get("label").and_then(|l| l.split_once('=')) {
+            response = response.parent_label(key, value);
+        }
         Ok(match annotations.get("event") {
             Some(reason) => response.event(crate::Event::normal(reason.clone(), "scripted")),
             None => response,
@@ -899,5 +905,21 @@ mod tests {
         }
         let twice = json!([config_map("a", None), config_map("a", Some("demo"))]);
         assert!(refusal(returning(Some("demo"), twice).check::<Scripted>()).contains("twice"));
+    }
+
+    #[test]
+    fn the_parents_own_labels_are_checked_as_the_host_checks_them() {
+        let labelled = |label: &str| {
+            let parent = json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "p", "namespace": "demo", "annotations": {"label": label}},
+            });
+            Fixture::new(parent).check::<Scripted>()
+        };
+        let ok = labelled("example.com/tier=web").unwrap();
+        assert_eq!(ok.parent.labels["example.com/tier"].as_deref(), Some("web"));
+        let own = refusal(labelled("capstan.dev/plugin=other"));
+        assert!(own.starts_with("parent label \"capstan.dev/plugin\""), "{own}");
+        assert!(refusal(labelled("tier=not valid")).contains("not a label value"));
     }
 }

@@ -6,6 +6,14 @@ wasmtime::component::bindgen!({
     world: "reconciler",
 });
 
+/// `capstan:reconciler@0.2.0`, for plugins built against it.
+pub mod v0_2 {
+    wasmtime::component::bindgen!({
+        path: "../../wit/0.2.0",
+        world: "reconciler",
+    });
+}
+
 /// `capstan:reconciler@0.1.0`, for plugins built against it.
 pub mod v0_1 {
     wasmtime::component::bindgen!({

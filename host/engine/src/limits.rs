@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::bindings::capstan::reconciler::types as wit;
 use super::memory::PluginMemory;
 use super::parsed::{Held, tree_bytes};
-use super::{Event, Fault, Response};
+use super::{Event, Fault, ParentMetadata, Response};
 
 /// Per-plugin limits on one call.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -131,6 +131,12 @@ pub(crate) fn validate(
             .events
             .iter()
             .map(|e| e.reason.len() + e.message.len())
+            .sum::<usize>()
+        + raw
+            .parent_labels
+            .iter()
+            .chain(&raw.parent_annotations)
+            .map(|e| e.key.len() + e.value.as_ref().map_or(0, String::len))
             .sum::<usize>();
     if size > limits.response_bytes {
         return Err(Fault::ResponseTooLarge {
@@ -160,7 +166,28 @@ pub(crate) fn validate(
             .map(|ms| Duration::from_millis(ms).max(limits.min_requeue)),
         events: raw.events.into_iter().map(Event::from).collect(),
         finalized: raw.finalized,
+        parent: ParentMetadata {
+            labels: entries(raw.parent_labels, "label")?,
+            annotations: entries(raw.parent_annotations, "annotation")?,
+        },
     })
+}
+
+/// The parent's labels or annotations an answer names, each key once.
+fn entries(
+    list: Vec<wit::MetadataEntry>,
+    what: &str,
+) -> Result<std::collections::BTreeMap<String, Option<String>>, Fault> {
+    let mut map = std::collections::BTreeMap::new();
+    for entry in list {
+        let key = capstan_contract::printable(&entry.key);
+        if map.insert(entry.key, entry.value).is_some() {
+            return Err(Fault::MalformedResponse(format!(
+                "parent {what} {key:?} is named twice"
+            )));
+        }
+    }
+    Ok(map)
 }
 
 #[cfg(test)]
@@ -175,6 +202,8 @@ mod tests {
             requeue_after_ms: ms,
             events: vec![],
             finalized: false,
+            parent_labels: vec![],
+            parent_annotations: vec![],
         };
         let limits = Limits::default();
         let memory = PluginMemory::new(usize::MAX, None);

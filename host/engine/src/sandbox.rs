@@ -196,22 +196,28 @@ impl host::Host for State {
 
 impl super::bindings::capstan::reconciler::types::Host for State {}
 
-/// A 0.1 plugin logs through the same budget and caps.
-impl super::bindings::v0_1::capstan::reconciler::host::Host for State {
-    fn log(&mut self, level: super::bindings::v0_1::capstan::reconciler::types::Level, message: String) {
-        use super::bindings::v0_1::capstan::reconciler::types::Level as Old;
-        let level = match level {
-            Old::Trace => Level::Trace,
-            Old::Debug => Level::Debug,
-            Old::Info => Level::Info,
-            Old::Warn => Level::Warn,
-            Old::Error => Level::Error,
-        };
-        host::Host::log(self, level, message);
-    }
+/// An older plugin logs through the same budget and caps.
+macro_rules! older_log {
+    ($($version:ident),*) => {$(
+        impl super::bindings::$version::capstan::reconciler::host::Host for State {
+            fn log(&mut self, level: super::bindings::$version::capstan::reconciler::types::Level, message: String) {
+                use super::bindings::$version::capstan::reconciler::types::Level as Old;
+                let level = match level {
+                    Old::Trace => Level::Trace,
+                    Old::Debug => Level::Debug,
+                    Old::Info => Level::Info,
+                    Old::Warn => Level::Warn,
+                    Old::Error => Level::Error,
+                };
+                host::Host::log(self, level, message);
+            }
+        }
+
+        impl super::bindings::$version::capstan::reconciler::types::Host for State {}
+    )*};
 }
 
-impl super::bindings::v0_1::capstan::reconciler::types::Host for State {}
+older_log!(v0_1, v0_2);
 
 fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {

@@ -7,11 +7,12 @@ use serde::{Deserialize, Serialize};
 
 use super::bindings::capstan::reconciler::types as wit;
 use super::bindings::v0_1::capstan::reconciler::types as wit_v0_1;
+use super::bindings::v0_2::capstan::reconciler::types as wit_v0_2;
 use super::load::LoadError;
 
 /// The kinds a plugin names and what it declares: defined with the rules that check its
 /// responses (`capstan_contract`).
-pub use capstan_contract::{Kind, Metadata};
+pub use capstan_contract::{Kind, Metadata, ParentMetadata};
 /// What a plugin reads for one parent: defined with the rules that check it.
 pub use capstan_contract::{RelatedQuery, Selector};
 
@@ -161,6 +162,9 @@ pub struct Response {
     /// Finalization complete.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub finalized: bool,
+    /// Labels and annotations to set on (or remove from) the parent itself.
+    #[serde(default, rename = "parentMetadata", skip_serializing_if = "ParentMetadata::is_empty")]
+    pub parent: ParentMetadata,
     /// Host memory the parsed children and status hold, from the plugin's memory total,
     /// until the last copy of the response is dropped.
     #[serde(skip)]
@@ -190,15 +194,79 @@ mod millis {
     }
 }
 
-impl From<wit_v0_1::KindRef> for Kind {
-    fn from(k: wit_v0_1::KindRef) -> Self {
-        Kind {
-            group: k.group,
-            version: k.version,
-            kind: k.kind,
-            plural: k.plural,
-            namespaced: k.namespaced,
+
+/// The records 0.2 and today's contract share, read the same from either version's
+/// bindings (and a 0.1 plugin's kinds, which are the same record too).
+macro_rules! shared_records {
+    ($($wit:ident),*) => {$(
+        impl From<$wit::KindRef> for Kind {
+            fn from(k: $wit::KindRef) -> Self {
+                Kind {
+                    group: k.group,
+                    version: k.version,
+                    kind: k.kind,
+                    plural: k.plural,
+                    namespaced: k.namespaced,
+                }
+            }
         }
+    )*};
+}
+
+shared_records!(wit, wit_v0_2, wit_v0_1);
+
+/// Metadata and related queries, which 0.2 and today's contract share.
+macro_rules! metadata_and_queries {
+    ($($wit:ident),*) => {$(
+        impl From<$wit::RelatedQuery> for RelatedQuery {
+            fn from(q: $wit::RelatedQuery) -> Self {
+                RelatedQuery {
+                    group: q.group,
+                    kind: q.kind,
+                    namespace: q.namespace,
+                    selector: match q.selector {
+                        $wit::Selector::Names(names) => Selector::Names(names),
+                        $wit::Selector::Labels(text) => Selector::Labels(text),
+                    },
+                }
+            }
+        }
+
+        impl TryFrom<$wit::PluginMetadata> for Metadata {
+            type Error = LoadError;
+
+            /// The settings schema must be a small JSON object.
+            fn try_from(m: $wit::PluginMetadata) -> Result<Self, LoadError> {
+                Ok(Metadata {
+                    name: m.name,
+                    version: m.version,
+                    parent: m.parent.into(),
+                    children: m.children.into_iter().map(Kind::from).collect(),
+                    related: m.related.into_iter().map(Kind::from).collect(),
+                    settings_schema: settings_schema(m.settings_schema)?,
+                    finalizer: m.finalizer,
+                })
+            }
+        }
+    )*};
+}
+
+metadata_and_queries!(wit, wit_v0_2);
+
+/// A plugin's settings schema, which must be a small JSON object.
+fn settings_schema(text: Option<String>) -> Result<Option<serde_json::Value>, LoadError> {
+    match text {
+        None => Ok(None),
+        Some(text) if text.len() > MAX_SETTINGS_SCHEMA => Err(LoadError::InvalidMetadata(format!(
+            "settings schema of {} bytes; at most {MAX_SETTINGS_SCHEMA}",
+            text.len()
+        ))),
+        Some(text) => match serde_json::from_str(&text) {
+            Ok(v @ serde_json::Value::Object(_)) => Ok(Some(v)),
+            _ => Err(LoadError::InvalidMetadata(
+                "settings schema is not a JSON object".into(),
+            )),
+        },
     }
 }
 
@@ -216,65 +284,8 @@ impl From<wit_v0_1::PluginMetadata> for Metadata {
     }
 }
 
-impl From<wit::RelatedQuery> for RelatedQuery {
-    fn from(q: wit::RelatedQuery) -> Self {
-        RelatedQuery {
-            group: q.group,
-            kind: q.kind,
-            namespace: q.namespace,
-            selector: match q.selector {
-                wit::Selector::Names(names) => Selector::Names(names),
-                wit::Selector::Labels(text) => Selector::Labels(text),
-            },
-        }
-    }
-}
 
-impl From<wit::KindRef> for Kind {
-    fn from(k: wit::KindRef) -> Self {
-        Kind {
-            group: k.group,
-            version: k.version,
-            kind: k.kind,
-            plural: k.plural,
-            namespaced: k.namespaced,
-        }
-    }
-}
 
-impl TryFrom<wit::PluginMetadata> for Metadata {
-    type Error = LoadError;
-
-    /// The settings schema must be a small JSON object.
-    fn try_from(m: wit::PluginMetadata) -> Result<Self, LoadError> {
-        let settings_schema = match m.settings_schema {
-            None => None,
-            Some(text) if text.len() > MAX_SETTINGS_SCHEMA => {
-                return Err(LoadError::InvalidMetadata(format!(
-                    "settings schema of {} bytes; at most {MAX_SETTINGS_SCHEMA}",
-                    text.len()
-                )));
-            }
-            Some(text) => match serde_json::from_str(&text) {
-                Ok(v @ serde_json::Value::Object(_)) => Some(v),
-                _ => {
-                    return Err(LoadError::InvalidMetadata(
-                        "settings schema is not a JSON object".into(),
-                    ));
-                }
-            },
-        };
-        Ok(Metadata {
-            name: m.name,
-            version: m.version,
-            parent: m.parent.into(),
-            children: m.children.into_iter().map(Kind::from).collect(),
-            related: m.related.into_iter().map(Kind::from).collect(),
-            settings_schema,
-            finalizer: m.finalizer,
-        })
-    }
-}
 
 impl From<wit::Event> for Event {
     fn from(e: wit::Event) -> Self {

@@ -348,5 +348,26 @@ pub(crate) async fn finalizers(
     written(client, request).await
 }
 
+/// Set and remove `parent`'s labels and annotations as `changes` says, by key: a merge
+/// patch, so keys it does not name stay as anyone set them, and no precondition — each key
+/// is written whole, so none is lost to a write in between. The new resourceVersion.
+pub(crate) async fn parent_metadata(
+    client: &Client,
+    ar: &ApiResource,
+    parent: &DynamicObject,
+    changes: &crate::engine::ParentMetadata,
+) -> kube::Result<String> {
+    let patch = json!({
+        "metadata": { "labels": changes.labels, "annotations": changes.annotations },
+    });
+    let api = api(client, ar, parent.namespace().as_deref());
+    let request = Request::new(api.resource_url()).patch(
+        &parent.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    );
+    written(client, request).await
+}
+
 #[cfg(test)]
 mod tests;

@@ -249,8 +249,11 @@ fn outcome(
     Ok(match result {
         Ok(response) => {
             let namespace = validate::parent_namespace(metadata, parent, allow);
-            let reasons = response.events.iter().map(|e| e.reason.as_str());
-            match validate::response(metadata, namespace, response.children.clone(), reasons, allow) {
+            let rest = validate::Rest {
+                event_reasons: response.events.iter().map(|e| e.reason.as_str()),
+                parent: &response.parent,
+            };
+            match validate::response(metadata, namespace, response.children.clone(), rest, allow) {
                 Ok(_) => serde_json::to_value(response).context("serializing the response")?,
                 Err(refusal) => json!({ "error": { "refused": refusal.to_string() } }),
             }

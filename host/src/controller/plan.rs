@@ -1,6 +1,6 @@
 //! What an answer asks of the cluster, decided before anything is written: each desired
 //! child's step (create it, update it, or keep it as it is), the observed children to
-//! prune, and the status to apply — or the child whose name another owner holds, which
+//! prune, the parent's labels and annotations to change, and the status to apply — or the child whose name another owner holds, which
 //! refuses the whole answer. No I/O: a plan is tested without an API server and carried
 //! out by a [`super::sink::Sink`].
 
@@ -15,7 +15,7 @@ use super::compact::Compact;
 use super::outcome::Observed;
 use super::update::{Method, Rule};
 use crate::apply::{self, Existing};
-use crate::engine::Kind;
+use crate::engine::{Kind, ParentMetadata};
 use crate::key::ObjectKey;
 use crate::validate::Child;
 
@@ -26,6 +26,9 @@ pub(super) struct Plan {
     /// The observed children the answer no longer holds: each is deleted only as it was
     /// observed (its UID and resourceVersion).
     pub prune: Vec<Observed>,
+    /// The parent's labels and annotations the answer changes: only those it sets to
+    /// something else or removes while present ([`ParentMetadata::changes`]).
+    pub metadata: ParentMetadata,
     /// The status to apply; `None` when the answer sets none or applying it would change
     /// nothing ([`apply::status_unchanged`]).
     pub status: Option<Value>,
@@ -84,7 +87,7 @@ pub(super) struct Inputs<'a> {
 pub(super) fn plan(
     inputs: &Inputs<'_>,
     desired: Vec<Child>,
-    status: Option<&Value>,
+    (status, metadata): (Option<&Value>, &ParentMetadata),
     cached: impl Fn(usize, &ObjectKey) -> Option<Arc<Compact>>,
 ) -> Result<Plan, Box<Foreign>> {
     let mut decided = Vec::with_capacity(desired.len());
@@ -134,9 +137,15 @@ pub(super) fn plan(
     let status = status
         .filter(|s| !apply::status_unchanged(s, inputs.parent, inputs.writer))
         .cloned();
+    let (labels, annotations) = (inputs.parent.labels(), inputs.parent.annotations());
+    let metadata = metadata.changes(
+        |k| labels.get(k).map(String::as_str),
+        |k| annotations.get(k).map(String::as_str),
+    );
     Ok(Plan {
         children,
         prune,
+        metadata,
         status,
     })
 }

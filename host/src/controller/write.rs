@@ -24,7 +24,7 @@ pub(super) async fn write(
 ) -> Outcome {
     let shared = at.shared;
     let children = std::mem::take(&mut response.children);
-    let desired = check(at, metadata, children, &response.events)?;
+    let desired = check(at, metadata, children, response)?;
     let kinds: Vec<_> = shared
         .children
         .iter()
@@ -38,7 +38,7 @@ pub(super) async fn write(
         observed,
     };
     let cached = |kind: usize, key: &_| shared.children[kind].cache.get(key);
-    let plan = plan::plan(&inputs, desired, response.status.as_ref(), cached)
+    let plan = plan::plan(&inputs, desired, (response.status.as_ref(), &response.parent), cached)
         .map_err(|f| sink::conflict(&*shared.sink, at, &f.child, &*f.holder))?;
     sink::execute(&*shared.sink, at, &plan).await
 }
@@ -87,16 +87,20 @@ fn stands(written: &Outcome) -> bool {
     !matches!(written, Err(Error::Refused(_) | Error::Conflict(_)))
 }
 
-/// Validate the whole answer (children and events) before anything of it is written.
+/// Validate the whole answer (children, events, the parent's labels and annotations)
+/// before anything of it is written; `children` are the answer's, taken out of it.
 fn check(
     at: &At<'_>,
     metadata: &Metadata,
     children: Vec<serde_json::Value>,
-    events: &[crate::engine::Event],
+    response: &Response,
 ) -> Result<Vec<validate::Child>, Error> {
     let home = super::scope::home(metadata, &at.parent.metadata, &at.shared.options);
-    let reasons = events.iter().map(|e| e.reason.as_str());
-    match validate::response(metadata, home, children, reasons, &at.shared.options.allow) {
+    let rest = validate::Rest {
+        event_reasons: response.events.iter().map(|e| e.reason.as_str()),
+        parent: &response.parent,
+    };
+    match validate::response(metadata, home, children, rest, &at.shared.options.allow) {
         Ok(desired) => Ok(desired),
         Err(r) => {
             refused(at, &format!("nothing applied: {r}"));

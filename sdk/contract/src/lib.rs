@@ -41,6 +41,7 @@ pub mod declared;
 pub mod events;
 mod kind;
 mod names;
+mod parent;
 mod place;
 pub mod related;
 mod selector;
@@ -51,16 +52,17 @@ mod version_check;
 
 pub use kind::{Kind, Metadata};
 pub use names::{dns1123_label, dns1123_subdomain, object_name, printable};
+pub use parent::ParentMetadata;
 pub use place::{home_namespace, parent_namespace};
 pub use related::{RelatedQuery, Selector};
 pub use selector::{LabelSelector, Labels};
-pub use validate::{ANY_NAMESPACE, Allowances, Child, Refusal, children, namespace_grant, response};
+pub use validate::{ANY_NAMESPACE, Allowances, Child, Refusal, Rest, children, namespace_grant, response};
 
 /// The contract's version, named once: every constant below is built from it, and a test
 /// holds it to `wit/reconciler.wit`'s `package` line and to the README.
 macro_rules! wit_version {
     () => {
-        "0.2.0"
+        "0.3.0"
     };
 }
 
@@ -76,7 +78,7 @@ pub const FIXTURE_NOW: &str = "2026-01-01T00:00:00Z";
 
 /// Older versions the host still serves, each adapted to the current one (a test holds
 /// each to its frozen copy in `wit/<version>/`).
-pub const OLDER_VERSIONS: &[&str] = &["0.1.0"];
+pub const OLDER_VERSIONS: &[&str] = &["0.2.0", "0.1.0"];
 /// Name prefix of the plugin export, whatever its version.
 pub const PLUGIN_EXPORT_PREFIX: &str = "capstan:reconciler/plugin";
 

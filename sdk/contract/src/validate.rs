@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use crate::names::{object_name, printable};
 use crate::place::namespace;
-use crate::{APPLIED_ANNOTATION, Kind, MANAGED_BY, Metadata, PLUGIN_LABEL};
+use crate::{APPLIED_ANNOTATION, Kind, MANAGED_BY, Metadata, PLUGIN_LABEL, ParentMetadata};
 
 /// A desired child that passed validation, with its namespace filled in.
 #[derive(Clone, Debug, PartialEq)]
@@ -75,24 +75,34 @@ impl Allowances {
     }
 }
 
+/// What of a response is checked besides its children.
+pub struct Rest<'a, R> {
+    /// Its events' reasons.
+    pub event_reasons: R,
+    /// The labels and annotations it sets on its parent.
+    pub parent: &'a ParentMetadata,
+}
+
 /// Check a whole response for a parent in `parent_namespace` before anything of it is
-/// written: its desired children (see [`children`]), then its events' reasons (see
-/// [`crate::events::reason`]). `capstan run`, `capstan test` and the SDK's fixtures all
-/// call this, so they refuse the same responses with the same words.
-pub fn response<'a>(
+/// written: its desired children (see [`children`]), its events' reasons (see
+/// [`crate::events::reason`]), then the labels and annotations it sets on the parent
+/// (see [`ParentMetadata::check`]). `capstan run`, `capstan test` and the SDK's fixtures
+/// all call this, so they refuse the same responses with the same words.
+pub fn response<'a, R: IntoIterator<Item = &'a str>>(
     metadata: &Metadata,
     parent_namespace: Option<&str>,
     desired: Vec<serde_json::Value>,
-    event_reasons: impl IntoIterator<Item = &'a str>,
+    rest: Rest<'_, R>,
     allow: &Allowances,
 ) -> Result<Vec<Child>, Refusal> {
     let children = children(metadata, parent_namespace, desired, allow)?;
-    for (index, reason) in event_reasons.into_iter().enumerate() {
+    for (index, reason) in rest.event_reasons.into_iter().enumerate() {
         crate::events::reason(reason).map_err(|reason| Refusal {
             subject: format!("event {index}"),
             reason,
         })?;
     }
+    rest.parent.check()?;
     Ok(children)
 }
 
@@ -316,7 +326,10 @@ mod tests {
             &meta(),
             Some("a"),
             vec![cm("c", None)],
-            ["JobCreated"],
+            Rest {
+                event_reasons: ["JobCreated"],
+                parent: &ParentMetadata::default(),
+            },
             &Allowances::default(),
         );
         assert_eq!(ok.unwrap().len(), 1);
@@ -324,7 +337,10 @@ mod tests {
             &meta(),
             Some("a"),
             vec![cm("c", None)],
-            ["JobCreated", "Failed-job-7"],
+            Rest {
+                event_reasons: ["JobCreated", "Failed-job-7"],
+                parent: &ParentMetadata::default(),
+            },
             &Allowances::default(),
         )
         .unwrap_err();

@@ -14,6 +14,7 @@ use crate::apply::dry::Dry as Answer;
 use crate::controller::Shared;
 use crate::controller::outcome::{Error, Observed, Outcome, Writes};
 use crate::controller::plan::{self, Step};
+use crate::engine::ParentMetadata;
 use crate::key::ObjectKey;
 use crate::preview::{self, Change, Finding, Preview};
 
@@ -44,6 +45,29 @@ impl Sink for Dry {
         let key = ObjectKey::of(&*child.object);
         let finding = Finding::new(&parent, Change::Delete, kind, key.to_string());
         self.0.found(&parent, finding);
+        Ok(Writes::would())
+    }
+
+    /// Labels and annotations set by key: what the merge patch would store is known here.
+    async fn metadata(&self, at: &At<'_>, changes: &ParentMetadata) -> Outcome {
+        let meta = &at.parent.metadata;
+        let live = serde_json::json!({"labels": meta.labels, "annotations": meta.annotations});
+        let mut after = live.clone();
+        for (field, set) in [("labels", &changes.labels), ("annotations", &changes.annotations)] {
+            for (key, value) in set {
+                match value {
+                    Some(v) => after[field][key] = v.clone().into(),
+                    None => _ = after[field].as_object_mut().map(|m| m.remove(key)),
+                }
+            }
+        }
+        let mut fields = preview::fields::changes(&live, &after);
+        for c in &mut fields {
+            c.path = format!("metadata.{}", c.path);
+        }
+        let key = ObjectKey::of(at.parent);
+        let finding = Finding::new(&key, Change::Change, &at.shared.parent.kind, key.to_string());
+        self.0.found(&key, finding.with_fields(fields));
         Ok(Writes::would())
     }
 

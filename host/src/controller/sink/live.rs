@@ -17,6 +17,7 @@ use crate::controller::events;
 use crate::controller::outcome::{Error, Observed, Outcome, Writes, count_write};
 use crate::controller::plan::{self, Action, Step};
 use crate::controller::written::{self, Cache, Expected, Seen};
+use crate::engine::ParentMetadata;
 use crate::key::ObjectKey;
 
 /// The sink of a controller that writes.
@@ -72,6 +73,18 @@ impl Sink for Live {
         };
         let seen = Seen::Past(child.object.resource_version().unwrap_or_default());
         written::expect(at.shared, &ObjectKey::of(at.parent), Expected { cache, seen });
+        Ok(Writes::wrote(at.writer))
+    }
+
+    async fn metadata(&self, at: &At<'_>, changes: &ParentMetadata) -> Outcome {
+        let seen = at.parent.resource_version().unwrap_or_default();
+        let digest = apply::digest(&serde_json::to_value(changes).unwrap_or_default());
+        if !self.guard(at, "metadata", (&digest, &seen))? {
+            return Ok(Writes::default());
+        }
+        let (client, kind) = (&at.shared.client, &at.shared.parent);
+        let version = apply::parent_metadata(client, kind, at.parent, changes).await?;
+        written::parent(at.shared, at.parent, version);
         Ok(Writes::wrote(at.writer))
     }
 

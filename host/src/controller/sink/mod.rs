@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::Shared;
 use super::outcome::{Error, Observed, Outcome, Writes};
 use super::plan::{self, Action, Plan, Step};
+use crate::engine::ParentMetadata;
 use crate::key::ObjectKey;
 use crate::ops::metrics::{Metrics, PluginLabel};
 use crate::preview::Change;
@@ -79,6 +80,8 @@ pub(super) trait Sink: Send + Sync {
     async fn update(&self, at: &At<'_>, step: &Step) -> Outcome;
     /// Delete an observed child the answer no longer holds.
     async fn prune(&self, at: &At<'_>, child: &Observed) -> Outcome;
+    /// Set and remove the parent's own labels and annotations the answer changes.
+    async fn metadata(&self, at: &At<'_>, changes: &ParentMetadata) -> Outcome;
     /// Apply the parent's status.
     async fn status(&self, at: &At<'_>, status: &Value) -> Outcome;
     /// Set the parent's finalizers (and the annotation recording the plugin's); `true`
@@ -106,7 +109,8 @@ pub(super) trait Sink: Send + Sync {
 
 /// Carry out `plan`: the creations (all or none) first — the one write that can meet an
 /// object someone else holds, which refuses the answer before anything else is sent —
-/// then the updates and the prunes, each set concurrently, then the status.
+/// then the updates and the prunes, each set concurrently, then the parent's labels and
+/// annotations, then its status.
 pub(super) async fn execute(sink: &dyn Sink, at: &At<'_>, plan: &Plan) -> Outcome {
     let creations: Vec<&Step> = plan
         .children
@@ -122,6 +126,9 @@ pub(super) async fn execute(sink: &dyn Sink, at: &At<'_>, plan: &Plan) -> Outcom
     writes = all(writes, futures::future::join_all(updates).await)?;
     let prunes = plan.prune.iter().map(|o| sink.prune(at, o));
     writes = all(writes, futures::future::join_all(prunes).await)?;
+    if !plan.metadata.is_empty() {
+        writes = writes.and(sink.metadata(at, &plan.metadata).await?);
+    }
     match &plan.status {
         Some(status) => Ok(writes.and(sink.status(at, status).await?)),
         None => Ok(writes),
