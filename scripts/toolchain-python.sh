@@ -12,7 +12,7 @@
 set -eu
 
 # 0.25.1 is the newest release on PyPI at the time of writing and builds
-# capstan:reconciler@0.2.0 (checked against the golden cases in tests/golden/echo).
+# capstan:reconciler@0.3.0 (checked against the golden cases in tests/golden/echo).
 VERSION=0.25.1
 PYTEST_VERSION=9.2.0
 PYYAML_VERSION=6.0.3

@@ -5,7 +5,7 @@
 #   COMPONENTIZE_PY     the componentize-py executable. Default: inside a Capstan checkout,
 #                       what scripts/toolchain-python.sh installs (the pinned version);
 #                       elsewhere, componentize-py on PATH.
-#   CAPSTAN_WIT         the directory holding capstan:reconciler@0.2.0's WIT. Default:
+#   CAPSTAN_WIT         the directory holding capstan:reconciler@0.3.0's WIT. Default:
 #                       the checkout's wit/ (../../wit).
 #   CAPSTAN_SDK_PYTHON  the directory holding the capstan_sdk package. Default: the
 #                       checkout's sdk/python/src, else wherever `python3 -c 'import
@@ -29,7 +29,7 @@ fi
 
 wit=${CAPSTAN_WIT:-$root/wit}
 if [ ! -f "$wit/reconciler.wit" ]; then
-    echo "build.sh: no reconciler.wit in $wit: set CAPSTAN_WIT to the directory of capstan:reconciler@0.2.0" >&2
+    echo "build.sh: no reconciler.wit in $wit: set CAPSTAN_WIT to the directory of capstan:reconciler@0.3.0" >&2
     exit 1
 fi
 

@@ -3,7 +3,7 @@
 //! A plugin is a pure function from a parent object and the children it controls to the
 //! children that should exist, plus status, events and a requeue hint. The Capstan host
 //! does all API I/O. Build with `cargo build --target wasm32-wasip2`; the result is a
-//! WebAssembly component implementing [`WIT_PACKAGE`] (`capstan:reconciler@0.2.0`).
+//! WebAssembly component implementing [`WIT_PACKAGE`] (`capstan:reconciler@0.3.0`).
 //!
 //! Besides the parent and its children, a reconcile gets the operator's [`Settings`]
 //! (validated once when the host loads the plugin), the [`Related`] objects the plugin

@@ -8,7 +8,7 @@
 // Only this module imports the host, whose module exists only inside the component:
 // everything else in the SDK runs under plain node.
 
-import { log as hostLog } from 'capstan:reconciler/host@0.2.0';
+import { log as hostLog } from 'capstan:reconciler/host@0.3.0';
 
 import { setLogSink } from './log.js';
 import * as run from './run.js';
@@ -53,7 +53,7 @@ function failWith(payload) {
 }
 
 /**
- * The `capstan:reconciler/plugin@0.2.0` export for `reconciler`.
+ * The `capstan:reconciler/plugin@0.3.0` export for `reconciler`.
  *
  * `warmUp` is a few sample requests (`{parent, children?, related?, settings?, now?}`, as
  * objects) to reconcile once while the component is built: componentize-js snapshots the

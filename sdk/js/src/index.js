@@ -18,4 +18,4 @@ export { SettingsError, defineSettings } from './settings.js';
 export { formatTime, parseTime } from './time.js';
 
 /** The WIT package this SDK implements. */
-export const WIT_PACKAGE = 'capstan:reconciler@0.2.0';
+export const WIT_PACKAGE = 'capstan:reconciler@0.3.0';

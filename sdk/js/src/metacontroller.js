@@ -237,9 +237,7 @@ export class Composite {
  * `annotationSelector` are its resource rule's: a target they do not select is finalized,
  * as Metacontroller finalizes one that stops matching (the finalize hook, if any, cleans
  * up; its `finalized` lets the target go).
- * The hooks' `labels` and `annotations` for the target are honoured only where the
- * target already has them (a plugin cannot write its parent's metadata yet); any other is
- * the plugin's error, naming the keys.
+ * The hooks' `labels` and `annotations` set and remove the target's own.
  */
 export class Decorator extends Composite {
   static PARENT_FIELD = 'object';
@@ -270,19 +268,17 @@ export class Decorator extends Composite {
     return this.response(answer ?? {}, parent, true);
   }
 
+  /** As Metacontroller: the hook's `labels` and `annotations` set the target's (a null
+   * value removes one), and leave its others as they are. */
   response(answer, parent, finalizing) {
-    const meta = parent?.metadata ?? {};
-    for (const field of ['labels', 'annotations']) {
-      const have = meta[field] ?? {};
-      const differ = Object.entries(answer[field] ?? {})
-        .filter(([k, v]) => have[k] !== v)
-        .map(([k]) => k)
-        .sort();
-      if (differ.length) {
-        throw fatal(`the hook sets the target's ${field} ${differ.join(', ')}: a plugin cannot write its parent's metadata yet`);
+    const out = super.response(answer, parent, finalizing);
+    for (const [field, set, remove] of [['labels', 'parentLabel', 'removeParentLabel'], ['annotations', 'parentAnnotation', 'removeParentAnnotation']]) {
+      for (const [key, value] of Object.entries(answer[field] ?? {})) {
+        if (value === null || value === undefined) out[remove](key);
+        else out[set](key, value);
       }
     }
-    return super.response(answer, parent, finalizing);
+    return out;
   }
 
   // The target's own controller keeps its observedGeneration; the hook's fields only.

@@ -25,7 +25,8 @@ export class Event {
 
 /**
  * The full desired state for one parent: the host applies these children, prunes the
- * observed ones not among them, writes the status and records the events.
+ * observed ones not among them, sets the parent's labels and annotations it names, writes
+ * the status and records the events.
  */
 export class Response {
   constructor() {
@@ -38,6 +39,10 @@ export class Response {
     /** @type {Event[]} */
     this.events = [];
     this.finalized = false;
+    /** @type {Record<string, string | null>} labels of the parent itself to set (or remove: null) */
+    this.parentLabels = {};
+    /** @type {Record<string, string | null>} annotations of the parent itself to set (or remove: null) */
+    this.parentAnnotations = {};
   }
 
   /** Add a desired child (a plain object with apiVersion and kind). */
@@ -68,6 +73,30 @@ export class Response {
   /** Record an event on the parent. */
   event(event) {
     this.events.push(event);
+    return this;
+  }
+
+  /** Set label `key` of the parent itself to `value`; its other labels stay as they are. */
+  parentLabel(key, value) {
+    this.parentLabels[key] = String(value);
+    return this;
+  }
+
+  /** Remove label `key` from the parent itself, if it is there. */
+  removeParentLabel(key) {
+    this.parentLabels[key] = null;
+    return this;
+  }
+
+  /** Set annotation `key` of the parent itself to `value`; its other annotations stay. */
+  parentAnnotation(key, value) {
+    this.parentAnnotations[key] = String(value);
+    return this;
+  }
+
+  /** Remove annotation `key` from the parent itself, if it is there. */
+  removeParentAnnotation(key) {
+    this.parentAnnotations[key] = null;
     return this;
   }
 

@@ -167,8 +167,15 @@ function record(response) {
       requeueAfterMs: response.requeueAfterMs === undefined ? undefined : BigInt(response.requeueAfterMs),
       events,
       finalized: response.finalized,
+      parentLabels: entries(response.parentLabels),
+      parentAnnotations: entries(response.parentAnnotations),
     },
   };
+}
+
+/** A parent's labels or annotations as the contract lists them (a null value removes). */
+function entries(map) {
+  return Object.keys(map ?? {}).sort().map((key) => ({ key, value: map[key] ?? undefined }));
 }
 
 /**

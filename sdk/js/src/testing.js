@@ -217,7 +217,7 @@ export class Fixture {
       const checked = (response) => {
         // Through JSON and back, as the host receives it: `undefined` fields vanish.
         const children = response.children.map((c) => JSON.parse(JSON.stringify(c)));
-        checkResponse(metadata, namespace, this.namespaces, children);
+        checkResponse(metadata, namespace, this.namespaces, children, response);
         return response;
       };
       return settle(() => run.reconcileRaw(reconciler, request), checked, (e) => {
@@ -297,6 +297,11 @@ export function outcomeOf(response) {
     }));
   }
   if (response.finalized) out.finalized = true;
+  const parentMetadata = {};
+  for (const [field, map] of [['labels', response.parentLabels], ['annotations', response.parentAnnotations]]) {
+    if (map && Object.keys(map).length) parentMetadata[field] = Object.fromEntries(Object.keys(map).sort().map((k) => [k, map[k]]));
+  }
+  if (Object.keys(parentMetadata).length) out.parentMetadata = parentMetadata;
   return out;
 }
 
@@ -445,7 +450,15 @@ export function labelSelector(text) {
   return (labels) => terms.every((t) => t(labels));
 }
 
-function checkResponse(metadata, namespace, allowed, children) {
+function checkResponse(metadata, namespace, allowed, children, response) {
+  for (const [what, map] of [['label', response?.parentLabels], ['annotation', response?.parentAnnotations]]) {
+    for (const key of Object.keys(map ?? {})) {
+      const prefix = key.includes('/') ? key.slice(0, key.indexOf('/')) : '';
+      if (prefix === 'capstan.dev' || prefix.endsWith('.capstan.dev')) {
+        throw new Failure('refused', `parent ${what} ${JSON.stringify(key)}: is under capstan.dev/, which only the host sets`);
+      }
+    }
+  }
   const seen = new Set();
   children.forEach((c, i) => {
     const name = c?.metadata?.name;

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import { Context, Metadata, ReconcileError, kindRef, kinds, object } from '../src/index.js';
 import { Composite, Decorator, fission, labelSelector, objectKey, selects } from '../src/metacontroller.js';
 import * as run from '../src/run.js';
-import { Fixture } from '../src/testing.js';
+import { Fixture, outcomeOf } from '../src/testing.js';
 
 const Team = kindRef({ group: 'example.com', version: 'v1', kind: 'Team', plural: 'teams', namespaced: true });
 const Region = kindRef({ group: 'example.com', version: 'v1', kind: 'Region', plural: 'regions', namespaced: false });
@@ -209,8 +209,11 @@ test('a decorator’s target is `object`, its children `attachments`; selectors 
   const ignored = await plugin.reconcile(role({ team: 'b' }, { watch: '' }), new Context({ finalizing: true }));
   assert.equal(seen.length, 1);
   assert.deepEqual([ignored.children, ignored.finalized], [[], true]);
-  const labelling = decorator(recorder({ labels: { team: 'a', added: 'x' } }).hook);
-  await assert.rejects(labelling.reconcile(role({ team: 'a' }), new Context()), /the target's labels added/);
+  const labelling = decorator(recorder({ labels: { team: 'a', added: 'x', gone: null }, annotations: { note: 'hi' } }).hook);
+  const labelled = await labelling.reconcile(role({ team: 'a', gone: 'y' }), new Context());
+  assert.deepEqual(labelled.parentLabels, { team: 'a', added: 'x', gone: null });
+  assert.deepEqual(labelled.parentAnnotations, { note: 'hi' });
+  assert.deepEqual(outcomeOf(labelled).parentMetadata, { labels: { added: 'x', gone: null, team: 'a' }, annotations: { note: 'hi' } });
 });
 
 test('a target the rule no longer selects is finalized, as Metacontroller finalizes it', async () => {

@@ -1,5 +1,5 @@
 /// <reference path="./wit/interfaces/capstan-reconciler-plugin.d.ts" />
-import type * as plugin from 'capstan:reconciler/plugin@0.2.0';
+import type * as plugin from 'capstan:reconciler/plugin@0.3.0';
 
 import type { Reconciler } from './index.js';
 

@@ -3,12 +3,12 @@
 // are what the adapter (`@capstan/sdk/guest`) maps them to.
 
 /// <reference path="./wit/interfaces/capstan-reconciler-types.d.ts" />
-import type * as wit from 'capstan:reconciler/types@0.2.0';
+import type * as wit from 'capstan:reconciler/types@0.3.0';
 
 export type { wit };
 
 /** The WIT package this SDK implements. */
-export declare const WIT_PACKAGE: 'capstan:reconciler@0.2.0';
+export declare const WIT_PACKAGE: 'capstan:reconciler@0.3.0';
 
 /** A Kubernetes object as JSON: `apiVersion`, `kind`, `metadata` and the rest. */
 export interface KubeObject {
@@ -124,11 +124,19 @@ export declare class Response {
   requeueAfterMs: number | undefined;
   events: Event[];
   finalized: boolean;
+  /** Labels of the parent itself to set, or remove (null). */
+  parentLabels: Record<string, string | null>;
+  /** Annotations of the parent itself to set, or remove (null). */
+  parentAnnotations: Record<string, string | null>;
   child(object: KubeObject): this;
   withStatus(status: object): this;
   requeueAfter(ms: number): this;
   event(event: Event): this;
   finalize(): this;
+  parentLabel(key: string, value: string): this;
+  removeParentLabel(key: string): this;
+  parentAnnotation(key: string, value: string): this;
+  removeParentAnnotation(key: string): this;
 }
 
 export declare class Context<S = Record<string, unknown>> {

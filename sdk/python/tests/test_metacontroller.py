@@ -287,12 +287,17 @@ def test_a_target_the_rule_no_longer_selects_is_finalized_as_metacontroller_fina
     assert synced == []
 
 
-def test_labels_and_annotations_for_the_target_are_its_own_or_refused():
-    keep, _ = recorder({"labels": {"team": "a"}, "annotations": {}})
-    assert decorator(keep).reconcile(role(labels={"team": "a"}), Context()).children == []
-    change, _ = recorder({"labels": {"team": "b", "tier": "web"}})
-    with pytest.raises(Fatal, match="sets the target's labels team, tier"):
-        decorator(change).reconcile(role(labels={"team": "a"}), Context())
+def test_labels_and_annotations_for_the_target_are_set_and_removed_by_key():
+    change, _ = recorder({"labels": {"team": "b", "tier": "web", "gone": None}, "annotations": {"note": "hi"}})
+    r = decorator(change).reconcile(role(labels={"team": "a", "gone": "x"}), Context())
+    assert r.parent_labels == {"team": "b", "tier": "web", "gone": None}
+    assert r.parent_annotations == {"note": "hi"}
+    assert r.to_json()["parentMetadata"] == {
+        "labels": {"gone": None, "team": "b", "tier": "web"},
+        "annotations": {"note": "hi"},
+    }
+    none, _ = recorder({})
+    assert "parentMetadata" not in decorator(none).reconcile(role(labels={"team": "a"}), Context()).to_json()
 
 
 def test_selectors_match_as_kubernetes_does():

@@ -3,7 +3,7 @@
 A plugin is a pure function from a parent object and the children it controls to the
 children that should exist, plus status, events and a requeue hint; the Capstan host does
 all API I/O. Build it into a WebAssembly component implementing
-``capstan:reconciler@0.2.0`` with componentize-py, through :mod:`capstan_sdk.wit`.
+``capstan:reconciler@0.3.0`` with componentize-py, through :mod:`capstan_sdk.wit`.
 
 Everything but :mod:`capstan_sdk.wit` runs natively under CPython, so plugins are tested
 with pytest and :mod:`capstan_sdk.testing`.
@@ -38,7 +38,7 @@ from .settings import Settings, SettingsError, setting
 __version__ = "0.1.0"
 """This SDK's version: the same for the Rust, Python and JavaScript SDKs."""
 
-WIT_PACKAGE = "capstan:reconciler@0.2.0"
+WIT_PACKAGE = "capstan:reconciler@0.3.0"
 """The WIT package this SDK implements."""
 
 

@@ -272,9 +272,8 @@ class Decorator(Composite):
     ``parent_selector`` is the resource rule's ``labelSelector`` and
     ``annotation_selector`` its ``annotationSelector``: a target they do not select is
     finalized, as Metacontroller finalizes one that stops matching (the finalize hook, if
-    any, cleans up; its ``finalized`` lets the target go). The hooks' ``labels`` and ``annotations`` for the target are honoured only
-    where the target already has them: a plugin cannot write its parent's metadata yet,
-    so any other is the plugin's error, naming the keys.
+    any, cleans up; its ``finalized`` lets the target go). The hooks' ``labels`` and
+    ``annotations`` set and remove the target's own.
     """
 
     PARENT_FIELD = "object"
@@ -305,17 +304,14 @@ class Decorator(Composite):
         return self.response(self.finalize(request) or {}, parent, True)
 
     def response(self, answer: Mapping[str, Any], parent: Mapping[str, Any], finalizing: bool) -> Response:
-        meta = parent.get("metadata") or {}
-        for field in ("labels", "annotations"):
-            have = meta.get(field) or {}
-            wanted = answer.get(field) or {}
-            differ = sorted(k for k, v in wanted.items() if have.get(k) != v)
-            if differ:
-                raise Fatal(
-                    f"the hook sets the target's {field} {', '.join(differ)}: "
-                    "a plugin cannot write its parent's metadata yet"
-                )
-        return super().response(answer, parent, finalizing)
+        """As Metacontroller: the hook's ``labels`` and ``annotations`` set the target's (a
+        null value removes one) and leave its others as they are."""
+        out = super().response(answer, parent, finalizing)
+        for key, value in (answer.get("labels") or {}).items():
+            out.with_parent_label(key, None if value is None else str(value))
+        for key, value in (answer.get("annotations") or {}).items():
+            out.with_parent_annotation(key, None if value is None else str(value))
+        return out
 
     def _status(self, status: Mapping[str, Any], parent: Mapping[str, Any]) -> dict[str, Any]:
         # The target's own controller keeps its observedGeneration; the hook's fields only.

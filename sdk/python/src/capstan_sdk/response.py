@@ -55,6 +55,10 @@ class Response:
     events: list[Event] = field(default_factory=list)
     requeue_after: timedelta | None = None
     finalized: bool = False
+    #: Labels of the parent itself to set, or to remove (None).
+    parent_labels: dict[str, str | None] = field(default_factory=dict)
+    #: Annotations of the parent itself to set, or to remove (None).
+    parent_annotations: dict[str, str | None] = field(default_factory=dict)
 
     def with_child(self, obj: Mapping[str, Any]) -> "Response":
         """Add a desired child: a dict with ``apiVersion``, ``kind`` and ``metadata.name``."""
@@ -82,6 +86,17 @@ class Response:
         self.finalized = True
         return self
 
+    def with_parent_label(self, key: str, value: str | None) -> "Response":
+        """Set label ``key`` of the parent itself to ``value`` (None removes it); its other
+        labels stay as they are."""
+        self.parent_labels[key] = value
+        return self
+
+    def with_parent_annotation(self, key: str, value: str | None) -> "Response":
+        """Set annotation ``key`` of the parent itself to ``value`` (None removes it)."""
+        self.parent_annotations[key] = value
+        return self
+
     @property
     def requeue_after_ms(self) -> int | None:
         return None if self.requeue_after is None else max(0, _millis(self.requeue_after))
@@ -102,4 +117,11 @@ class Response:
             out["events"] = [{"type": e.type.value, "reason": e.reason, "message": e.message} for e in self.events]
         if self.finalized:
             out["finalized"] = True
+        parent = {
+            field: dict(sorted(entries.items()))
+            for field, entries in (("labels", self.parent_labels), ("annotations", self.parent_annotations))
+            if entries
+        }
+        if parent:
+            out["parentMetadata"] = parent
         return out

@@ -485,6 +485,11 @@ def _check_response(metadata: Metadata, parent: dict[str, Any], r: Response, all
         if key in seen:
             raise refuse("appears twice")
         seen.add(key)
+    for what, entries in (("label", r.parent_labels), ("annotation", r.parent_annotations)):
+        for key in entries:
+            prefix = key.split("/", 1)[0] if "/" in key else ""
+            if prefix == "capstan.dev" or prefix.endswith(".capstan.dev"):
+                raise Refused(f"parent {what} {json.dumps(key)}: is under capstan.dev/, which only the host sets")
 
 
 # --- label selectors ------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The Wasm side: maps componentize-py's bindings of ``capstan:reconciler@0.2.0`` to and
+"""The Wasm side: maps componentize-py's bindings of ``capstan:reconciler@0.3.0`` to and
 from the SDK's plain types. Only the plugin's Wasm entry module imports this, since the
 ``wit_world`` package exists only when componentize-py builds the component::
 
@@ -95,6 +95,8 @@ def export(reconciler: Reconciler) -> type:
                 requeue_after_ms=r.requeue_after_ms,
                 events=[wit.Event(_EVENT_TYPES[e.type], e.reason, e.message) for e in r.events],
                 finalized=r.finalized,
+                parent_labels=[wit.MetadataEntry(k, v) for k, v in sorted(r.parent_labels.items())],
+                parent_annotations=[wit.MetadataEntry(k, v) for k, v in sorted(r.parent_annotations.items())],
             )
 
     return Plugin

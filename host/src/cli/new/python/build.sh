@@ -9,7 +9,7 @@
 #                    carries (extracted into its cache), or `capstan new --sdk CHECKOUT`'s.
 #                    Emptied, the capstan_sdk package installed for $PYTHON (default
 #                    python3, or the Python beside componentize-py).
-#   CAPSTAN_WIT      the directory holding capstan:reconciler@0.2.0's WIT. Default: the
+#   CAPSTAN_WIT      the directory holding capstan:reconciler@0.3.0's WIT. Default: the
 #                    one the SDK ships (capstan_sdk.wit_dir()), or SDK_PATH/../wit.
 set -eu
 cd "$(dirname "$0")"
@@ -36,7 +36,7 @@ else
     sdk=$(echo "$found" | sed -n 1p)
     wit=${CAPSTAN_WIT:-$(echo "$found" | sed -n 2p)}
 fi
-[ -f "$wit/reconciler.wit" ] || fail "no reconciler.wit in $wit: set CAPSTAN_WIT to the directory of capstan:reconciler@0.2.0"
+[ -f "$wit/reconciler.wit" ] || fail "no reconciler.wit in $wit: set CAPSTAN_WIT to the directory of capstan:reconciler@0.3.0"
 
 mkdir -p build
 # Written beside the output and renamed, so a failed build never leaves a partial

@@ -1,5 +1,5 @@
 /// <reference path="./capstan-reconciler-types.d.ts" />
-declare module 'capstan:reconciler/plugin@0.2.0' {
+declare module 'capstan:reconciler/plugin@0.3.0' {
   /**
    * Describe the plugin. Called once at load; must not depend on any input.
    */
@@ -21,10 +21,10 @@ declare module 'capstan:reconciler/plugin@0.2.0' {
    * plugin's `reuseInstances` limit).
    */
   export function reconcile(request: Request): Response;
-  export type Json = import('capstan:reconciler/types@0.2.0').Json;
-  export type PluginMetadata = import('capstan:reconciler/types@0.2.0').PluginMetadata;
-  export type RelatedQuery = import('capstan:reconciler/types@0.2.0').RelatedQuery;
-  export type Request = import('capstan:reconciler/types@0.2.0').Request;
-  export type Response = import('capstan:reconciler/types@0.2.0').Response;
-  export type ReconcileError = import('capstan:reconciler/types@0.2.0').ReconcileError;
+  export type Json = import('capstan:reconciler/types@0.3.0').Json;
+  export type PluginMetadata = import('capstan:reconciler/types@0.3.0').PluginMetadata;
+  export type RelatedQuery = import('capstan:reconciler/types@0.3.0').RelatedQuery;
+  export type Request = import('capstan:reconciler/types@0.3.0').Request;
+  export type Response = import('capstan:reconciler/types@0.3.0').Response;
+  export type ReconcileError = import('capstan:reconciler/types@0.3.0').ReconcileError;
 }

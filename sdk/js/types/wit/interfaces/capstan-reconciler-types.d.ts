@@ -1,4 +1,4 @@
-declare module 'capstan:reconciler/types@0.2.0' {
+declare module 'capstan:reconciler/types@0.3.0' {
   /**
    * A Kubernetes object serialized as one JSON document, including `apiVersion` and `kind`.
    */
@@ -178,6 +178,19 @@ declare module 'capstan:reconciler/types@0.2.0' {
     message: string,
   }
   /**
+   * One label or annotation of the parent, set or removed.
+   */
+  export interface MetadataEntry {
+    /**
+     * The key, as Kubernetes writes it (e.g. "example.com/tier").
+     */
+    key: string,
+    /**
+     * The value to set; none removes the key.
+     */
+    value?: string,
+  }
+  /**
    * The outcome of a successful reconcile.
    */
   export interface Response {
@@ -206,6 +219,16 @@ declare module 'capstan:reconciler/types@0.2.0' {
      * host takes its finalizer off, and puts it on again before it makes a child.
      */
     finalized: boolean,
+    /**
+     * Labels of the parent itself to set or remove; the parent's other labels are left
+     * as they are. The host refuses a key or value the API server would refuse, and
+     * keys under `capstan.dev/`, which are its own.
+     */
+    parentLabels: Array<MetadataEntry>,
+    /**
+     * Annotations of the parent itself to set or remove, under the same rules.
+     */
+    parentAnnotations: Array<MetadataEntry>,
   }
   /**
    * A transient failure and when to try again.
