@@ -137,6 +137,8 @@ impl Reconcile for NativeEcho {
                     })
                     .collect(),
                 finalized: r.finalized,
+                // Echo sets nothing on its parent.
+                parent: Default::default(),
                 // Native: nothing parsed out of a sandbox to hold.
                 held: Default::default(),
             }),

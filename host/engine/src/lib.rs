@@ -63,7 +63,8 @@ pub use parsed::Held;
 use plugin::NO_SETTINGS;
 pub use plugin::Plugin;
 pub use types::{
-    Event, EventType, Json, Kind, Metadata, ParentMetadata, RelatedParent, RelatedQuery, Request, Response, Selector,
+    Event, EventType, Json, Kind, Metadata, ParentMetadata, RelatedParent, RelatedQuery, Request, Response,
+    Selector,
 };
 
 use sandbox::State;

@@ -163,7 +163,11 @@ pub struct Response {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub finalized: bool,
     /// Labels and annotations to set on (or remove from) the parent itself.
-    #[serde(default, rename = "parentMetadata", skip_serializing_if = "ParentMetadata::is_empty")]
+    #[serde(
+        default,
+        rename = "parentMetadata",
+        skip_serializing_if = "ParentMetadata::is_empty"
+    )]
     pub parent: ParentMetadata,
     /// Host memory the parsed children and status hold, from the plugin's memory total,
     /// until the last copy of the response is dropped.
@@ -193,7 +197,6 @@ mod millis {
             .map_err(|_| D::Error::custom(format!("requeueAfter must look like \"1500ms\", got {text:?}")))
     }
 }
-
 
 /// The records 0.2 and today's contract share, read the same from either version's
 /// bindings (and a 0.1 plugin's kinds, which are the same record too).
@@ -283,9 +286,6 @@ impl From<wit_v0_1::PluginMetadata> for Metadata {
         }
     }
 }
-
-
-
 
 impl From<wit::Event> for Event {
     fn from(e: wit::Event) -> Self {

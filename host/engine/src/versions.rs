@@ -161,10 +161,12 @@ impl Bindings {
                 };
                 let answer = b.capstan_reconciler_plugin().call_reconcile(store, &wire)?;
                 Ok(answer.map(from_v0_2).map_err(|e| match e {
-                    v0_2::capstan::reconciler::types::ReconcileError::Retry(r) => WireError::Retry(wit::Retry {
-                        message: r.message,
-                        after_ms: r.after_ms,
-                    }),
+                    v0_2::capstan::reconciler::types::ReconcileError::Retry(r) => {
+                        WireError::Retry(wit::Retry {
+                            message: r.message,
+                            after_ms: r.after_ms,
+                        })
+                    }
                     v0_2::capstan::reconciler::types::ReconcileError::Fatal(m) => WireError::Fatal(m),
                 }))
             }

@@ -38,8 +38,13 @@ pub(super) async fn write(
         observed,
     };
     let cached = |kind: usize, key: &_| shared.children[kind].cache.get(key);
-    let plan = plan::plan(&inputs, desired, (response.status.as_ref(), &response.parent), cached)
-        .map_err(|f| sink::conflict(&*shared.sink, at, &f.child, &*f.holder))?;
+    let plan = plan::plan(
+        &inputs,
+        desired,
+        (response.status.as_ref(), &response.parent),
+        cached,
+    )
+    .map_err(|f| sink::conflict(&*shared.sink, at, &f.child, &*f.holder))?;
     sink::execute(&*shared.sink, at, &plan).await
 }
 

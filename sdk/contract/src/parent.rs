@@ -177,7 +177,12 @@ mod tests {
 
     #[test]
     fn only_what_differs_from_the_parent_is_a_change() {
-        let wanted = labels(&[("a", Some("1")), ("b", Some("2")), ("gone", None), ("absent", None)]);
+        let wanted = labels(&[
+            ("a", Some("1")),
+            ("b", Some("2")),
+            ("gone", None),
+            ("absent", None),
+        ]);
         let have = |k: &str| match k {
             "a" => Some("1"),
             "b" => Some("old"),
@@ -187,6 +192,10 @@ mod tests {
         let changes = wanted.changes(have, |_| None);
         let keys: Vec<&str> = changes.labels.keys().map(String::as_str).collect();
         assert_eq!(keys, ["b", "gone"]);
-        assert!(labels(&[("a", Some("1"))]).changes(|_| Some("1"), |_| None).is_empty());
+        assert!(
+            labels(&[("a", Some("1"))])
+                .changes(|_| Some("1"), |_| None)
+                .is_empty()
+        );
     }
 }

@@ -101,7 +101,12 @@ fn planned_with(
             .filter(|o| ObjectKey::of(&*o.object) == *key)
             .map(|o| o.object.clone())
     };
-    plan(&inputs, children, (status.as_ref(), &ParentMetadata::default()), cached)
+    plan(
+        &inputs,
+        children,
+        (status.as_ref(), &ParentMetadata::default()),
+        cached,
+    )
 }
 
 fn actions(plan: &Plan) -> Vec<(&str, &Action)> {

@@ -55,6 +55,8 @@ impl Guest for Rogue {
             events: vec![],
             requeue_after_ms: None,
             finalized: false,
+            parent_labels: vec![],
+            parent_annotations: vec![],
         })
     }
 }

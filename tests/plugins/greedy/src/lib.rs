@@ -80,6 +80,8 @@ impl Guest for Greedy {
             requeue_after_ms: None,
             events: vec![],
             finalized: request.finalizing,
+            parent_labels: vec![],
+            parent_annotations: vec![],
         })
     }
 }

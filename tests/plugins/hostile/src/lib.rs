@@ -15,8 +15,8 @@
 
 use capstan_sdk::bindings::capstan::reconciler::host::log;
 use capstan_sdk::bindings::capstan::reconciler::types::{
-    Event, EventType, KindRef, Level, PluginMetadata, ReconcileError, RelatedQuery, Request, Response, Retry,
-    Selector,
+    Event, EventType, KindRef, Level, MetadataEntry, PluginMetadata, ReconcileError, RelatedQuery, Request,
+    Response, Retry, Selector,
 };
 use capstan_sdk::bindings::exports::capstan::reconciler::plugin::Guest;
 use serde_json::{Value, json};
@@ -95,6 +95,7 @@ impl Guest for Hostile {
         let mut children = vec![];
         let mut status = None;
         let mut events = vec![];
+        let mut parent_labels = vec![];
         match mode.as_str() {
             "ok" | "hold" => {
                 children.push(config_map(&parent, 0).to_string());
@@ -260,6 +261,23 @@ impl Guest for Hostile {
                 }
                 children.push(config_map(&parent, 0).to_string());
             }
+            // Labels its own parent: `spec.arg` is `key=value` pairs separated by `,`, and
+            // `key-` removes a key; a key named twice is named twice in the answer.
+            "label" => {
+                parent_labels.extend(arg.split(',').filter(|e| !e.is_empty()).map(|e| {
+                    match e.split_once('=') {
+                        Some((key, value)) => MetadataEntry {
+                            key: key.into(),
+                            value: Some(value.into()),
+                        },
+                        None => MetadataEntry {
+                            key: e.trim_end_matches('-').into(),
+                            value: None,
+                        },
+                    }
+                }));
+                children.push(config_map(&parent, 0).to_string());
+            }
             // Holds nothing for its parent: no children, and `finalized` while it lives.
             "release" => {}
             // Counts the calls its instance has run: 1 in a fresh one each call.
@@ -335,6 +353,8 @@ impl Guest for Hostile {
             events,
             // "release": nothing held for the parent, deleted or not.
             finalized: (request.finalizing && mode != "hold") || mode == "release",
+            parent_labels,
+            parent_annotations: vec![],
         })
     }
 }

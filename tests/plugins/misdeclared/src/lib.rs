@@ -73,6 +73,8 @@ impl Guest for Misdeclared {
             requeue_after_ms: None,
             events: vec![],
             finalized: request.finalizing,
+            parent_labels: vec![],
+            parent_annotations: vec![],
         })
     }
 }

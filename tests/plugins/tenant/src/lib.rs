@@ -75,6 +75,8 @@ impl Guest for Tenant {
             requeue_after_ms: None,
             events: vec![],
             finalized: request.finalizing,
+            parent_labels: vec![],
+            parent_annotations: vec![],
         })
     }
 }
