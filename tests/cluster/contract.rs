@@ -1,7 +1,8 @@
-//! Contract 0.2 as users meet it: a plugin built against 0.1 still runs unchanged (its old
-//! goldens, and beside 0.2 plugins in one host on the real plane); settings checked by the
-//! plugin at load; related objects chosen per parent and followed; `now` in goldens; a
-//! cluster-scoped parent (Namespace) with namespaced children.
+//! The contract as users meet it: plugins built against 0.1 and 0.2 still run unchanged
+//! (their goldens, and a 0.1 plugin beside newer ones in one host on the real plane);
+//! settings checked by the plugin at load; related objects chosen per parent and
+//! followed; `now` in goldens; a cluster-scoped parent (Namespace) with namespaced
+//! children; a parent's own labels set by its plugin (0.3).
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -10,7 +11,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use capstan::dev::Plane;
 use capstan_tests::host::{
-    Host, echo_resource, eventually, first_listed, install_plugin_crd, scheduled_echo_resource,
+    Host, echo_resource, eventually, first_listed, hostile_crd, hostile_resource, install_plugin_crd,
+    scheduled_echo_resource, start_host,
 };
 use capstan_tests::{arg, capstan, echo_fixture, plugin, workspace};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -182,7 +184,7 @@ fn write_config(dir: &Path, plugins: &[(&str, serde_json::Value)]) -> Result<Pat
     Ok(config)
 }
 
-/// A ScheduledEcho, the 0.2 plugin beside the others in these tests.
+/// A ScheduledEcho, a plugin of today's contract beside the others in these tests.
 fn tick() -> Result<DynamicObject> {
     Ok(serde_json::from_value(json!({
         "apiVersion": "capstan.dev/v1alpha1", "kind": "ScheduledEcho",
@@ -353,7 +355,7 @@ async fn invalid_settings_refuse_that_plugin_at_start_with_its_own_message() -> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_0_1_echo_runs_unchanged_beside_a_0_2_plugin_in_one_host() -> Result<()> {
+async fn a_0_1_echo_runs_unchanged_beside_todays_plugins_in_one_host() -> Result<()> {
     let plane = Plane::shared().await?;
     install_plugin_crd(plane, "echo").await?;
     install_plugin_crd(plane, "scheduled-echo").await?;
@@ -548,4 +550,128 @@ async fn a_new_version_that_refuses_the_settings_is_refused_and_the_old_one_keep
     );
     std::fs::remove_dir_all(dir).ok();
     Ok(())
+}
+
+/// Contract 0.3: an answer sets and removes its parent's own labels, and leaves the labels
+/// it does not name as anyone set them; a key the host keeps, a value the API server would
+/// refuse, or a key named twice writes nothing of the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_sets_and_removes_its_parents_own_labels_and_nothing_else() -> Result<()> {
+    let plane = Plane::shared().await?;
+    plane.install_crds(&[hostile_crd()?]).await?;
+    let ns = plane.namespace("contract-labels").await?;
+    let dir = std::env::temp_dir().join(format!("capstan-labels-{ns}"));
+    let _host = start_host(plane, &["hostile"], &ns, &dir)?;
+    let client = plane.client().await?;
+    let hostiles: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &hostile_resource());
+    let cases = [
+        ("tier", "tier=web,old-"),
+        ("reserved", "capstan.dev/plugin=other"),
+        ("bad", "tier=not valid"),
+        ("twice", "tier=a,tier=b"),
+    ];
+    for (name, arg) in cases {
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "Hostile",
+            "metadata": {"name": name, "labels": {"team": "a", "old": "x"}},
+            "spec": {"mode": "label", "arg": arg},
+        }))?;
+        hostiles.create(&PostParams::default(), &object).await?;
+    }
+    let labels_of = async |name: &str| -> Result<Vec<(String, String)>> {
+        let labels = hostiles.get(name).await?.metadata.labels.unwrap_or_default();
+        Ok(labels.into_iter().collect())
+    };
+    let pairs = |p: &[(&str, &str)]| -> Vec<(String, String)> {
+        p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    eventually(
+        "the plugin's labels on its parent",
+        Duration::from_secs(60),
+        async || {
+            let have = labels_of("tier").await?;
+            Ok((have == pairs(&[("team", "a"), ("tier", "web")])).then_some(()))
+        },
+    )
+    .await?;
+
+    // A new answer changes the label it names, and only that one.
+    let arg = |a: &str| json!({"spec": {"arg": a}});
+    hostiles
+        .patch("tier", &PatchParams::default(), &Patch::Merge(&arg("tier=db")))
+        .await?;
+    eventually(
+        "the label the new answer sets",
+        Duration::from_secs(60),
+        async || {
+            let have = labels_of("tier").await?;
+            Ok((have == pairs(&[("team", "a"), ("tier", "db")])).then_some(()))
+        },
+    )
+    .await?;
+
+    // The refused answers wrote nothing: neither their child nor any label.
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    eventually(
+        "a Warning on each refused answer",
+        Duration::from_secs(60),
+        async || {
+            let list = events.list(&ListParams::default()).await?.items;
+            let warned = |name: &str, reason: &str| {
+                list.iter().any(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                        && e.reason.as_deref() == Some(reason)
+                        && e.note.as_deref().is_some_and(|n| n.contains("parent label"))
+                })
+            };
+            let all = warned("reserved", "InvalidResponse")
+                && warned("bad", "InvalidResponse")
+                && warned("twice", "PluginFault");
+            Ok(all.then_some(()))
+        },
+    )
+    .await?;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    for name in ["reserved", "bad", "twice"] {
+        assert_eq!(
+            labels_of(name).await?,
+            pairs(&[("old", "x"), ("team", "a")]),
+            "{name}"
+        );
+        assert!(
+            config_maps.get_opt(&format!("{name}-0")).await?.is_none(),
+            "{name}"
+        );
+    }
+    assert!(config_maps.get_opt("tier-0").await?.is_some());
+    std::fs::remove_dir_all(dir).ok();
+    Ok(())
+}
+
+/// Echo as built against 0.2 (`tests/fixtures/echo-0.2/echo.wasm`, never rebuilt) passes
+/// today's Echo goldens unchanged through the 0.2 adapter.
+#[test]
+fn a_0_2_echo_passes_todays_goldens_unchanged() {
+    let dir = std::env::temp_dir().join(format!("capstan-echo-0.2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let project = format!(
+        "[plugin]\nname = \"echo\"\nlanguage = \"rust\"\nbuild = \"true\"\noutput = {:?}\ncases = {:?}\n",
+        new("echo.wasm"),
+        workspace().join("tests/golden/echo/cases.toml"),
+    );
+    std::fs::write(dir.join("capstan.toml"), project).unwrap();
+    let out = std::process::Command::new(capstan_tests::capstan_bin())
+        .arg("test")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    succeeded("capstan test", &out);
+    let cases = std::fs::read_to_string(workspace().join("tests/golden/echo/cases.toml")).unwrap();
+    let n = cases.matches("[[case]]").count();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("{n} cases: {n} passed, 0 failed")),
+        "{stdout}"
+    );
+    std::fs::remove_dir_all(dir).ok();
 }
