@@ -3,7 +3,9 @@
 //! --config run.yaml` on the real plane: the customize hook picks the related ConfigMaps,
 //! the sync hook's child and status are written and follow a new ConfigMap, the finalize
 //! hook holds the parent's deletion until its child is gone, and a parent the parent
-//! rule's labelSelector does not pick is left alone.
+//! rule's labelSelector does not pick is left alone; a DecoratorController (ours, Python)
+//! attaches a child to each target it selects, sets and removes the target's own labels
+//! and annotations, and lets go of a target it no longer selects.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,9 +15,9 @@ use capstan::dev::Plane;
 use capstan_tests::host::{Host, eventually};
 use capstan_tests::toolchains::{componentize_py, js_toolchain};
 use capstan_tests::{arg, capstan_bin, workspace};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 fn counter_resource() -> ApiResource {
@@ -49,9 +51,11 @@ async fn imported_and_running(plane: &Plane, example: &str, ns: &str, dir: &Path
     let import = ["import", "metacontroller", arg(&example), "--out", arg(&project)];
     capstan_in(dir, &[&import[..], &["--sdk", arg(workspace())]].concat())?;
     capstan_in(&project, &["build"])?;
-    let crds: Vec<CustomResourceDefinition> =
-        serde_saphyr::from_multiple(&std::fs::read_to_string(project.join("crds.yaml"))?)?;
-    plane.install_crds(&crds).await?;
+    // A controller of built-in kinds alone has no CRDs to install.
+    if let Ok(text) = std::fs::read_to_string(project.join("crds.yaml")) {
+        let crds: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&text)?;
+        plane.install_crds(&crds).await?;
+    }
     let config = project.join("run.yaml");
     let host = Host::start(
         plane,
@@ -372,5 +376,87 @@ async fn imported_update_methods_keep_or_recreate_a_child_that_differs() -> Resu
     .await
     .with_context(log)?;
     assert_eq!(data(&kept, "side-effect"), None);
+    Ok(())
+}
+
+/// What a decorated Service shows: its attachment's ports, its labels, and the annotation
+/// naming the attachment.
+async fn decorated(
+    services: &Api<Service>,
+    configmaps: &Api<ConfigMap>,
+    name: &str,
+) -> Result<(Option<String>, Vec<(String, String)>, Option<String>)> {
+    let info = configmaps.get_opt(&format!("{name}-info")).await?;
+    let ports = info.and_then(|c| c.data?.get("ports").cloned());
+    let service = services.get(name).await?.metadata;
+    let labels = service.labels.unwrap_or_default().into_iter().collect();
+    let note = service
+        .annotations
+        .and_then(|a| a.get("service-info/attachment").cloned());
+    Ok((ports, labels, note))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_imported_decorator_attaches_labels_its_target_and_lets_go_of_one_it_no_longer_selects()
+-> Result<()> {
+    let plane = Plane::shared().await?;
+    let ns = plane.namespace("service-info").await?;
+    let dir = tempfile::tempdir()?;
+    let (_, host) = imported_and_running(plane, "service-info", &ns, dir.path()).await?;
+    let client = plane.client().await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let service = |name: &str, annotations: serde_json::Value| -> Result<Service> {
+        Ok(serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"team": "a", "stale": "x"}, "annotations": annotations},
+            "spec": {"ports": [{"name": "http", "port": 80}, {"name": "alt", "port": 8080}]},
+        }))?)
+    };
+    let post = PostParams::default();
+    services
+        .create(&post, &service("web", json!({"service-info": "the shop"}))?)
+        .await?;
+    services.create(&post, &service("plain", json!({}))?).await?;
+    let pairs = |p: &[(&str, &str)]| -> Vec<(String, String)> {
+        p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    let log = || std::fs::read_to_string(dir.path().join("host.log")).unwrap_or_default();
+    let want = (
+        Some("80,8080".to_string()),
+        pairs(&[("described", "yes"), ("team", "a")]),
+        Some("web-info".to_string()),
+    );
+    eventually(
+        "the attachment, labels and annotation",
+        Duration::from_secs(90),
+        async || Ok((decorated(&services, &configmaps, "web").await? == want).then_some(())),
+    )
+    .await
+    .with_context(log)?;
+    // A Service the rule does not select is left as it is.
+    let plain = decorated(&services, &configmaps, "plain").await?;
+    assert_eq!(plain, (None, pairs(&[("stale", "x"), ("team", "a")]), None));
+
+    // Opted out: the finalize hook removes the attachment and the target is let go; the
+    // labels the hook set stay, as under Metacontroller.
+    let opt_out = json!({"metadata": {"annotations": {"service-info": null}}});
+    services
+        .patch("web", &PatchParams::default(), &Patch::Merge(&opt_out))
+        .await?;
+    let finalizer = "metacontroller.io/decoratorcontroller-service-info";
+    eventually(
+        "the attachment gone and the target let go",
+        Duration::from_secs(90),
+        async || {
+            let gone = configmaps.get_opt("web-info").await?.is_none();
+            let held = services.get("web").await?.metadata.finalizers.unwrap_or_default();
+            Ok((gone && !held.iter().any(|f| f == finalizer)).then_some(()))
+        },
+    )
+    .await
+    .with_context(log)?;
+    let (_, labels, _) = decorated(&services, &configmaps, "web").await?;
+    assert_eq!(labels, pairs(&[("described", "yes"), ("team", "a")]));
+    drop(host);
     Ok(())
 }
