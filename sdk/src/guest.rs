@@ -11,17 +11,21 @@ use crate::{Context, EventType, KindRef, ReconcileError, Reconciler, Response};
 /// `testing`.
 pub fn run<R: Reconciler>(request: wit::Request) -> Result<Response, ReconcileError> {
     let parent = parse_parent::<R>(&request.parent)?;
+    R::reconcile(parent, &context(request)?)
+}
+
+/// The request's children, related objects, settings and time as a [`Context`].
+pub(crate) fn context(request: wit::Request) -> Result<Context, ReconcileError> {
     let now = request.now.parse().map_err(|e| {
         ReconcileError::fatal(format!(
             "the request's now {:?} is not an RFC 3339 time: {e}",
             request.now
         ))
     })?;
-    let ctx = Context::new(raw("child", request.children)?, request.finalizing)
+    Ok(Context::new(raw("child", request.children)?, request.finalizing)
         .with_related(raw("related object", request.related)?)
         .with_settings(request.settings)
-        .with_now(now);
-    R::reconcile(parent, &ctx)
+        .with_now(now))
 }
 
 /// Each text as a `RawValue`, checked to be JSON; `what` names one in the error.
@@ -42,6 +46,11 @@ pub fn full_metadata<R: Reconciler>() -> (KindRef, crate::Metadata) {
 /// `metadata` export.
 pub fn metadata<R: Reconciler>() -> wit::PluginMetadata {
     let (parent, m) = full_metadata::<R>();
+    wit_metadata(parent, m)
+}
+
+/// A plugin's metadata as the contract has it.
+pub(crate) fn wit_metadata(parent: KindRef, m: crate::Metadata) -> wit::PluginMetadata {
     wit::PluginMetadata {
         settings_schema: m.settings_schema().map(json),
         name: m.name,
@@ -76,7 +85,12 @@ pub fn queries<R: Reconciler>(parent: &str, settings: String) -> Vec<RelatedQuer
 
 /// `related` export.
 pub fn related<R: Reconciler>(parent: String, settings: String) -> Vec<wit::RelatedQuery> {
-    queries::<R>(&parent, settings)
+    wit_queries(queries::<R>(&parent, settings))
+}
+
+/// Related queries as the contract has them.
+pub(crate) fn wit_queries(queries: Vec<RelatedQuery>) -> Vec<wit::RelatedQuery> {
+    queries
         .into_iter()
         .map(|q| wit::RelatedQuery {
             group: q.group,
@@ -99,7 +113,14 @@ fn entries(map: std::collections::BTreeMap<String, Option<String>>) -> Vec<wit::
 
 /// `reconcile` export.
 pub fn reconcile<R: Reconciler>(request: wit::Request) -> Result<wit::Response, wit::ReconcileError> {
-    match run::<R>(request) {
+    wit_outcome(run::<R>(request))
+}
+
+/// A reconcile's outcome as the contract has it.
+pub(crate) fn wit_outcome(
+    outcome: Result<Response, ReconcileError>,
+) -> Result<wit::Response, wit::ReconcileError> {
+    match outcome {
         Ok(r) => Ok(wit::Response {
             // The text moves from `RawValue` to `String` without a copy.
             children: r

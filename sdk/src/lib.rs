@@ -141,6 +141,7 @@ mod error;
 #[doc(hidden)]
 pub mod guest;
 pub mod log;
+pub mod metacontroller;
 mod metadata;
 mod observed;
 mod related;
