@@ -16,10 +16,9 @@ pub fn kind_key(kind: &KindRef) -> String {
 /// `namespace/name` for a namespaced object of a cluster-scoped parent.
 pub fn object_key(object: &Value, parent_namespaced: bool, version: Version) -> String {
     let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let by_name = version == Version::V1 && parent_namespaced;
     match object["metadata"]["namespace"].as_str() {
-        Some(ns) if !ns.is_empty() && !(version == Version::V1 && parent_namespaced) => {
-            format!("{ns}/{name}")
-        }
+        Some(ns) if !ns.is_empty() && !by_name => format!("{ns}/{name}"),
         _ => name.to_string(),
     }
 }
