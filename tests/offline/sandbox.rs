@@ -286,7 +286,7 @@ fn load_errors_name_the_problem() {
     ));
     assert_eq!(
         future.to_string(),
-        "plugin implements capstan:reconciler@0.9.0, but this host serves capstan:reconciler@0.2.0 and 0.1.0"
+        "plugin implements capstan:reconciler@0.9.0, but this host serves capstan:reconciler@0.3.0, 0.2.0 and 0.1.0"
     );
     // A version the host serves, but not its shape: named as what it is.
     assert!(matches!(

@@ -28,7 +28,10 @@ pub enum LoadError {
     #[error("invalid component: {0}")]
     Invalid(String),
     /// Built against another version of the contract.
-    #[error("plugin implements {found}, but this host serves {WIT_PACKAGE} and {}", OLDER_VERSIONS.join(", "))]
+    #[error(
+        "plugin implements {found}, but this host serves {WIT_PACKAGE}{}",
+        older_served()
+    )]
     WitVersion {
         /// The package version the plugin exports.
         found: String,
@@ -76,6 +79,16 @@ pub(crate) fn compile(
     .map_err(|e| LoadError::Invalid(one_line(&format!("{e:#}"))))?;
     let version = check_exports(&component, engine)?;
     Ok((component, version))
+}
+
+/// The older versions served, as the rest of a list after the current one:
+/// `, 0.2.0 and 0.1.0`.
+fn older_served() -> String {
+    match OLDER_VERSIONS.split_last() {
+        None => String::new(),
+        Some((last, [])) => format!(" and {last}"),
+        Some((last, rest)) => format!(", {} and {last}", rest.join(", ")),
+    }
 }
 
 /// Name the WIT version problem before the linker reports a less helpful type mismatch.

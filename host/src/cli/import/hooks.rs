@@ -29,6 +29,9 @@ pub(super) enum Runtime {
     /// Metacontroller's nodejs server: `/NAME` is `hooks/NAME.js`, a fission-style
     /// `module.exports = async function (context)`.
     Fission,
+    /// Metacontroller's jsonnetd: `/NAME` is `NAME.jsonnet` in its working directory, a
+    /// function of the request.
+    Jsonnet,
 }
 
 impl Runtime {
@@ -37,6 +40,7 @@ impl Runtime {
         match self {
             Runtime::Python => "Python",
             Runtime::Fission => "JavaScript",
+            Runtime::Jsonnet => "Jsonnet",
         }
     }
 }
@@ -105,7 +109,8 @@ fn serving<'a>(example: &'a Example, service: &Value) -> Option<&'a Value> {
 }
 
 /// The script a Deployment's first container runs for `url_path`, and its runtime: a
-/// Python script the command names, or the nodejs server's `NAME.js` for `/NAME`.
+/// Python script the command names, or the nodejs server's `NAME.js` (jsonnetd's
+/// `NAME.jsonnet`) for `/NAME`.
 fn script_of(example: &Example, deployment: &Value, url_path: &str) -> anyhow::Result<(PathBuf, Runtime)> {
     let name = deployment["metadata"]["name"].as_str().unwrap_or_default();
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
@@ -121,22 +126,24 @@ fn script_of(example: &Example, deployment: &Value, url_path: &str) -> anyhow::R
         return Ok((mounted(example, deployment, script)?, Runtime::Python));
     }
     let repository = image.split(['@', ':']).next().unwrap_or(image);
-    if program(repository) == "nodejs-server" {
-        let hook = url_path
-            .trim_start_matches('/')
-            .split('/')
-            .next()
-            .unwrap_or_default();
-        anyhow::ensure!(
-            !hook.is_empty(),
-            "Deployment {name}: the nodejs server serves /NAME from hooks/NAME.js, and the webhook's path {url_path:?} names none"
-        );
-        let script = mounted_file(example, deployment, &format!("{hook}.js"))?;
-        return Ok((script, Runtime::Fission));
-    }
-    bail!(
-        "Deployment {name}: its runtime (image {image}, command {words:?}) is not one the importer knows: a Python script run by python, or metacontroller/nodejs-server"
-    )
+    let (server, extension, runtime) = match program(repository).as_str() {
+        "nodejs-server" => ("the nodejs server", "js", Runtime::Fission),
+        "jsonnetd" => ("jsonnetd", "jsonnet", Runtime::Jsonnet),
+        _ => bail!(
+            "Deployment {name}: its runtime (image {image}, command {words:?}) is not one the importer knows: a Python script run by python, metacontroller/nodejs-server or metacontroller/jsonnetd"
+        ),
+    };
+    let hook = url_path
+        .trim_start_matches('/')
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    anyhow::ensure!(
+        !hook.is_empty(),
+        "Deployment {name}: {server} serves /NAME from NAME.{extension}, and the webhook's path {url_path:?} names none"
+    );
+    let script = mounted_file(example, deployment, &format!("{hook}.{extension}"))?;
+    Ok((script, runtime))
 }
 
 /// The file at absolute `path` in the container, from the generated ConfigMap mounted there.

@@ -6,6 +6,7 @@ mod controller;
 mod example;
 mod hooks;
 mod js;
+mod jsonnet;
 mod kinds;
 mod project;
 mod python;
@@ -26,8 +27,8 @@ pub struct ImportArgs {
 #[derive(Subcommand, Debug)]
 enum From {
     /// A Metacontroller CompositeController or DecoratorController whose hooks are Python
-    /// scripts run by a Deployment of the directory, from a ConfigMap its kustomization
-    /// generates.
+    /// scripts, fission-style JavaScript (nodejs-server) or Jsonnet (jsonnetd) served by a
+    /// Deployment of the directory, from a ConfigMap its kustomization generates.
     Metacontroller(MetacontrollerArgs),
 }
 
@@ -74,6 +75,7 @@ pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
         let mut project = match i.sync.runtime {
             hooks::Runtime::Python => python::files(i, &sdk.path)?,
             hooks::Runtime::Fission => js::files(i, &sdk.path)?,
+            hooks::Runtime::Jsonnet => jsonnet::files(i, &sdk.path)?,
         };
         project.extend(project::common(&example, i, &files, &crds)?);
         projects.push((i, files, project));
