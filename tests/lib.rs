@@ -41,6 +41,13 @@ pub fn hostile_request(namespace: &str, mode: &str, arg: &str) -> capstan_engine
     }
 }
 
+/// Where projects made outside the repository (`capstan new`, `capstan import`) build
+/// their Rust: one directory for all of them, so the SDK and its dependencies compile
+/// once per run, not once per project.
+pub fn authors_target() -> PathBuf {
+    workspace().join("target/authors")
+}
+
 /// Path of a plugin's `.wasm`, building all test plugins (release `plugin` profile,
 /// `wasm32-wasip2`) on first use so a plain `cargo test` works.
 pub fn plugin(name: &str) -> PathBuf {

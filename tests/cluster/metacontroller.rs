@@ -1,5 +1,5 @@
-//! Controllers written for Metacontroller (ours: the counter with Python hooks, and with
-//! JavaScript ones), imported with `capstan import metacontroller` and run by `capstan run
+//! Controllers written for Metacontroller (ours: the counter with Python hooks, with
+//! JavaScript ones and with Jsonnet ones), imported with `capstan import metacontroller` and run by `capstan run
 //! --config run.yaml` on the real plane: the customize hook picks the related ConfigMaps,
 //! the sync hook's child and status are written and follow a new ConfigMap, the finalize
 //! hook holds the parent's deletion until its child is gone, and a parent the parent
@@ -32,6 +32,7 @@ fn capstan_in(dir: &Path, args: &[&str]) -> Result<String> {
         .current_dir(dir)
         .env("COMPONENTIZE_PY", componentize_py())
         .env("CAPSTAN_JS_TOOLCHAIN", js_toolchain())
+        .env("CARGO_TARGET_DIR", capstan_tests::authors_target())
         .env_remove("RUST_LOG")
         .output()?;
     anyhow::ensure!(
@@ -93,6 +94,16 @@ async fn an_imported_metacontroller_controller_reconciles_and_finalizes_on_the_p
 async fn an_imported_controller_with_javascript_hooks_does_the_same_for_the_parents_it_selects() -> Result<()>
 {
     counts_follows_and_finalizes("counter-js", "configmap-counter-js", &[("counted", "yes")]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_imported_controller_with_jsonnet_hooks_does_the_same_evaluated_in_the_component() -> Result<()> {
+    counts_follows_and_finalizes(
+        "counter-jsonnet",
+        "configmap-counter-jsonnet",
+        &[("counted", "yes")],
+    )
+    .await
 }
 
 /// The counter of `tests/fixtures/metacontroller/EXAMPLE`, imported, built and run: it

@@ -34,6 +34,13 @@ fn an_imported_controller_with_javascript_hooks_answers_through_them_unchanged()
     );
 }
 
+#[test]
+fn an_imported_controller_with_jsonnet_hooks_answers_through_them_unchanged() {
+    let hooks = ["customize.jsonnet", "sync.jsonnet", "finalize.jsonnet"];
+    let run = imported_counter_answers("counter-jsonnet", "configmap-counter-jsonnet", &hooks, "Jsonnet");
+    assert!(run.contains("reuseInstances: true"), "{run}");
+}
+
 /// Imports the counter in `tests/fixtures/metacontroller/EXAMPLE` outside the repository,
 /// checks its hooks came unchanged, builds it and checks its answers in `capstan test`;
 /// its `run.yaml`.

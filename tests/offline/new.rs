@@ -53,6 +53,7 @@ impl Author {
             .env("COMPONENTIZE_PY", componentize_py())
             .env("CAPSTAN_JS_TOOLCHAIN", js_toolchain())
             .env("CAPSTAN_CACHE_DIR", compile_cache())
+            .env("CARGO_TARGET_DIR", capstan_tests::authors_target())
             .env_remove("RUST_LOG");
         command
     }
