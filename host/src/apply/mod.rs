@@ -339,11 +339,21 @@ pub(crate) async fn finalizers(
     if let Some((key, value)) = annotation {
         patch["metadata"]["annotations"] = json!({ key: value });
     }
+    merge_patch(client, ar, parent, &patch).await
+}
+
+/// A JSON merge patch of `parent`; the new resourceVersion.
+async fn merge_patch(
+    client: &Client,
+    ar: &ApiResource,
+    parent: &DynamicObject,
+    patch: &Value,
+) -> kube::Result<String> {
     let api = api(client, ar, parent.namespace().as_deref());
     let request = Request::new(api.resource_url()).patch(
         &parent.name_any(),
         &PatchParams::default(),
-        &Patch::Merge(&patch),
+        &Patch::Merge(patch),
     );
     written(client, request).await
 }
@@ -360,13 +370,7 @@ pub(crate) async fn parent_metadata(
     let patch = json!({
         "metadata": { "labels": changes.labels, "annotations": changes.annotations },
     });
-    let api = api(client, ar, parent.namespace().as_deref());
-    let request = Request::new(api.resource_url()).patch(
-        &parent.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    );
-    written(client, request).await
+    merge_patch(client, ar, parent, &patch).await
 }
 
 #[cfg(test)]
