@@ -115,10 +115,6 @@ fn what_the_importer_cannot_import_is_refused_in_one_line_naming_it() {
     let controller = std::fs::read_to_string(example.join("manifest/controller.yaml")).unwrap();
     let cases = [
         (
-            decorator(&controller, "  - apiVersion: v1\n    resource: secrets\n"),
-            "spec.resources has 2 rules: a plugin has one parent kind",
-        ),
-        (
             controller.replace(
                 "http://configmap-counter.metacontroller/customize",
                 "https://hooks.example.com/customize",
@@ -257,6 +253,75 @@ fn a_decorator_controller_imports_with_its_selectors_and_attachments() {
         py.contains(r#"CHILDREN = (KindRef("", "v1", "ConfigMap", "configmaps", namespaced=True),)"#),
         "{py}"
     );
+    let run = std::fs::read_to_string(dir.path().join("project/run.yaml")).unwrap();
+    assert!(
+        !run.contains("selector:"),
+        "a decorator checks its selectors itself, to see a target stop matching: {run}"
+    );
+}
+
+#[test]
+fn a_decorator_with_several_resource_rules_is_one_plugin_per_rule() {
+    let example = counter_example();
+    let controller = std::fs::read_to_string(example.join("manifest/controller.yaml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["manifest/kustomization.yaml", "manifest/hooks.py", "v1/crd.yaml"] {
+        let to = dir.path().join("example").join(file);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(example.join(file), to).unwrap();
+    }
+    let more =
+        "  - apiVersion: v1\n    resource: secrets\n    labelSelector:\n      matchLabels: {team: a}\n";
+    std::fs::write(
+        dir.path().join("example/manifest/controller.yaml"),
+        decorator(&controller, more),
+    )
+    .unwrap();
+    let out = run_in(
+        dir.path(),
+        arg(&capstan_bin()),
+        &["import", "metacontroller", "example", "--out", "project"],
+    );
+    let said = succeeded("capstan import", &out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for (plugin, parent) in [
+        (
+            "configmap-counter-configmapcounters",
+            r#"PARENT = KindRef("examples.capstan.dev", "v1", "ConfigMapCounter""#,
+        ),
+        (
+            "configmap-counter-secrets",
+            r#"PARENT = KindRef("", "v1", "Secret", "secrets""#,
+        ),
+    ] {
+        assert!(
+            said.contains(&format!("DecoratorController {plugin} into")),
+            "{said}"
+        );
+        assert!(
+            stderr.contains(&format!("this one, {plugin}, decorates")),
+            "{stderr}"
+        );
+        let py =
+            std::fs::read_to_string(dir.path().join("project").join(plugin).join("controller.py")).unwrap();
+        assert!(py.contains(parent), "{py}");
+        assert!(
+            py.contains(r#"FINALIZER = "metacontroller.io/decoratorcontroller-configmap-counter""#),
+            "one finalizer, the controller's: {py}"
+        );
+    }
+    let secrets =
+        std::fs::read_to_string(dir.path().join("project/configmap-counter-secrets/controller.py")).unwrap();
+    assert!(
+        secrets.contains(r#"parent_selector=json.loads("{\"matchLabels\":{\"team\":\"a\"}}")"#),
+        "{secrets}"
+    );
+    let run = std::fs::read_to_string(dir.path().join("project/run.yaml")).unwrap();
+    assert!(
+        run.contains("- path: configmap-counter-secrets/build/configmap-counter-secrets.wasm"),
+        "{run}"
+    );
+    assert!(run.contains("allowSecrets: true"), "{run}");
 }
 
 /// Two controllers in one directory (the counter, and the update-methods controller with

@@ -8,17 +8,19 @@ use super::example::Example;
 use super::hooks::{self, HookFile};
 use super::kinds::{self, Kind};
 
-/// What one imported controller becomes.
-#[derive(Debug)]
+/// What one imported controller becomes (one of them, for a DecoratorController with
+/// several resource rules: a plugin has one parent kind).
+#[derive(Clone, Debug)]
 pub(super) struct Imported {
-    /// The controller's name, the plugin's.
+    /// The plugin's name: the controller's, or `CONTROLLER-RESOURCE` for one of a
+    /// decorator's several resource rules.
     pub name: String,
     /// The controller object, as Metacontroller sends it to hooks.
     pub controller: Value,
     /// For a DecoratorController, its resource rule's label and annotation selectors.
     pub decorator: Option<(Value, Value)>,
-    /// The parents' label selector (`parentResource.labelSelector`, or the decorator's
-    /// rule's): the host watches only those.
+    /// The parents' label selector (`parentResource.labelSelector`; none for a
+    /// decorator, which checks its rule's itself): the host watches only those.
     pub parent_selector: Option<Value>,
     pub parent: Kind,
     pub children: Vec<Kind>,
@@ -41,16 +43,18 @@ pub(super) struct Imported {
 }
 
 impl Imported {
-    /// The finalizer Metacontroller puts on parents of a controller with a finalize hook.
+    /// The finalizer Metacontroller puts on parents of a controller with a finalize hook
+    /// (named for the controller, whichever of its resource rules picked the parent).
     pub fn finalizer(&self) -> Option<String> {
         let kind = if self.decorator.is_some() {
             "decorator"
         } else {
             "composite"
         };
+        let controller = self.controller["metadata"]["name"].as_str().unwrap_or(&self.name);
         self.finalize
             .as_ref()
-            .map(|_| format!("metacontroller.io/{kind}controller-{}", self.name))
+            .map(|_| format!("metacontroller.io/{kind}controller-{controller}"))
     }
 
     /// `CompositeController` or `DecoratorController`.
@@ -102,8 +106,51 @@ pub(super) fn pick<'a>(example: &'a Example, name: Option<&str>) -> anyhow::Resu
 }
 
 /// `controller` decided: kinds resolved, hooks found, related kinds from `related` (as
-/// `APIVERSION/RESOURCE`) and the plurals the customize hook's source names.
-pub(super) fn import(example: &Example, controller: &Value, related: &[String]) -> anyhow::Result<Imported> {
+/// `APIVERSION/RESOURCE`) and the plurals the customize hook's source names. A
+/// DecoratorController with several resource rules is one plugin per rule, each running
+/// the same hooks for its rule's kind.
+pub(super) fn import(
+    example: &Example,
+    controller: &Value,
+    related: &[String],
+) -> anyhow::Result<Vec<Imported>> {
+    let first = import_first(example, controller, related)?;
+    let spec = &controller["spec"];
+    let rules = spec["resources"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if first.decorator.is_none() || rules.len() < 2 {
+        return Ok(vec![first]);
+    }
+    let crds = example.crds()?;
+    rules
+        .iter()
+        .enumerate()
+        .map(|(i, rule)| {
+            let field = format!("spec.resources[{i}]");
+            let parent = rule_kind(rule, &field, &crds)?;
+            let name = format!("{}-{}", first.name, parent.plural);
+            let mut differences = first.differences.clone();
+            differences.push(format!(
+                "{field}: each of the {} resource rules is a plugin of its own; this one, {name}, decorates {}",
+                rules.len(),
+                parent.plural
+            ));
+            Ok(Imported {
+                name,
+                decorator: Some(selectors(rule)),
+                status_schema: kinds::status_schema(&parent, &crds),
+                parent,
+                differences,
+                ..first.clone()
+            })
+        })
+        .collect()
+}
+
+/// `controller` decided, its first resource rule the parent of a decorator.
+fn import_first(example: &Example, controller: &Value, related: &[String]) -> anyhow::Result<Imported> {
     let name = controller["metadata"]["name"]
         .as_str()
         .context("the controller has no metadata.name")?
@@ -111,20 +158,17 @@ pub(super) fn import(example: &Example, controller: &Value, related: &[String]) 
     let spec = &controller["spec"];
     let crds = example.crds()?;
     let decorating = controller["kind"] == "DecoratorController";
-    let (parent, decorator) = if decorating {
-        let (rule, selectors) = target(spec)?;
-        (rule_kind(rule, "spec.resources[0]", &crds)?, Some(selectors))
+    let (parent, decorator, parent_selector) = if decorating {
+        // The plugin checks a decorator's selectors itself, so that it sees a target
+        // stop matching and finalizes it; the host watches every object of the kind.
+        let rule = target(spec)?;
+        let kind = rule_kind(rule, "spec.resources[0]", &crds)?;
+        (kind, Some(selectors(rule)), None)
     } else {
-        (
-            rule_kind(&spec["parentResource"], "spec.parentResource", &crds)?,
-            None,
-        )
+        let rule = &spec["parentResource"];
+        let kind = rule_kind(rule, "spec.parentResource", &crds)?;
+        (kind, None, labels_of(rule))
     };
-    let parent_selector = match &decorator {
-        Some((labels, _)) => labels.clone(),
-        None => spec["parentResource"]["labelSelector"].clone(),
-    };
-    let parent_selector = Some(parent_selector).filter(|s| s.as_object().is_some_and(|o| !o.is_empty()));
     let field = if decorating {
         "attachments"
     } else {
@@ -238,24 +282,24 @@ fn differences(spec: &Value, field: &str) -> Vec<String> {
     out
 }
 
-/// A DecoratorController's one resource rule and its (label, annotation) selectors: a
-/// plugin has one parent kind.
-fn target(spec: &Value) -> anyhow::Result<(&Value, (Value, Value))> {
+/// A DecoratorController's first resource rule.
+fn target(spec: &Value) -> anyhow::Result<&Value> {
     let rules = spec["resources"]
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or_default();
-    match rules {
-        [rule] => Ok((
-            rule,
-            (rule["labelSelector"].clone(), rule["annotationSelector"].clone()),
-        )),
-        [] => bail!("spec.resources is empty"),
-        more => bail!(
-            "spec.resources has {} rules: a plugin has one parent kind, and several are not imported yet",
-            more.len()
-        ),
-    }
+    rules.first().context("spec.resources is empty")
+}
+
+/// A decorator's resource rule's (label, annotation) selectors.
+fn selectors(rule: &Value) -> (Value, Value) {
+    (rule["labelSelector"].clone(), rule["annotationSelector"].clone())
+}
+
+/// A composite's parent rule's `labelSelector`, when it selects anything: the host
+/// watches only those parents.
+fn labels_of(rule: &Value) -> Option<Value> {
+    Some(rule["labelSelector"].clone()).filter(|s| s.as_object().is_some_and(|o| !o.is_empty()))
 }
 
 fn rule_kind(rule: &Value, field: &str, crds: &[Value]) -> anyhow::Result<Kind> {

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::example::Example;
 
 /// A hook's source file and the URL path it is called at.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct HookFile {
     /// The script on disk, as the ConfigMap generator names it.
     pub script: PathBuf,

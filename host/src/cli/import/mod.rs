@@ -59,9 +59,12 @@ pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(empty, "{} exists and is not empty", args.out.display());
     let example = example::Example::read(&args.dir)?;
     let picked = controller::pick(&example, args.controller.as_deref())?;
-    let imported = (picked.iter())
+    let imported: Vec<_> = (picked.iter())
         .map(|c| controller::import(&example, c, &args.related))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .collect::<anyhow::Result<Vec<_>>>()?
+        .into_iter()
+        .flatten()
+        .collect();
     for i in &imported {
         crate::validate::dns1123_label(&i.name)
             .map_err(|e| anyhow::anyhow!("controller name {e}: it names the plugin"))?;
