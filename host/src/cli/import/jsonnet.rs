@@ -106,8 +106,8 @@ pub fn hook(source: &'static str, file: &'static str) -> Hook {
     Box::new(move |request| {
         let request = serde_json::to_string(&request)?;
         let answer = STATE.with(|state| {
-            state.add_tla_code("request".into(), request.into());
             let value = state.run_in_state(|| {
+                state.add_tla_code("request".into(), request.into())?;
                 let value = state.evaluate_snippet_raw(Rc::from(Path::new(file)), source.into())?;
                 let value = state.with_tla(value)?;
                 state.manifest(value)
