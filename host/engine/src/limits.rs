@@ -90,8 +90,13 @@ pub(crate) fn lift_allowance(limits: &Limits) -> usize {
         .saturating_add(events)
 }
 
-/// What the parsed trees of `raw`'s children and status will take, held from the
-/// plugin's `memory` before any is built ([`parsed`](super::parsed)).
+/// What one label or annotation for the parent takes in the host besides its text: the
+/// map entry and its share of the map's nodes.
+const ENTRY_BYTES: usize = 2 * std::mem::size_of::<(String, Option<String>)>();
+
+/// What the parsed trees of `raw`'s children and status, and its labels and annotations
+/// for the parent, will take, held from the plugin's `memory` before any is built
+/// ([`parsed`](super::parsed)).
 fn hold_trees(raw: &wit::Response, memory: &Arc<PluginMemory>) -> Result<Held, Fault> {
     let texts = raw
         .children
@@ -99,7 +104,9 @@ fn hold_trees(raw: &wit::Response, memory: &Arc<PluginMemory>) -> Result<Held, F
         .enumerate()
         .map(|(i, c)| (c, format!("child {i}")));
     let texts = texts.chain(raw.status.iter().map(|s| (s, "status".to_string())));
-    let mut bytes = 0usize;
+    let mut bytes = (raw.parent_labels.iter().chain(&raw.parent_annotations))
+        .map(|e| ENTRY_BYTES + e.key.len() + e.value.as_ref().map_or(0, String::len))
+        .fold(0usize, usize::saturating_add);
     for (text, what) in texts {
         let tree =
             tree_bytes(text).map_err(|e| Fault::MalformedResponse(format!("{what} is not JSON: {e}")))?;
@@ -180,12 +187,13 @@ fn entries(
 ) -> Result<std::collections::BTreeMap<String, Option<String>>, Fault> {
     let mut map = std::collections::BTreeMap::new();
     for entry in list {
-        let key = capstan_contract::printable(&entry.key);
-        if map.insert(entry.key, entry.value).is_some() {
+        if map.contains_key(&entry.key) {
+            let key = capstan_contract::printable(&entry.key);
             return Err(Fault::MalformedResponse(format!(
                 "parent {what} {key:?} is named twice"
             )));
         }
+        map.insert(entry.key, entry.value);
     }
     Ok(map)
 }
@@ -211,5 +219,29 @@ mod tests {
         assert_eq!(after(Some(0)), Some(Duration::from_secs(1)));
         assert_eq!(after(Some(5_000)), Some(Duration::from_secs(5)));
         assert_eq!(after(None), None);
+    }
+
+    #[test]
+    fn labels_for_the_parent_are_held_from_the_plugins_memory() {
+        let entry = |i: usize| wit::MetadataEntry {
+            key: format!("k{i}"),
+            value: None,
+        };
+        let raw = |n: usize| wit::Response {
+            children: vec![],
+            status: None,
+            requeue_after_ms: None,
+            events: vec![],
+            finalized: false,
+            parent_labels: (0..n).map(entry).collect(),
+            parent_annotations: vec![],
+        };
+        let limits = Limits::default();
+        let memory = PluginMemory::new(64 * 1024, None);
+        let few = validate(raw(10), &limits, &memory).unwrap();
+        assert!(few.held.bytes() >= 10 * ENTRY_BYTES, "{}", few.held.bytes());
+        assert_eq!(few.parent.labels.len(), 10);
+        let many = validate(raw(10_000), &limits, &memory);
+        assert!(matches!(many, Err(Fault::PluginMemory(_))), "{many:?}");
     }
 }
