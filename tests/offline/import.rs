@@ -17,6 +17,19 @@ fn counter_example() -> PathBuf {
     workspace().join("tests/fixtures/metacontroller/counter")
 }
 
+/// A directory holding `example/`: the counter fixture with `controller` as its manifest.
+fn counter_with(controller: &str) -> tempfile::TempDir {
+    let (example, dir) = (counter_example(), tempfile::tempdir().unwrap());
+    let copy = dir.path().join("example");
+    for file in ["manifest/kustomization.yaml", "manifest/hooks.py", "v1/crd.yaml"] {
+        let to = copy.join(file);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(example.join(file), to).unwrap();
+    }
+    std::fs::write(copy.join("manifest/controller.yaml"), controller).unwrap();
+    dir
+}
+
 #[test]
 fn an_imported_metacontroller_controller_builds_and_answers_through_its_unchanged_hooks() {
     let run = imported_counter_answers("counter", "configmap-counter", &["hooks.py"], "Python");
@@ -138,14 +151,7 @@ fn what_the_importer_cannot_import_is_refused_in_one_line_naming_it() {
     ];
     let capstan = capstan_bin();
     for (text, said) in cases {
-        let dir = tempfile::tempdir().unwrap();
-        let copy = dir.path().join("example");
-        for file in ["manifest/kustomization.yaml", "manifest/hooks.py", "v1/crd.yaml"] {
-            let to = copy.join(file);
-            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-            std::fs::copy(example.join(file), to).unwrap();
-        }
-        std::fs::write(copy.join("manifest/controller.yaml"), text).unwrap();
+        let dir = counter_with(&text);
         let out = run_in(
             dir.path(),
             arg(&capstan),
@@ -218,17 +224,7 @@ fn decorator(controller: &str, more: &str) -> String {
 fn a_decorator_controller_imports_with_its_selectors_and_attachments() {
     let example = counter_example();
     let controller = std::fs::read_to_string(example.join("manifest/controller.yaml")).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    for file in ["manifest/kustomization.yaml", "manifest/hooks.py", "v1/crd.yaml"] {
-        let to = dir.path().join("example").join(file);
-        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-        std::fs::copy(example.join(file), to).unwrap();
-    }
-    std::fs::write(
-        dir.path().join("example/manifest/controller.yaml"),
-        decorator(&controller, ""),
-    )
-    .unwrap();
+    let dir = counter_with(&decorator(&controller, ""));
     let out = run_in(
         dir.path(),
         arg(&capstan_bin()),
@@ -264,19 +260,9 @@ fn a_decorator_controller_imports_with_its_selectors_and_attachments() {
 fn a_decorator_with_several_resource_rules_is_one_plugin_per_rule() {
     let example = counter_example();
     let controller = std::fs::read_to_string(example.join("manifest/controller.yaml")).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    for file in ["manifest/kustomization.yaml", "manifest/hooks.py", "v1/crd.yaml"] {
-        let to = dir.path().join("example").join(file);
-        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-        std::fs::copy(example.join(file), to).unwrap();
-    }
     let more =
         "  - apiVersion: v1\n    resource: secrets\n    labelSelector:\n      matchLabels: {team: a}\n";
-    std::fs::write(
-        dir.path().join("example/manifest/controller.yaml"),
-        decorator(&controller, more),
-    )
-    .unwrap();
+    let dir = counter_with(&decorator(&controller, more));
     let out = run_in(
         dir.path(),
         arg(&capstan_bin()),
