@@ -204,22 +204,37 @@ pub trait Reconciler {
 #[macro_export]
 macro_rules! export {
     ($reconciler:ty) => {
+        $crate::__export_guest!(
+            $crate::guest::metadata::<$reconciler>(),
+            |settings| $crate::guest::validate_settings::<$reconciler>(settings),
+            |parent, settings| $crate::guest::related::<$reconciler>(parent, settings),
+            |request| $crate::guest::reconcile::<$reconciler>(request)
+        );
+    };
+}
+
+/// The plugin export, each function the expression or closure given; for [`export!`] and
+/// [`export_metacontroller!`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_guest {
+    ($metadata:expr, $validate:expr, $related:expr, $reconcile:expr) => {
         const _: () = {
             struct CapstanGuest;
             impl $crate::bindings::exports::capstan::reconciler::plugin::Guest for CapstanGuest {
                 fn metadata() -> $crate::bindings::capstan::reconciler::types::PluginMetadata {
-                    $crate::guest::metadata::<$reconciler>()
+                    $metadata
                 }
                 fn validate_settings(
                     settings: ::std::string::String,
                 ) -> ::core::result::Result<(), ::std::string::String> {
-                    $crate::guest::validate_settings::<$reconciler>(settings)
+                    ($validate)(settings)
                 }
                 fn related(
                     parent: ::std::string::String,
                     settings: ::std::string::String,
                 ) -> ::std::vec::Vec<$crate::bindings::capstan::reconciler::types::RelatedQuery> {
-                    $crate::guest::related::<$reconciler>(parent, settings)
+                    ($related)(parent, settings)
                 }
                 fn reconcile(
                     request: $crate::bindings::capstan::reconciler::types::Request,
@@ -227,7 +242,7 @@ macro_rules! export {
                     $crate::bindings::capstan::reconciler::types::Response,
                     $crate::bindings::capstan::reconciler::types::ReconcileError,
                 > {
-                    $crate::guest::reconcile::<$reconciler>(request)
+                    ($reconcile)(request)
                 }
             }
             // Native builds (unit tests, `testing`) keep the type-checked glue but export

@@ -49,34 +49,11 @@ fn parse(text: &str) -> Result<Value, ReconcileError> {
 #[macro_export]
 macro_rules! export_metacontroller {
     ($controller:path) => {
-        const _: () = {
-            struct CapstanGuest;
-            impl $crate::bindings::exports::capstan::reconciler::plugin::Guest for CapstanGuest {
-                fn metadata() -> $crate::bindings::capstan::reconciler::types::PluginMetadata {
-                    $crate::metacontroller::metadata($controller())
-                }
-                fn validate_settings(
-                    settings: ::std::string::String,
-                ) -> ::core::result::Result<(), ::std::string::String> {
-                    $crate::metacontroller::validate_settings($controller(), settings)
-                }
-                fn related(
-                    parent: ::std::string::String,
-                    settings: ::std::string::String,
-                ) -> ::std::vec::Vec<$crate::bindings::capstan::reconciler::types::RelatedQuery> {
-                    $crate::metacontroller::related($controller(), parent, settings)
-                }
-                fn reconcile(
-                    request: $crate::bindings::capstan::reconciler::types::Request,
-                ) -> ::core::result::Result<
-                    $crate::bindings::capstan::reconciler::types::Response,
-                    $crate::bindings::capstan::reconciler::types::ReconcileError,
-                > {
-                    $crate::metacontroller::reconcile($controller(), request)
-                }
-            }
-            #[cfg(target_family = "wasm")]
-    $crate::bindings::export!(CapstanGuest with_types_in $crate::bindings);
-        };
+        $crate::__export_guest!(
+            $crate::metacontroller::metadata($controller()),
+            |settings| $crate::metacontroller::validate_settings($controller(), settings),
+            |parent, settings| $crate::metacontroller::related($controller(), parent, settings),
+            |request| $crate::metacontroller::reconcile($controller(), request)
+        );
     };
 }
