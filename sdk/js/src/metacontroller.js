@@ -118,6 +118,10 @@ export function selects(selector, labels = {}) {
   });
 }
 
+function isNamespace(object) {
+  return object?.apiVersion === 'v1' && object?.kind === 'Namespace';
+}
+
 /**
  * `value` as the API server stores it under a structural `schema`: the fields the schema
  * does not declare dropped, unless it preserves unknown fields.
@@ -164,40 +168,101 @@ export class Composite {
 
   async related(parent) {
     if (!this.customize) return [];
+    return (await this.rules(parent)).flatMap((rule) => this.queries(rule, parent));
+  }
+
+  /** The customize hook's `relatedResources` for `parent`. */
+  async rules(parent) {
     const answer = await this.customize({ controller: this.controller, [this.constructor.PARENT_FIELD]: parent });
-    return (answer?.relatedResources ?? []).map((rule) => this.query(rule, parent));
+    return answer?.relatedResources ?? [];
+  }
+
+  /** The declared related kind a rule names. */
+  kindOf(rule) {
+    const kind = this.declared.related.find((k) => apiVersion(k) === rule.apiVersion && k.plural === rule.resource);
+    if (!kind) throw fatal(`customize: ${rule.resource} (${rule.apiVersion}) is not declared related`);
+    return kind;
   }
 
   /**
-   * A `customize` answer's related-resource rule as Capstan's query. A rule naming no
-   * namespace reads, for a v1 hook's namespaced parent, its own; otherwise, as
-   * Metacontroller, every namespace (`*`: every one the operator lets the parent read).
+   * A rule's queries: one, or for a `namespaceSelector` two — the Namespaces it selects,
+   * and its objects in every namespace the parent may read (the hook is shown those in a
+   * selected namespace, see `shown`).
    */
-  query(rule, parent) {
-    const kind = this.declared.related.find((k) => apiVersion(k) === rule.apiVersion && k.plural === rule.resource);
-    if (!kind) throw fatal(`customize: ${rule.resource} (${rule.apiVersion}) is not declared related`);
-    if (rule.namespaceSelector) throw fatal(`customize: ${rule.resource} (${rule.apiVersion}): a namespaceSelector is not supported yet`);
+  queries(rule, parent) {
+    const kind = this.kindOf(rule);
+    if (rule.namespaceSelector === undefined || rule.namespaceSelector === null) return [this.query(kind, rule, parent)];
+    const what = `customize: ${rule.resource} (${rule.apiVersion})`;
+    if (rule.names?.length) throw fatal(`${what}: a rule cannot have both names and a namespaceSelector`);
+    if (rule.namespace) throw fatal(`${what}: a rule cannot have both a namespace and a namespaceSelector`);
+    if (this.everyNamespace(parent) === undefined) throw fatal(`${what}: a namespaceSelector cannot be used by a namespaced parent in a v1 hook`);
+    if (!kind.namespaced) throw fatal(`${what}: a namespaceSelector is only for namespaced resources`);
+    const namespaces = this.declared.related.find((k) => apiVersion(k) === 'v1' && k.kind === 'Namespace');
+    if (!namespaces) throw fatal(`${what}: a namespaceSelector reads the Namespaces it selects; declare v1 namespaces related`);
+    return [Related.labelled(namespaces, labelSelector(rule.namespaceSelector)), Related.labelled(kind, labelSelector(rule.labelSelector)).inNamespace('*')];
+  }
+
+  /** A rule without a `namespaceSelector` as Capstan's query. */
+  query(kind, rule, parent) {
     const query = rule.names?.length ? Related.named(kind, rule.names) : Related.labelled(kind, labelSelector(rule.labelSelector));
-    const own = this.version === 'v1' && parent?.metadata?.namespace;
-    const ns = rule.namespace || (own ? undefined : '*');
+    const ns = rule.namespace || this.everyNamespace(parent);
     return ns ? query.inNamespace(ns) : query;
   }
 
+  /**
+   * Where a rule naming no namespace reads: a v1 hook's namespaced parent its own
+   * (undefined: the default); otherwise, as Metacontroller, every namespace (`*`: every
+   * one the operator lets the parent read).
+   */
+  everyNamespace(parent) {
+    return this.version === 'v1' && parent?.metadata?.namespace ? undefined : '*';
+  }
+
   /** The hook request for `parent`, as Metacontroller sends it. */
-  request(parent, ctx) {
+  async request(parent, ctx) {
     const { PARENT_FIELD, CHILDREN_FIELD } = this.constructor;
     return {
       controller: this.controller,
       [PARENT_FIELD]: parent,
       [CHILDREN_FIELD]: objectMap(this.declared.children, ctx.children, parent, this.version),
-      related: objectMap(this.declared.related, ctx.related, parent, this.version),
+      related: objectMap(this.declared.related, await this.shown(parent, ctx.related), parent, this.version),
       finalizing: ctx.finalizing,
     };
   }
 
+  /**
+   * The related objects the hook is shown. Under a `namespaceSelector` rule the host read
+   * the rule's kind in every namespace and the Namespaces the selector picks: the hook
+   * sees the rule's objects in a picked namespace, and a Namespace only where a rule asks
+   * for it (the rules are asked again, only when a Namespace was read).
+   */
+  async shown(parent, related) {
+    if (!this.customize || !related.some(isNamespace)) return related;
+    const rules = await this.rules(parent);
+    if (!rules.some((r) => r.namespaceSelector !== undefined && r.namespaceSelector !== null)) return related;
+    const namespaces = new Map(related.filter(isNamespace).map((o) => [o.metadata?.name, o]));
+    return related.filter((o) => rules.some((r) => this.selectsRelated(r, o, namespaces, parent)));
+  }
+
+  /** Whether `rule` selects related `object`, as Metacontroller matches one. */
+  selectsRelated(rule, object, namespaces, parent) {
+    const kind = this.kindOf(rule);
+    if (!isKind(kind, object)) return false;
+    const meta = object.metadata ?? {};
+    const labels = meta.labels ?? {};
+    if (rule.namespaceSelector !== undefined && rule.namespaceSelector !== null) {
+      const ns = namespaces.get(meta.namespace);
+      return ns !== undefined && selects(rule.namespaceSelector, ns.metadata?.labels ?? {}) && selects(rule.labelSelector, labels);
+    }
+    if (rule.names?.length ? !rule.names.includes(meta.name) : !selects(rule.labelSelector, labels)) return false;
+    const where = rule.namespace || this.everyNamespace(parent);
+    if (!kind.namespaced || where === '*') return true;
+    return meta.namespace === (where ?? parent?.metadata?.namespace);
+  }
+
   async reconcile(parent, ctx) {
     const hook = ctx.finalizing && this.finalize ? this.finalize : this.sync;
-    const answer = await hook(this.request(parent, ctx));
+    const answer = await hook(await this.request(parent, ctx));
     return this.response(answer ?? {}, parent, ctx.finalizing);
   }
 
@@ -264,7 +329,7 @@ export class Decorator extends Composite {
     // finalize hook cleans its attachments up, and its answer lets the finalizer go;
     // without one, nothing is held for it.
     if (!this.finalize) return new Response().finalize();
-    const answer = await this.finalize({ ...this.request(parent, ctx), finalizing: true });
+    const answer = await this.finalize({ ...(await this.request(parent, ctx)), finalizing: true });
     return this.response(answer ?? {}, parent, true);
   }
 

@@ -114,8 +114,52 @@ test('customize rules become related queries of declared kinds; others are the p
   assert.deepEqual([queries[1].selector, queries[1].namespace], [{ names: ['tls', 'ca'] }, 'certs']);
   const undeclared = recorder({ relatedResources: [{ apiVersion: 'v1', resource: 'pods' }] });
   await assert.rejects(composite(recorder().hook, { customize: undeclared.hook }).related(team(), new Context()), /pods \(v1\) is not declared related/);
-  const byNamespaces = recorder({ relatedResources: [{ apiVersion: 'v1', resource: 'secrets', namespaceSelector: {} }] });
-  await assert.rejects(composite(recorder().hook, { customize: byNamespaces.hook }).related(team(), new Context()), /namespaceSelector is not supported yet/);
+});
+
+/** A v2 controller of Regions whose customize answers one rule for Secrets. */
+function byNamespaces(sync, rule, related = [kinds.Secret, kinds.Namespace]) {
+  const metadata = new Metadata('teams', '0.1.0');
+  for (const kind of related) metadata.relatedKind(kind);
+  const customize = recorder({ relatedResources: [{ apiVersion: 'v1', resource: 'secrets', ...rule }] });
+  return new Composite({ controller: {}, metadata, parent: Region, sync, version: 'v2', customize: customize.hook });
+}
+
+const namespace = (name, labels) => object(kinds.Namespace, { metadata: { name, labels } });
+
+test('a namespaceSelector reads the namespaces it picks and its kind in every namespace', async () => {
+  const { hook, seen } = recorder();
+  const plugin = byNamespaces(hook, { namespaceSelector: { matchLabels: { team: 'red' } }, labelSelector: { matchLabels: { app: 'web' } } });
+  const queries = await plugin.related(obj(Region, 'eu'), new Context());
+  assert.deepEqual(
+    queries.map((q) => [q.kind, q.selector, q.namespace]),
+    [
+      ['Namespace', { labels: 'team=red' }, undefined],
+      ['Secret', { labels: 'app=web' }, '*'],
+    ],
+  );
+  // The host answers both; the hook sees the rule's objects in a picked namespace alone,
+  // and no Namespace, which no rule asked for.
+  const web = { app: 'web' };
+  const inside = object(kinds.Secret, { metadata: { name: 'in', namespace: 'red', labels: web } });
+  const outside = object(kinds.Secret, { metadata: { name: 'out', namespace: 'blue', labels: web } });
+  const related = [namespace('red', { team: 'red' }), namespace('blue', { team: 'blue' }), inside, outside];
+  await plugin.reconcile(obj(Region, 'eu'), new Context({ related }));
+  assert.deepEqual(seen[0].related, { 'Secret.v1': { 'red/in': inside }, 'Namespace.v1': {} });
+});
+
+test('a namespaceSelector is refused where Metacontroller refuses it', async () => {
+  const region = obj(Region, 'eu');
+  const refused = async (plugin, parent, words) => assert.rejects(plugin.related(parent, new Context()), words);
+  const sync = recorder().hook;
+  await refused(byNamespaces(sync, { namespaceSelector: {}, names: ['tls'] }), region, /both names and a namespaceSelector/);
+  await refused(byNamespaces(sync, { namespaceSelector: {}, namespace: 'red' }), region, /both a namespace and a namespaceSelector/);
+  await refused(byNamespaces(sync, { namespaceSelector: {} }, [kinds.Secret]), region, /declare v1 namespaces related/);
+  const v1 = composite(sync, { customize: recorder({ relatedResources: [{ apiVersion: 'v1', resource: 'secrets', namespaceSelector: {} }] }).hook });
+  await refused(v1, team(), /namespaced parent in a v1 hook/);
+  const metadata = new Metadata('teams', '0.1.0').relatedKind(Role).relatedKind(kinds.Namespace);
+  const roles = recorder({ relatedResources: [{ apiVersion: 'rbac.authorization.k8s.io/v1', resource: 'clusterroles', namespaceSelector: {} }] });
+  const plugin = new Composite({ controller: {}, metadata, parent: Region, sync, version: 'v2', customize: roles.hook });
+  await refused(plugin, region, /only for namespaced resources/);
 });
 
 test('a rule naming no namespace reads every one, but for a v1 hook’s namespaced parent', async () => {

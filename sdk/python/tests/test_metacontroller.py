@@ -159,11 +159,60 @@ def test_a_customize_rule_for_an_undeclared_resource_is_the_plugins_error_naming
     hook, _ = recorder()
     with pytest.raises(Fatal, match=r"pods \(v1\) is not declared related"):
         composite(hook, customize=customize).related(team(), Context())
-    by_namespaces, _ = recorder(
-        {"relatedResources": [{"apiVersion": "v1", "resource": "secrets", "namespaceSelector": {}}]}
+
+
+def namespace(name, **labels):
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def by_namespaces(hook, version="v2", related=(kinds.SECRET, kinds.NAMESPACE), **rule):
+    rules = {"relatedResources": [{"apiVersion": "v1", "resource": "secrets", **rule}]}
+    customize, _ = recorder(rules)
+    meta = Metadata("teams", "0.1.0", parent=REGION)
+    for kind in related:
+        meta = meta.related(kind)
+    return Composite({"metadata": {"name": "teams"}}, meta, hook, version=version, customize=customize)
+
+
+def test_a_namespace_selector_reads_the_namespaces_it_picks_and_its_kind_in_every_namespace():
+    hook, seen = recorder()
+    plugin = by_namespaces(
+        hook, namespaceSelector={"matchLabels": {"team": "red"}}, labelSelector={"matchLabels": {"app": "web"}}
     )
-    with pytest.raises(Fatal, match="namespaceSelector is not supported yet"):
-        composite(hook, customize=by_namespaces).related(team(), Context())
+    queries = plugin.related(obj(REGION, "eu"), Context())
+    assert [(q.kind, q.labels, q.namespace) for q in queries] == [
+        ("Namespace", "team=red", None),
+        ("Secret", "app=web", "*"),
+    ]
+    # The host answers both; the hook sees the rule's objects in a picked namespace alone,
+    # and no Namespace, which no rule asked for.
+    red, blue = namespace("red", team="red"), namespace("blue", team="blue")
+    web = {"labels": {"app": "web"}}
+    inside = {**obj(kinds.SECRET, "in", "red"), "metadata": {"name": "in", "namespace": "red", **web}}
+    outside = {**obj(kinds.SECRET, "out", "blue"), "metadata": {"name": "out", "namespace": "blue", **web}}
+    plugin.reconcile(obj(REGION, "eu"), Context(related=[red, blue, inside, outside]))
+    assert seen[0]["related"] == {"Secret.v1": {"red/in": inside}, "Namespace.v1": {}}
+
+
+def test_a_namespace_selector_is_refused_where_metacontroller_refuses_it():
+    hook, _ = recorder()
+    region = obj(REGION, "eu")
+    cases = [
+        ({"names": ["tls"]}, "v2", region, "both names and a namespaceSelector"),
+        ({"namespace": "red"}, "v2", region, "both a namespace and a namespaceSelector"),
+        ({}, "v1", team(), "namespaced parent in a v1 hook"),
+    ]
+    for rule, version, parent, words in cases:
+        with pytest.raises(Fatal, match=words):
+            by_namespaces(hook, version, namespaceSelector={}, **rule).related(parent, Context())
+    with pytest.raises(Fatal, match="declare v1 namespaces related"):
+        by_namespaces(hook, related=(kinds.SECRET,), namespaceSelector={}).related(region, Context())
+    rule = {"apiVersion": "rbac.authorization.k8s.io/v1", "resource": "clusterroles", "namespaceSelector": {}}
+    roles, _ = recorder({"relatedResources": [rule]})
+    meta = Metadata("teams", "0.1.0", parent=REGION).related(ROLE).related(kinds.NAMESPACE)
+    plugin = Composite({}, meta, hook, version="v2", customize=roles)
+    with pytest.raises(Fatal, match="only for namespaced resources"):
+        plugin.related(region, Context())
 
 
 def test_label_selectors_become_selector_text():

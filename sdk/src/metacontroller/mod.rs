@@ -16,6 +16,7 @@
 
 mod guest;
 mod maps;
+mod rules;
 mod schema;
 mod selector;
 
@@ -118,62 +119,6 @@ impl Controller {
         }
     }
 
-    /// The related objects `parent` needs: the customize hook's rules as queries.
-    pub fn related(&self, parent: &Value) -> Result<Vec<capstan_contract::RelatedQuery>, ReconcileError> {
-        let Some(customize) = &self.customize else {
-            return Ok(Vec::new());
-        };
-        if !self.selected(parent)? {
-            return Ok(Vec::new());
-        }
-        let answer = customize(json!({"controller": self.controller, self.parent_field(): parent}))?;
-        (answer["relatedResources"].as_array().into_iter().flatten())
-            .map(|rule| self.query(rule, parent))
-            .collect()
-    }
-
-    /// A customize rule as a query. A rule naming no namespace reads, for a v1 hook's
-    /// namespaced parent, its own; otherwise, as Metacontroller, every namespace (`*`:
-    /// every one the operator lets the parent read).
-    fn query(&self, rule: &Value, parent: &Value) -> Result<capstan_contract::RelatedQuery, ReconcileError> {
-        let (api_version, resource) = (
-            rule["apiVersion"].as_str().unwrap_or_default(),
-            rule["resource"].as_str().unwrap_or_default(),
-        );
-        let kind = (self.metadata.related_kinds().iter())
-            .find(|k| k.api_version() == api_version && k.plural == resource)
-            .ok_or_else(|| {
-                ReconcileError::fatal(format!(
-                    "customize: {resource} ({api_version}) is not declared related"
-                ))
-            })?;
-        if !rule["namespaceSelector"].is_null() {
-            return Err(ReconcileError::fatal(format!(
-                "customize: {resource} ({api_version}): a namespaceSelector is not supported yet"
-            )));
-        }
-        let names: Vec<String> = (rule["names"].as_array().into_iter().flatten())
-            .filter_map(|n| n.as_str().map(str::to_string))
-            .collect();
-        let selector = if names.is_empty() {
-            capstan_contract::Selector::Labels(label_selector(&rule["labelSelector"])?)
-        } else {
-            capstan_contract::Selector::Names(names)
-        };
-        let own = self.version == Version::V1 && parent["metadata"]["namespace"].as_str().is_some();
-        let namespace = match rule["namespace"].as_str().filter(|n| !n.is_empty()) {
-            Some(ns) => Some(ns.to_string()),
-            None if own => None,
-            None => Some(capstan_contract::ANY_NAMESPACE.to_string()),
-        };
-        Ok(capstan_contract::RelatedQuery {
-            group: kind.group.clone(),
-            kind: kind.kind.clone(),
-            namespace,
-            selector,
-        })
-    }
-
     /// The hook request for `parent`, as Metacontroller sends it.
     pub fn request(&self, parent: &Value, ctx: &Context) -> Result<Value, ReconcileError> {
         let parse = |raw: &[Box<serde_json::value::RawValue>]| -> Result<Vec<Value>, ReconcileError> {
@@ -187,7 +132,7 @@ impl Controller {
             "controller": self.controller,
             self.parent_field(): parent,
             self.children_field(): object_map(self.metadata.children(), &children, parent, self.version),
-            "related": object_map(self.metadata.related_kinds(), &related, parent, self.version),
+            "related": object_map(self.metadata.related_kinds(), &self.shown(parent, related)?, parent, self.version),
             "finalizing": ctx.finalizing(),
         }))
     }

@@ -179,3 +179,108 @@ fn a_status_is_pruned_to_the_parents_schema() {
         .unwrap();
     assert_eq!(r.status, Some(json!({"count": 1, "observedGeneration": 3})));
 }
+
+/// A v2 controller of cluster-scoped Regions whose customize answers one rule for Secrets
+/// with `rule`'s fields, declaring `related` kinds.
+fn by_namespaces(rule: Value, related: &[(&str, &str, &str, bool)]) -> (Controller, Arc<Mutex<Vec<Value>>>) {
+    let (sync, seen) = recorder(json!({}));
+    let mut c = controller(Shape::Composite, sync, None);
+    let mut metadata = Metadata::new("c", "0.1.0");
+    for (group, k, plural, namespaced) in related {
+        metadata = metadata.related_kind(KindRef {
+            namespaced: *namespaced,
+            ..kind(group, k, plural)
+        });
+    }
+    c.metadata = metadata;
+    let mut rules = json!({"apiVersion": "v1", "resource": "secrets"});
+    rules
+        .as_object_mut()
+        .unwrap()
+        .extend(rule.as_object().unwrap().clone());
+    c.customize = Some(recorder(json!({"relatedResources": [rules]})).0);
+    (c, seen)
+}
+
+const SECRETS_AND_NAMESPACES: &[(&str, &str, &str, bool)] = &[
+    ("", "Secret", "secrets", true),
+    ("", "Namespace", "namespaces", false),
+];
+
+fn region() -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "Region", "metadata": {"name": "eu"}})
+}
+
+fn raw(v: &Value) -> Box<serde_json::value::RawValue> {
+    serde_json::value::to_raw_value(v).unwrap()
+}
+
+#[test]
+fn a_namespace_selector_reads_the_namespaces_it_picks_and_its_kind_in_every_namespace() {
+    let rule = json!({"namespaceSelector": {"matchLabels": {"team": "red"}}, "labelSelector": {"matchLabels": {"app": "web"}}});
+    let (c, seen) = by_namespaces(rule, SECRETS_AND_NAMESPACES);
+    let queries = c.related(&region()).unwrap();
+    let shape: Vec<_> = (queries.iter())
+        .map(|q| (q.kind.as_str(), q.selector.clone(), q.namespace.as_deref()))
+        .collect();
+    use capstan_contract::Selector::Labels;
+    assert_eq!(
+        shape,
+        [
+            ("Namespace", Labels("team=red".into()), None),
+            ("Secret", Labels("app=web".into()), Some("*")),
+        ]
+    );
+    // The host answers both; the hook sees the rule's objects in a picked namespace
+    // alone, and no Namespace, which no rule asked for.
+    let namespace = |name: &str, team: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"team": team}}});
+    let secret = |name: &str, ns: &str| json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns, "labels": {"app": "web"}}});
+    let (inside, outside) = (secret("in", "red"), secret("out", "blue"));
+    let related = [
+        namespace("red", "red"),
+        namespace("blue", "blue"),
+        inside.clone(),
+        outside,
+    ];
+    let ctx = Context::new(Vec::new(), false).with_related(related.iter().map(raw).collect());
+    c.reconcile(region(), &ctx).unwrap();
+    let request = &seen.lock().unwrap()[0];
+    assert_eq!(
+        request["related"],
+        json!({"Secret.v1": {"red/in": inside}, "Namespace.v1": {}})
+    );
+}
+
+#[test]
+fn a_namespace_selector_is_refused_where_metacontroller_refuses_it() {
+    let refused = |c: Controller, parent: Value, words: &str| {
+        let e = c.related(&parent).unwrap_err();
+        assert!(e.message().contains(words), "{}", e.message());
+    };
+    let selector = |extra: Value| {
+        let mut rule = json!({"namespaceSelector": {}});
+        rule.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        rule
+    };
+    let (c, _) = by_namespaces(selector(json!({"names": ["tls"]})), SECRETS_AND_NAMESPACES);
+    refused(c, region(), "both names and a namespaceSelector");
+    let (c, _) = by_namespaces(selector(json!({"namespace": "red"})), SECRETS_AND_NAMESPACES);
+    refused(c, region(), "both a namespace and a namespaceSelector");
+    let (mut c, _) = by_namespaces(selector(json!({})), SECRETS_AND_NAMESPACES);
+    c.version = Version::V1;
+    refused(
+        c,
+        thing(Value::Null, Value::Null),
+        "namespaced parent in a v1 hook",
+    );
+    let (c, _) = by_namespaces(selector(json!({})), &SECRETS_AND_NAMESPACES[..1]);
+    refused(c, region(), "declare v1 namespaces related");
+    let roles = &[
+        ("", "Secret", "secrets", false),
+        ("", "Namespace", "namespaces", false),
+    ];
+    let (c, _) = by_namespaces(selector(json!({})), roles);
+    refused(c, region(), "only for namespaced resources");
+}

@@ -130,6 +130,10 @@ def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bo
     return True
 
 
+def _is_namespace(obj: Mapping[str, Any]) -> bool:
+    return obj.get("apiVersion") == "v1" and obj.get("kind") == "Namespace"
+
+
 def prune(value: Any, schema: Mapping[str, Any]) -> Any:
     """``value`` as the API server stores it under a structural ``schema``: the fields the
     schema does not declare dropped, unless it preserves unknown fields."""
@@ -184,11 +188,15 @@ class Composite(Reconciler):
     def related(self, parent: dict[str, Any], ctx: Context) -> list[Related]:
         if self.customize is None:
             return []
-        answer = self.customize({"controller": self.controller, self.PARENT_FIELD: parent})
-        rules = answer.get("relatedResources") or []
-        return [self._query(rule, parent) for rule in rules]
+        return [q for rule in self._rules(parent) for q in self._queries(rule, parent)]
 
-    def _query(self, rule: Mapping[str, Any], parent: Mapping[str, Any]) -> Related:
+    def _rules(self, parent: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        """The customize hook's ``relatedResources`` for ``parent``."""
+        assert self.customize is not None
+        answer = self.customize({"controller": self.controller, self.PARENT_FIELD: parent})
+        return list(answer.get("relatedResources") or [])
+
+    def _kind(self, rule: Mapping[str, Any]) -> KindRef:
         api_version, resource = rule.get("apiVersion", ""), rule.get("resource", "")
         kind = next(
             (k for k in self.declared.related_kinds if k.api_version == api_version and k.plural == resource),
@@ -196,8 +204,42 @@ class Composite(Reconciler):
         )
         if kind is None:
             raise Fatal(f"customize: {resource} ({api_version}) is not declared related")
-        if rule.get("namespaceSelector") is not None:
-            raise Fatal(f"customize: {resource} ({api_version}): a namespaceSelector is not supported yet")
+        return kind
+
+    def _queries(self, rule: Mapping[str, Any], parent: Mapping[str, Any]) -> list[Related]:
+        """A rule's queries: one, or for a ``namespaceSelector`` two — the Namespaces it
+        selects, and its objects in every namespace the parent may read (the hook is shown
+        those in a selected namespace, see :meth:`_shown`)."""
+        kind = self._kind(rule)
+        if rule.get("namespaceSelector") is None:
+            return [self._query(kind, rule, parent)]
+        self._check_namespace_selector(kind, rule, parent)
+        namespaces = self._namespace_kind(rule)
+        return [
+            Related.labelled(namespaces, label_selector(rule["namespaceSelector"])),
+            Related.labelled(kind, label_selector(rule.get("labelSelector"))).in_namespace("*"),
+        ]
+
+    def _check_namespace_selector(self, kind: KindRef, rule: Mapping[str, Any], parent: Mapping[str, Any]) -> None:
+        """Metacontroller's rules for a ``namespaceSelector``, with its reasons."""
+        what = f"customize: {rule.get('resource', '')} ({rule.get('apiVersion', '')})"
+        if rule.get("names"):
+            raise Fatal(f"{what}: a rule cannot have both names and a namespaceSelector")
+        if rule.get("namespace"):
+            raise Fatal(f"{what}: a rule cannot have both a namespace and a namespaceSelector")
+        if self._every_namespace(parent) is None:
+            raise Fatal(f"{what}: a namespaceSelector cannot be used by a namespaced parent in a v1 hook")
+        if not kind.namespaced:
+            raise Fatal(f"{what}: a namespaceSelector is only for namespaced resources")
+
+    def _namespace_kind(self, rule: Mapping[str, Any]) -> KindRef:
+        kind = next((k for k in self.declared.related_kinds if k.api_version == "v1" and k.kind == "Namespace"), None)
+        if kind is None:
+            what = f"customize: {rule.get('resource', '')} ({rule.get('apiVersion', '')})"
+            raise Fatal(f"{what}: a namespaceSelector reads the Namespaces it selects; declare v1 namespaces related")
+        return kind
+
+    def _query(self, kind: KindRef, rule: Mapping[str, Any], parent: Mapping[str, Any]) -> Related:
         names = rule.get("names")
         query = Related.named(kind, names) if names else Related.labelled(kind, label_selector(rule.get("labelSelector")))
         ns = rule.get("namespace") or self._every_namespace(parent)
@@ -217,9 +259,45 @@ class Composite(Reconciler):
             "controller": self.controller,
             self.PARENT_FIELD: parent,
             self.CHILDREN_FIELD: object_map(self.declared.children, ctx.children, parent, self.version),
-            "related": object_map(self.declared.related_kinds, ctx.related, parent, self.version),
+            "related": object_map(self.declared.related_kinds, self._shown(parent, ctx.related), parent, self.version),
             "finalizing": ctx.finalizing,
         }
+
+    def _shown(self, parent: Mapping[str, Any], related: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The related objects the hook is shown. Under a ``namespaceSelector`` rule the host
+        read the rule's kind in every namespace and the Namespaces the selector picks: the
+        hook sees the rule's objects in a picked namespace, and a Namespace only where a
+        rule asks for it (the rules are asked again, only when a Namespace was read)."""
+        if self.customize is None or not any(_is_namespace(o) for o in related):
+            return related
+        rules = self._rules(parent)
+        if not any(r.get("namespaceSelector") is not None for r in rules):
+            return related
+        namespaces = {(o.get("metadata") or {}).get("name"): o for o in related if _is_namespace(o)}
+        return [o for o in related if any(self._selects(r, o, namespaces, parent) for r in rules)]
+
+    def _selects(
+        self, rule: Mapping[str, Any], obj: Mapping[str, Any], namespaces: Mapping[str, Any], parent: Mapping[str, Any]
+    ) -> bool:
+        """Whether ``rule`` selects ``obj``, as Metacontroller matches a related object."""
+        kind = self._kind(rule)
+        if not kind.matches(obj):
+            return False
+        meta = obj.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if rule.get("namespaceSelector") is not None:
+            ns = namespaces.get(meta.get("namespace"))
+            ns_labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
+            return ns is not None and selects(rule["namespaceSelector"], ns_labels) and selects(rule.get("labelSelector"), labels)
+        names = rule.get("names")
+        if names and meta.get("name") not in names:
+            return False
+        if not names and not selects(rule.get("labelSelector"), labels):
+            return False
+        where = rule.get("namespace") or self._every_namespace(parent)
+        if not kind.namespaced or where == "*":
+            return True
+        return meta.get("namespace") == (where or namespace_of(parent))
 
     def reconcile(self, parent: dict[str, Any], ctx: Context) -> Response:
         hook = self.finalize if ctx.finalizing and self.finalize is not None else self.sync
