@@ -5,7 +5,9 @@
 //! hook holds the parent's deletion until its child is gone, and a parent the parent
 //! rule's labelSelector does not pick is left alone; a DecoratorController (ours, Python)
 //! attaches a child to each target it selects, sets and removes the target's own labels
-//! and annotations, and lets go of a target it no longer selects.
+//! and annotations, and lets go of a target it no longer selects; a cluster-scoped parent
+//! (ours, Python) reads related objects through a `customize` rule's `namespaceSelector`,
+//! following the namespaces' labels.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -45,8 +47,13 @@ fn capstan_in(dir: &Path, args: &[&str]) -> Result<String> {
 
 /// `tests/fixtures/metacontroller/EXAMPLE` imported into `dir/project` (with this
 /// checkout's SDK), built, its CRDs installed, and `capstan run --config run.yaml` started
-/// on `ns`: the project and the host.
-async fn imported_and_running(plane: &Plane, example: &str, ns: &str, dir: &Path) -> Result<(PathBuf, Host)> {
+/// on `ns` (every namespace: `None`): the project and the host.
+async fn imported_and_running(
+    plane: &Plane,
+    example: &str,
+    ns: Option<&str>,
+    dir: &Path,
+) -> Result<(PathBuf, Host)> {
     let project = dir.join("project");
     let example = workspace().join("tests/fixtures/metacontroller").join(example);
     let import = ["import", "metacontroller", arg(&example), "--out", arg(&project)];
@@ -58,12 +65,13 @@ async fn imported_and_running(plane: &Plane, example: &str, ns: &str, dir: &Path
         plane.install_crds(&crds).await?;
     }
     let config = project.join("run.yaml");
-    let host = Host::start(
-        plane,
-        &["--config", arg(&config), "--namespace", ns],
-        &dir.join("host.log"),
-        &[],
-    )?;
+    let scope = ns.map(|ns| ["--namespace", ns]);
+    let args = [
+        &["--config", arg(&config)][..],
+        scope.as_ref().map_or(&[][..], |s| &s[..]),
+    ]
+    .concat();
+    let host = Host::start(plane, &args, &dir.join("host.log"), &[])?;
     Ok((project, host))
 }
 
@@ -120,7 +128,7 @@ async fn counts_follows_and_finalizes(
     let plane = Plane::shared().await?;
     let ns = plane.namespace(example).await?;
     let dir = tempfile::tempdir()?;
-    let (_, host) = imported_and_running(plane, example, &ns, dir.path()).await?;
+    let (_, host) = imported_and_running(plane, example, Some(&ns), dir.path()).await?;
     let client = plane.client().await?;
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let web = format!("web-{example}");
@@ -250,7 +258,7 @@ async fn imported_update_methods_keep_or_recreate_a_child_that_differs() -> Resu
     let plane = Plane::shared().await?;
     let ns = plane.namespace("update-methods").await?;
     let dir = tempfile::tempdir()?;
-    let (project, host) = imported_and_running(plane, "update-methods", &ns, dir.path()).await?;
+    let (project, host) = imported_and_running(plane, "update-methods", Some(&ns), dir.path()).await?;
     let run = std::fs::read_to_string(project.join("run.yaml"))?;
     assert!(
         run.contains(
@@ -413,7 +421,7 @@ async fn an_imported_decorator_attaches_labels_its_target_and_lets_go_of_one_it_
     let plane = Plane::shared().await?;
     let ns = plane.namespace("service-info").await?;
     let dir = tempfile::tempdir()?;
-    let (_, host) = imported_and_running(plane, "service-info", &ns, dir.path()).await?;
+    let (_, host) = imported_and_running(plane, "service-info", Some(&ns), dir.path()).await?;
     let client = plane.client().await?;
     let services: Api<Service> = Api::namespaced(client.clone(), &ns);
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
@@ -468,6 +476,81 @@ async fn an_imported_decorator_attaches_labels_its_target_and_lets_go_of_one_it_
     .with_context(log)?;
     let (_, labels, _) = decorated(&services, &configmaps, "web").await?;
     assert_eq!(labels, pairs(&[("described", "yes"), ("team", "a")]));
+    drop(host);
+    Ok(())
+}
+
+/// A census's `status.names`, once it has one.
+async fn census(censuses: &Api<DynamicObject>, name: &str) -> Result<Option<String>> {
+    let parent = censuses.get_opt(name).await?;
+    Ok(parent.and_then(|p| p.data["status"]["names"].as_str().map(str::to_string)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_selector_reads_the_namespaces_whose_labels_match_and_follows_them() -> Result<()> {
+    let plane = Plane::shared().await?;
+    let (red, blue) = (
+        plane.namespace("census-red").await?,
+        plane.namespace("census-blue").await?,
+    );
+    let dir = tempfile::tempdir()?;
+    let (_, host) = imported_and_running(plane, "team-census", None, dir.path()).await?;
+    let client = plane.client().await?;
+    // The team is this run's own: the host reads every namespace of the shared plane.
+    let team = red.clone();
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let label = |ns: &str, team: Option<&str>| {
+        let patch = json!({"metadata": {"labels": {"team": team}}});
+        let namespaces = namespaces.clone();
+        let ns = ns.to_string();
+        async move {
+            namespaces
+                .patch(&ns, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+        }
+    };
+    label(&red, Some(&team)).await?;
+    let post = PostParams::default();
+    for (ns, name, census) in [(&red, "a", "yes"), (&red, "skipped", "no"), (&blue, "b", "yes")] {
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": {"census": census}}}))?;
+        Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .create(&post, &cm)
+            .await?;
+    }
+    let gvk = kube::api::GroupVersionKind::gvk("examples.capstan.dev", "v1", "TeamCensus");
+    let censuses: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(&gvk, "teamcensuses"),
+    );
+    let parent: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "examples.capstan.dev/v1", "kind": "TeamCensus",
+        "metadata": {"name": team}, "spec": {"team": team},
+    }))?;
+    censuses.create(&post, &parent).await?;
+    let log = || std::fs::read_to_string(dir.path().join("host.log")).unwrap_or_default();
+    let names = |want: String| {
+        let censuses = censuses.clone();
+        let team = team.clone();
+        async move {
+            eventually(
+                &format!("the census {want:?}"),
+                Duration::from_secs(90),
+                async || {
+                    Ok((census(&censuses, &team).await?.as_deref() == Some(want.as_str())).then_some(()))
+                },
+            )
+            .await
+        }
+    };
+    // Only the labelled namespace's ConfigMaps that the label selector picks.
+    names(format!("{red}/a")).await.with_context(log)?;
+    // A namespace labelled into the selection is read; one labelled out of it is not.
+    label(&blue, Some(&team)).await?;
+    names(format!("{blue}/b,{red}/a")).await.with_context(log)?;
+    label(&red, None).await?;
+    names(format!("{blue}/b")).await.with_context(log)?;
+    censuses.delete(&team, &DeleteParams::default()).await?;
     drop(host);
     Ok(())
 }

@@ -314,8 +314,9 @@ fn rule_kind(rule: &Value, field: &str, crds: &[Value]) -> anyhow::Result<Kind> 
     })
 }
 
-/// The kinds `customize` may ask for: those given, and every known plural its source
-/// quotes (Metacontroller learns them only from its answers; a plugin declares them).
+/// The kinds `customize` may ask for: those given, every known plural its source quotes
+/// (Metacontroller learns them only from its answers; a plugin declares them), and
+/// Namespace when it writes a `namespaceSelector`.
 fn related_kinds(
     example: &Example,
     hook: &HookFile,
@@ -338,6 +339,13 @@ fn related_kinds(
         if quoted.iter().any(|q| source.contains(q.as_str())) && !out.contains(&kind) {
             out.push(kind);
         }
+    }
+    // A rule's namespaceSelector is read through the Namespaces it selects.
+    if source.contains("namespaceSelector")
+        && let Some(namespaces) = kinds::resolve("v1", "namespaces", crds)
+        && !out.contains(&namespaces)
+    {
+        out.push(namespaces);
     }
     Ok(out)
 }
