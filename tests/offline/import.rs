@@ -47,9 +47,16 @@ fn an_imported_controller_with_javascript_hooks_answers_through_them_unchanged()
     );
 }
 
+/// Its sync hook imports a library file of its ConfigMap, as jsonnetd reads one from its
+/// working directory.
 #[test]
 fn an_imported_controller_with_jsonnet_hooks_answers_through_them_unchanged() {
-    let hooks = ["customize.jsonnet", "sync.jsonnet", "finalize.jsonnet"];
+    let hooks = [
+        "customize.jsonnet",
+        "sync.jsonnet",
+        "finalize.jsonnet",
+        "count.libsonnet",
+    ];
     let run = imported_counter_answers("counter-jsonnet", "configmap-counter-jsonnet", &hooks, "Jsonnet");
     assert!(run.contains("reuseInstances: true"), "{run}");
 }

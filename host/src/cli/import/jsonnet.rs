@@ -12,8 +12,13 @@ use super::hooks::HookFile;
 use super::kinds::Kind;
 use super::project::File;
 
-/// The Rust files of the project for `imported`; `sdk_path` is the SDK directory.
-pub(super) fn files(imported: &Imported, sdk_path: &str) -> anyhow::Result<Vec<(PathBuf, File)>> {
+/// The Rust files of the project for `imported`, whose hooks' ConfigMaps hold
+/// `hook_files`; `sdk_path` is the SDK directory.
+pub(super) fn files(
+    imported: &Imported,
+    hook_files: &[PathBuf],
+    sdk_path: &str,
+) -> anyhow::Result<Vec<(PathBuf, File)>> {
     let fill = |t: &str| {
         super::project::fill(t, imported, sdk_path)
             .replace("{{crate}}", &imported.name.replace('-', "_"))
@@ -23,7 +28,10 @@ pub(super) fn files(imported: &Imported, sdk_path: &str) -> anyhow::Result<Vec<(
         (PathBuf::from("capstan.toml"), File::Text(fill(CAPSTAN_TOML))),
         (PathBuf::from("Cargo.toml"), File::Text(fill(CARGO_TOML))),
         (PathBuf::from("src/jsonnet.rs"), File::Text(JSONNET_RS.into())),
-        (PathBuf::from("src/lib.rs"), File::Text(lib_rs(imported)?)),
+        (
+            PathBuf::from("src/lib.rs"),
+            File::Text(lib_rs(imported, hook_files)?),
+        ),
         (PathBuf::from("README.md"), File::Text(fill(README))),
         (
             PathBuf::from(".gitignore"),
@@ -84,21 +92,62 @@ jsonnetd would (the request its top-level argument `request`) through
 const JSONNET_RS: &str = r#"//! Jsonnet hooks as jsonnetd runs them: the file is a function, called with the hook's
 //! request as its top-level argument `request`; the value it returns is the response.
 //! An evaluation error is retried, as Metacontroller retries a hook that answered 500.
+//! `import` and `importstr` read the hooks' other files, by the name each has in `hooks/`
+//! (jsonnetd's working directory: the ConfigMap mounted there).
 
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
 use capstan_sdk::ReconcileError;
 use capstan_sdk::metacontroller::Hook;
-use jrsonnet_evaluator::EvaluationState;
+use jrsonnet_evaluator::error::{Error, Result};
+use jrsonnet_evaluator::{EvaluationState, IStr, ImportResolver};
 
 thread_local! {
     // One evaluator (and its parsed standard library) for the instance's life.
     static STATE: EvaluationState = {
         let state = EvaluationState::default();
         state.with_stdlib();
+        state.set_import_resolver(Box::new(Files(crate::HOOK_FILES)));
         state
     };
+}
+
+/// The hooks' files, compiled in: (name, text).
+struct Files(&'static [(&'static str, &'static str)]);
+
+impl Files {
+    fn text(&self, path: &Path) -> Option<&'static str> {
+        self.0.iter().find(|(name, _)| Path::new(name) == path).map(|(_, text)| *text)
+    }
+}
+
+impl ImportResolver for Files {
+    fn resolve_file(&self, from: &Path, path: &Path) -> Result<Rc<Path>> {
+        let mut resolved = PathBuf::new();
+        for part in from.join(path).components() {
+            match part {
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    resolved.pop();
+                }
+                other => resolved.push(other),
+            }
+        }
+        match self.text(&resolved) {
+            Some(_) => Ok(resolved.into()),
+            None => Err(Error::ImportFileNotFound(from.to_owned(), path.to_owned()).into()),
+        }
+    }
+
+    fn load_file_contents(&self, resolved: &Path) -> Result<IStr> {
+        (self.text(resolved).map(IStr::from))
+            .ok_or_else(|| Error::ResolvedFileNotFound(resolved.to_owned()).into())
+    }
+
+    unsafe fn as_any(&self) -> &dyn std::any::Any {
+        unimplemented!("the hooks' files are not exposed to bindings")
+    }
 }
 
 /// The hook `source` (the file `file`) as a function of the request.
@@ -154,7 +203,20 @@ fn json_literal(value: &serde_json::Value) -> anyhow::Result<String> {
     Ok(format!("json({:?})", serde_json::to_string(value)?))
 }
 
-fn lib_rs(i: &Imported) -> anyhow::Result<String> {
+/// The hooks' files as `(name, include_str!(…))` pairs, what `import` may read.
+fn hook_files_literal(hook_files: &[PathBuf]) -> anyhow::Result<String> {
+    let mut out = String::new();
+    for f in hook_files {
+        let name = f.file_name().context("a hook file without a name")?;
+        let name = serde_json::to_string(&name.to_string_lossy())?;
+        out.push_str(&format!(
+            "\n    ({name}, include_str!(concat!(\"../hooks/\", {name}))),"
+        ));
+    }
+    Ok(out)
+}
+
+fn lib_rs(i: &Imported, hook_files: &[PathBuf]) -> anyhow::Result<String> {
     let mut metadata = format!("Metadata::new({:?}, \"0.1.0\")", i.name);
     for k in &i.children {
         metadata.push_str(&format!("\n            .child_kind({})", kind_literal(k)?));
@@ -198,6 +260,10 @@ fn kind(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool) 
     }}
 }}
 
+/// The files of the hooks' ConfigMaps, which `import` and `importstr` may name.
+const HOOK_FILES: &[(&str, &str)] = &[{files}
+];
+
 fn json(text: &str) -> serde_json::Value {{
     serde_json::from_str(text).expect("the importer wrote this JSON")
 }}
@@ -228,5 +294,6 @@ capstan_sdk::export_metacontroller!(controller);
         finalize = optional_hook(i.finalize.as_ref())?,
         customize = optional_hook(i.customize.as_ref())?,
         version = i.version,
+        files = hook_files_literal(hook_files)?,
     ))
 }

@@ -78,7 +78,7 @@ pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
         let mut project = match i.sync.runtime {
             hooks::Runtime::Python => python::files(i, &sdk.path)?,
             hooks::Runtime::Fission => js::files(i, &sdk.path)?,
-            hooks::Runtime::Jsonnet => jsonnet::files(i, &sdk.path)?,
+            hooks::Runtime::Jsonnet => jsonnet::files(i, &files, &sdk.path)?,
         };
         project.extend(project::common(&example, i, &files, &crds)?);
         projects.push((i, files, project));
