@@ -50,7 +50,8 @@ export declare class Composite implements Reconciler {
   readonly parent: KindRef;
   metadata(): Metadata;
   related(parent: KubeObject, ctx: Context): Promise<Related[]>;
-  request(parent: KubeObject, ctx: Context): object;
+  /** The hook request for `parent`, as Metacontroller sends it. */
+  request(parent: KubeObject, ctx: Context): Promise<object>;
   reconcile(parent: KubeObject, ctx: Context): Promise<Response>;
   response(answer: object, parent: KubeObject, finalizing: boolean): Response;
 }
