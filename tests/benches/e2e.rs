@@ -151,6 +151,14 @@ impl Reconcile for NativeEcho {
     }
 }
 
+/// Reconciles a host runs at once: `CAPSTAN_BENCH_CONCURRENCY`, or the host's default.
+fn concurrency() -> u16 {
+    std::env::var("CAPSTAN_BENCH_CONCURRENCY")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(Options::default().concurrency)
+}
+
 /// The compile cache the `wasm` mode loads from, warmed before anything is timed.
 fn cache_dir() -> std::path::PathBuf {
     std::env::temp_dir().join("capstan-bench-compile-cache")
@@ -176,10 +184,7 @@ async fn serve(mode: &str, namespace: &str, resync: Duration, sharding: Option<S
             _ => Some(namespace.into()),
         },
         resync,
-        concurrency: std::env::var("CAPSTAN_BENCH_CONCURRENCY")
-            .ok()
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(Options::default().concurrency),
+        concurrency: concurrency(),
         ..Options::default()
     };
     let config = HostConfig {
@@ -280,6 +285,21 @@ impl Kinds {
                 ))
             }),
         }
+    }
+
+    /// One line under a size's row.
+    fn print(&self) {
+        println!(
+            "          reconciles per Echo: plugin called {:.2} (and `related` {:.2}), inputs unchanged {:.2}, put off {:.2} (unseen {:.2}, CPU share {:.2}, writes slowed {:.2}, creations waiting {:.2})",
+            self.called,
+            self.related,
+            self.unchanged,
+            self.put_off.iter().sum::<f64>(),
+            self.put_off[0],
+            self.put_off[1],
+            self.put_off[2],
+            self.put_off[3]
+        );
     }
 }
 
@@ -1018,17 +1038,7 @@ async fn one_size(plane: &Plane, modes: &[String], n: usize) -> Result<Vec<Round
             t.reads,
             r.cpu * 1000.0 / n as f64
         );
-        println!(
-            "          reconciles per Echo: plugin called {:.2} (and `related` {:.2}), inputs unchanged {:.2}, put off {:.2} (unseen {:.2}, CPU share {:.2}, writes slowed {:.2}, creations waiting {:.2})",
-            r.kinds.called,
-            r.kinds.related,
-            r.kinds.unchanged,
-            r.kinds.put_off.iter().sum::<f64>(),
-            r.kinds.put_off[0],
-            r.kinds.put_off[1],
-            r.kinds.put_off[2],
-            r.kinds.put_off[3]
-        );
+        r.kinds.print();
         if r.rss.len() > 1 {
             let each: Vec<String> = r.rss.iter().map(|m| format!("{m:.1}")).collect();
             println!("          RSS per replica (MiB): {}", each.join(", "));

@@ -10,13 +10,15 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use capstan_tests::host::mount;
 
-use super::null_server::NullServer;
-use super::{cores, cpu_seconds, host_command, peak_rss_mib, plugin_dir, stop};
+use super::null_server::{NullServer, write_latency};
+use super::{Kinds, concurrency, cores, cpu_seconds, host_command, peak_rss_mib, plugin_dir, stop};
 
 /// Every size in turn, one host each.
 pub async fn run(sizes: &[usize]) -> Result<()> {
     println!(
-        "Echos there before the host starts; the null API server on loopback (no API server, no etcd); {} cores",
+        "Echos there before the host starts; the null API server on loopback (no API server, no etcd), writes answered after {} ms; host concurrency {}; {} cores",
+        write_latency().as_millis(),
+        concurrency(),
         cores()
     );
     println!(
@@ -53,14 +55,14 @@ async fn one(n: usize) -> Result<()> {
     tokio::spawn(async move {
         let mut ready_tx = Some(ready_tx);
         while let Ok(Some(line)) = lines.next_line().await {
-            if line.starts_with("METRICS ") {
-                ready_tx.take().map(|tx| tx.send(()));
+            if let Some(addr) = line.strip_prefix("METRICS ") {
+                ready_tx.take().map(|tx| tx.send(addr.to_string()));
             } else {
                 eprintln!("{line}");
             }
         }
     });
-    ready.await.context("the host exited before serving")?;
+    let metrics = ready.await.context("the host exited before serving")?;
     let started_cpu = cpu_seconds(pid);
     let deadline = start + Duration::from_secs(60 + n as u64 / 20);
     let mut jobs_at = None;
@@ -86,6 +88,7 @@ async fn one(n: usize) -> Result<()> {
     };
     let (cpu, rss) = (cpu_seconds(pid), peak_rss_mib(pid));
     let (_, _, writes) = server.progress();
+    let page = capstan_tests::host::http_get(&metrics, "/metrics")?.1;
     stop(&mut child).await;
     let jobs_at = jobs_at.unwrap_or(statuses_at);
     println!(
@@ -101,6 +104,7 @@ async fn one(n: usize) -> Result<()> {
         "        of the CPU, {started_cpu:.2} s before the host served (its start: the plugin from the compile cache, the servers); Events written per parent {:.3}",
         server.events() as f64 / n as f64
     );
+    Kinds::of(&[page], n).print();
     if !server.unknown().is_empty() {
         println!("        asked for and not served: {:?}", server.unknown());
     }

@@ -4,6 +4,11 @@
 //! their changes (for watches from a resourceVersion), and counts what the bench waits
 //! for: parents with a status, and writes. Selectors are not applied: the bench's host
 //! is the only client, and everything here is its own.
+//!
+//! `CAPSTAN_BENCH_WRITE_LATENCY_MS` answers every write that long after it arrives, as an
+//! API server under load does (its etcd commit): reads and watches stay immediate. With it,
+//! what caps a host that waits on the API server (how many reconciles it runs at once)
+//! shows on any machine, where at once only its CPU does.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -111,6 +116,8 @@ struct Shared {
     /// The resourceVersion of the last change: watches wait on it.
     changed: tokio::sync::watch::Sender<u64>,
     unknown: Mutex<HashSet<String>>,
+    /// How long every write takes to be answered (`CAPSTAN_BENCH_WRITE_LATENCY_MS`).
+    write_latency: std::time::Duration,
 }
 
 impl NullServer {
@@ -121,6 +128,7 @@ impl NullServer {
             store: Mutex::new(Store::default()),
             changed,
             unknown: Mutex::new(HashSet::new()),
+            write_latency: write_latency(),
         });
         {
             let mut store = shared.store.lock().unwrap();
@@ -225,6 +233,9 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         .into_owned()
         .collect();
     let body = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
+    if parts.method != Method::GET && !shared.write_latency.is_zero() {
+        tokio::time::sleep(shared.write_latency).await;
+    }
     if std::env::var_os("CAPSTAN_BENCH_LOG").is_some() {
         eprintln!("null server: {} {}", parts.method, parts.uri);
     }
@@ -536,6 +547,12 @@ fn watch(shared: Arc<Shared>, served: &'static Served, namespace: String, since:
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from_stream(stream))
         .unwrap_or_default()
+}
+
+/// `CAPSTAN_BENCH_WRITE_LATENCY_MS`, or none.
+pub fn write_latency() -> std::time::Duration {
+    let ms = std::env::var("CAPSTAN_BENCH_WRITE_LATENCY_MS").ok();
+    std::time::Duration::from_millis(ms.and_then(|ms| ms.parse().ok()).unwrap_or(0))
 }
 
 fn version() -> Value {

@@ -69,17 +69,28 @@ struct Cost {
 struct Running {
     id: u64,
     call: Call,
-    /// The thread running it and that thread's CPU time when the call began; `None`
-    /// until it is on its thread.
-    on: Option<(ThreadClock, Duration)>,
+    /// The thread running it, that thread's CPU time when the call began, and when that
+    /// was; `None` until it is on its thread.
+    on: Option<(ThreadClock, Duration, Instant)>,
 }
 
 impl Running {
     /// CPU seconds the call has used so far.
     fn used(&self) -> f64 {
         self.on
-            .and_then(|(clock, began)| clock.read().map(|now| now.saturating_sub(began)))
+            .and_then(|(clock, began, _)| clock.read().map(|now| now.saturating_sub(began)))
             .map_or(0.0, |d| d.as_secs_f64())
+    }
+
+    /// CPU seconds the call has used so far, or `floor` if that is more. A thread's CPU
+    /// time grows no faster than the wall clock, so a call on its thread for less than
+    /// `floor` is not asked: reading another thread's clock is a system call, and every
+    /// admission asks about every call in flight.
+    fn used_or(&self, floor: f64, now: Instant) -> f64 {
+        match self.on {
+            Some((_, _, since)) if now.saturating_duration_since(since).as_secs_f64() <= floor => floor,
+            _ => self.used().max(floor),
+        }
     }
 }
 
@@ -99,12 +110,11 @@ impl Inner {
 
     /// CPU seconds the calls in flight are expected to use in all.
     fn committed(&self) -> f64 {
+        // The real clock, whatever time the caller decides at: it bounds the CPU time read.
+        let now = Instant::now();
         self.running
             .iter()
-            .map(|r| {
-                let expected = self.costs[r.call as usize].per_call.unwrap_or(0.0);
-                r.used().max(expected)
-            })
+            .map(|r| r.used_or(self.costs[r.call as usize].per_call.unwrap_or(0.0), now))
             .sum()
     }
 
@@ -256,11 +266,14 @@ impl Permit {
     /// Run the call on this thread (which runs nothing else meanwhile) and charge the CPU
     /// time it used; while it runs, what it has used so far counts against new calls.
     pub fn run<T>(self, call: impl FnOnce() -> T) -> T {
+        // The wall clock first: the CPU time from `began` is then never more than the
+        // wall time from `since` (what `Running::used_or` relies on).
+        let since = Instant::now();
         let began = thread_cpu_time();
         if let Some(clock) = ThreadClock::current() {
             let mut inner = self.budget.inner();
             if let Some(r) = inner.running.iter_mut().find(|r| r.id == self.id) {
-                r.on = Some((clock, began));
+                r.on = Some((clock, began, since));
             }
         }
         let out = call();

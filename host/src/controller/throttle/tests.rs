@@ -274,3 +274,23 @@ fn every_charge_is_counted_into_the_meter() {
     second.charge_at(Duration::from_millis(12), t0);
     assert!((meter.get() - 0.042).abs() < 1e-9, "{}", meter.get());
 }
+
+#[test]
+fn a_call_is_counted_at_its_expected_cost_until_it_has_run_longer_than_that() {
+    let since = Instant::now();
+    let running = Running {
+        id: 0,
+        call: Call::Reconcile,
+        on: Some((ThreadClock::current().unwrap(), thread_cpu_time(), since)),
+    };
+    while thread_cpu_time() < Duration::from_millis(30) + running.on.unwrap().1 {
+        std::hint::spin_loop();
+    }
+    let now = Instant::now();
+    // Expected to cost more than it has run for, wall clock: the expected cost stands.
+    let long = now.duration_since(since).as_secs_f64() + 1.0;
+    assert_eq!(running.used_or(long, now), long);
+    // Expected to cost less: what its thread's clock says it used.
+    let used = running.used_or(0.001, now);
+    assert!((0.03..long).contains(&used), "used {used}");
+}
