@@ -196,7 +196,8 @@ fn main() -> Result<()> {
         install_plugin_crd(plane, "echo").await?;
         plane.install_crds(&[hostile_crd()?]).await?;
         println!(
-            "{echoes} Echos; default flags (--memory-budget 1Gi, --max-instances 256, concurrency 16 each)"
+            "{echoes} Echos; default flags (--memory-budget 1Gi, --max-instances 256, concurrency {} each)",
+            capstan::controller::Options::default().concurrency
         );
         println!(
             "{:>8} {:>8} {:>8} {:>12} {:>14} {:>18} {:>16} {:>22}",

@@ -33,7 +33,7 @@ async fn a_second_file_of_a_name_or_one_over_the_memory_budget_is_refused_alone(
     std::fs::copy(plugin("echo"), dir.join("echo2.wasm"))?;
     // Each plugin reserves what one instance was measured to hold, about 5 MiB (most of it
     // the lift allowance of a 4 MiB response): two fit 12 MiB, three do not. Their
-    // concurrency (16 each) adds up to more than the pool of 40, which they share.
+    // concurrency (the default each) adds up to more than the pool of 40, which they share.
     let extra = [
         "--hot-reload",
         "--reload-interval",

@@ -48,7 +48,7 @@ pub struct DiffArgs {
     #[arg(long, short = 'l')]
     selector: Option<String>,
     /// Reconciles at once (the host's default: no more load than the host itself).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = crate::controller::DEFAULT_CONCURRENCY)]
     concurrency: u16,
     /// Give up (exit 2) when not every parent was reconciled by then.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]

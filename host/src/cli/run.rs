@@ -25,7 +25,7 @@ pub struct RunArgs {
     #[arg(long)]
     namespace: Option<String>,
     /// Reconciles per plugin running at once.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = crate::controller::DEFAULT_CONCURRENCY)]
     concurrency: u16,
     /// Reconcile every object at least this often, e.g. `10m`.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use capstan_tests::host::mount;
+use capstan_tests::host::{mount, sample};
 
 use super::null_server::{NullServer, write_latency};
 use super::{Kinds, concurrency, cores, cpu_seconds, host_command, peak_rss_mib, plugin_dir, stop};
@@ -100,8 +100,12 @@ async fn one(n: usize) -> Result<()> {
         n as f64 / statuses_at.as_secs_f64(),
         writes as f64 / n as f64,
     );
+    let dropped = sample(
+        &page,
+        r#"capstan_events_dropped_total{plugin="echo",cause="queue"}"#,
+    );
     println!(
-        "        of the CPU, {started_cpu:.2} s before the host served (its start: the plugin from the compile cache, the servers); Events written per parent {:.3}",
+        "        of the CPU, {started_cpu:.2} s before the host served (its start: the plugin from the compile cache, the servers); Events written per parent {:.3}, dropped from a full queue {dropped:.0}",
         server.events() as f64 / n as f64
     );
     Kinds::of(&[page], n).print();

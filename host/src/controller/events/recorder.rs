@@ -2,9 +2,9 @@
 //! queues its events after its children and status are written and goes on; one task per
 //! plugin writes them. Children and status come first: while any of the plugin's
 //! reconciles runs ([`Busy`]), events wait — unless they have
-//! waited [`PATIENCE`] or half the queue is full — and the API server's capacity goes
-//! to the writes the parents wait for; the moment none is in flight, [`WRITERS`] events
-//! go at once. A full queue drops the event and counts it
+//! waited [`PATIENCE`] or half the queue is full, when as many go at once as reconciles
+//! run — and the API server's capacity goes to the writes the parents wait for; the
+//! moment none is in flight, [`WRITERS`] events go at once. A full queue drops the event and counts it
 //! (`capstan_events_dropped_total{cause="queue"}`), and so does a write that fails; on
 //! shutdown the queue is written out within [`DRAIN`], and what is left is counted too.
 
@@ -264,11 +264,16 @@ impl Writer {
     }
 
     /// How many event writes may be in flight now: all [`WRITERS`] when no reconcile
-    /// runs (or the controller is stopping), or when half the queue is
-    /// full; one when the oldest event has waited its patience; none otherwise.
+    /// runs (or the controller is stopping); when half the queue is full, as many as
+    /// reconciles run (at least [`WRITERS`]), since each of them may queue an event and
+    /// a queue drained slower than that fills up and drops; one when the oldest event
+    /// has waited its patience; none otherwise.
     fn room(&self, oldest: Option<Instant>, waiting: usize, open: bool) -> usize {
-        if !open || *self.busy.borrow() == 0 || waiting >= QUEUE / 2 {
+        let running = *self.busy.borrow();
+        if !open || running == 0 {
             WRITERS
+        } else if waiting >= QUEUE / 2 {
+            running.max(WRITERS)
         } else if oldest.is_some_and(|at| at.elapsed() >= PATIENCE) {
             1
         } else {
@@ -356,6 +361,40 @@ mod tests {
     fn unreachable() -> kube::Client {
         let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
         kube::Client::try_from(config).expect("client")
+    }
+
+    #[tokio::test]
+    async fn events_wait_for_the_reconciles_until_half_the_queue_waits_then_keep_pace_with_them() {
+        let busy = Busy::default();
+        let writer = Writer {
+            client: unreachable(),
+            plugin: "p".into(),
+            sweep: Arc::new(Vec::new),
+            busy: busy.0.subscribe(),
+            tenure: Tenure::always(),
+        };
+        assert_eq!(
+            writer.room(None, 100, true),
+            WRITERS,
+            "no reconcile runs: all writers"
+        );
+        let running: Vec<_> = (0..20).map(|_| busy.write()).collect();
+        assert_eq!(writer.room(None, 100, true), 0, "reconciles run: events wait");
+        let waited = Instant::now() - PATIENCE;
+        assert_eq!(
+            writer.room(Some(waited), 100, true),
+            1,
+            "one past its patience goes"
+        );
+        // Twenty reconciles may each queue an event: a queue half full is drained as fast.
+        assert_eq!(writer.room(None, QUEUE / 2, true), 20);
+        drop(running);
+        let _one = busy.write();
+        assert_eq!(
+            writer.room(None, QUEUE / 2, true),
+            WRITERS,
+            "never fewer than WRITERS"
+        );
     }
 
     #[tokio::test]
