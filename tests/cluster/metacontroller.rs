@@ -445,9 +445,11 @@ async fn an_imported_decorator_attaches_labels_its_target_and_lets_go_of_one_it_
         pairs(&[("described", "yes"), ("team", "a")]),
         Some("web-info".to_string()),
     );
+    // The first wait covers the host's cold compile of a Python component, as the other
+    // tests' first waits do.
     eventually(
         "the attachment, labels and annotation",
-        Duration::from_secs(90),
+        Duration::from_secs(120),
         async || Ok((decorated(&services, &configmaps, "web").await? == want).then_some(())),
     )
     .await
@@ -533,9 +535,10 @@ async fn a_namespace_selector_reads_the_namespaces_whose_labels_match_and_follow
         let censuses = censuses.clone();
         let team = team.clone();
         async move {
+            // The first covers the host's cold compile of a Python component.
             eventually(
                 &format!("the census {want:?}"),
-                Duration::from_secs(90),
+                Duration::from_secs(120),
                 async || {
                     Ok((census(&censuses, &team).await?.as_deref() == Some(want.as_str())).then_some(()))
                 },

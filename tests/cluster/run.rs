@@ -120,11 +120,16 @@ async fn echo_becomes_a_job_that_completes_and_follows_the_echo() -> Result<()> 
     let metrics = host.address("metrics").context("metrics address logged")?;
     let (status, body) = http_get(&metrics, "/metrics")?;
     assert!(status.contains("200"), "{status}");
+    // The host's default concurrency, as the binary was started without `--concurrency`.
+    let concurrency = format!(
+        r#"controller_runtime_max_concurrent_reconciles{{controller="echo"}} {}"#,
+        capstan::controller::Options::default().concurrency
+    );
     for needle in [
         r#"controller_runtime_reconcile_total{controller="echo",result="success"}"#,
         "controller_runtime_reconcile_time_seconds_bucket",
         "capstan_wasm_dispatch_seconds_bucket",
-        r#"controller_runtime_max_concurrent_reconciles{controller="echo"} 16"#,
+        &concurrency,
         r#"workqueue_depth{name="echo"}"#,
         r#"workqueue_queue_duration_seconds_count{name="echo"}"#,
         r#"workqueue_work_duration_seconds_count{name="echo"}"#,
