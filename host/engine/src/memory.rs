@@ -367,10 +367,6 @@ mod tests {
         assert_eq!(budget.spare_in_use(), 0);
     }
 
-    /// An instance that held more than the floor raises it; a later load is admitted
-    /// against the raised floor. An instance that was refused memory raises nothing.
-    /// Calls wait in line for the total to have room for an instance of the floor's size,
-    /// in the order they came; a call alone is admitted whatever it needs.
     #[test]
     fn a_long_line_is_let_in_one_by_one_and_nobody_is_left_waiting() {
         // Room for two instances of 40, and 64 calls lined up behind them: each end lets
@@ -409,6 +405,10 @@ mod tests {
         );
     }
 
+    /// An instance that held more than the floor raises it; a later load is admitted
+    /// against the raised floor. An instance that was refused memory raises nothing.
+    /// Calls wait in line for the total to have room for an instance of the floor's size,
+    /// in the order they came; a call alone is admitted whatever it needs.
     #[test]
     fn calls_wait_in_line_for_room_in_the_plugins_total() {
         let budget = Budget::new(1000);

@@ -62,8 +62,8 @@ impl Pool {
         }
     }
 
-    /// Take this thread out of `owner`'s waiting calls.
-    fn unpark(&mut self, owner: &str, me: &Thread) {
+    /// Take this thread out of `owner`'s sleeping calls.
+    fn leave(&mut self, owner: &str, me: &Thread) {
         if let Some(queue) = self.parked.get_mut(owner) {
             queue.retain(|t| t.id() != me.id());
             if queue.is_empty() {
@@ -145,7 +145,7 @@ impl Slots {
                 std::thread::park();
                 pool = self.lock();
             }
-            pool.unpark(owner, &me);
+            pool.leave(owner, &me);
             if let Some(n) = pool.waiting.get_mut(owner) {
                 *n -= 1;
                 if *n == 0 {
