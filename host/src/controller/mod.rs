@@ -239,8 +239,9 @@ pub async fn run(
         return Ok(());
     }
     let (sync, synced_rx) = synced::SyncCount::new(1 + metadata.children.len() + metadata.related.len());
-    // Every write this plugin's controller makes, fenced by the term it runs in.
-    let client = crate::lease::guard(&client, &tenure);
+    // Every write this plugin's controller makes, fenced by the term it runs in (events
+    // by the term each was queued in).
+    let (unfenced, client) = (client.clone(), crate::lease::guard(&client, &tenure));
     let wiring = Wiring {
         parent: discovery::resolve(&client, &metadata.parent).await?,
         queue: Arc::new(queue::Queue::new(&metadata.name)),
@@ -275,7 +276,7 @@ pub async fn run(
     let name = wiring.metadata.name.clone();
     let busy = events::Busy::default();
     let (recorder, writing) = events::start(
-        (wiring.client.clone(), tenure.clone()),
+        (unfenced, tenure.clone()),
         &name,
         {
             let memory = wiring.per_object.clone();

@@ -150,6 +150,11 @@ impl Tenure {
         }
     }
 
+    /// The term this tenure is pinned to (`None`: not pinned), to tell two pinned apart.
+    pub fn pinned_to(&self) -> Option<u64> {
+        self.pinned
+    }
+
     /// Wait until held (`true`), or until the process is stopping or a pinned term is
     /// over for good (`false`).
     pub async fn acquired(&self) -> bool {

@@ -100,6 +100,7 @@ impl Recorder {
         };
         let writer = Writer {
             client,
+            in_term: None,
             plugin: plugin.to_string(),
             sweep,
             busy: busy.0.subscribe(),
@@ -208,7 +209,11 @@ impl Busy {
 
 /// The task writing one plugin's events.
 struct Writer {
+    /// The client with no fence of its own: each event is written fenced by its term.
     client: kube::Client,
+    /// The client fenced by the last event's term: one per term, not one per event (each
+    /// client is a task of its own, and every layer of one a hop between tasks).
+    in_term: Option<(Option<u64>, kube::Client)>,
     plugin: String,
     sweep: Sweep,
     busy: tokio::sync::watch::Receiver<usize>,
@@ -233,7 +238,8 @@ impl Writer {
             while in_flight.len() < room
                 && let Some((_, write)) = waiting.pop_front()
             {
-                in_flight.push(write_one(&self.client, self.plugin.clone(), write));
+                let client = self.fenced_by(&write.0);
+                in_flight.push(write_fenced(client, self.plugin.clone(), write.1));
             }
             // Wake when the oldest event's patience runs out, or check again soon.
             let due = waiting
@@ -263,6 +269,18 @@ impl Writer {
         }
     }
 
+    /// The client whose writes are refused once `term` is over.
+    fn fenced_by(&mut self, term: &Tenure) -> kube::Client {
+        match &self.in_term {
+            Some((pinned, client)) if *pinned == term.pinned_to() => client.clone(),
+            _ => {
+                let client = crate::lease::guard(&self.client, term);
+                self.in_term = Some((term.pinned_to(), client.clone()));
+                client
+            }
+        }
+    }
+
     /// How many event writes may be in flight now: all [`WRITERS`] when no reconcile
     /// runs (or the controller is stopping); when half the queue is full, as many as
     /// reconciles run (at least [`WRITERS`]), since each of them may queue an event and
@@ -282,16 +300,8 @@ impl Writer {
     }
 }
 
-/// Write one event in its term; a failure is logged and counted, never retried into a loop.
-fn write_one(
-    client: &kube::Client,
-    plugin: String,
-    (term, write): Queued,
-) -> impl Future<Output = ()> + use<> {
-    let client = crate::lease::guard(client, &term);
-    write_fenced(client, plugin, write)
-}
-
+/// Write one event with a client fenced by its term; a failure is logged and counted,
+/// never retried into a loop.
 async fn write_fenced(client: kube::Client, plugin: String, write: Write) {
     let result = match &write {
         Write::Create(event) => create(&client, event).await,
@@ -368,6 +378,7 @@ mod tests {
         let busy = Busy::default();
         let writer = Writer {
             client: unreachable(),
+            in_term: None,
             plugin: "p".into(),
             sweep: Arc::new(Vec::new),
             busy: busy.0.subscribe(),
