@@ -149,7 +149,14 @@ async fn a_restart_over_a_thousand_converged_echos_writes_and_defers_nothing() -
     let deferred = case
         .metric(r#"controller_runtime_reconcile_total{controller="echo",result="requeue_after"}"#)
         .await?;
-    println!("restart over {ECHOES} converged Echos: {writes} writes, {deferred} CPU-share deferrals");
+    // Which wait put them off, should any be: the share, or something the restart wrote.
+    let mut causes = Vec::new();
+    for cause in ["cpu_share", "unseen", "write_rate", "creation_rate"] {
+        let series = format!(r#"capstan_reconcile_put_off_total{{plugin="echo",cause="{cause}"}}"#);
+        causes.push(format!("{cause} {}", case.metric(&series).await?));
+    }
+    let causes = causes.join(", ");
+    println!("restart over {ECHOES} converged Echos: {writes} writes, {deferred} put off ({causes})");
     ensure!(writes == 0.0, "the restarted host wrote {writes} times");
     // Every Echo went Pending → Succeeded once: one Event per transition, none repeated
     // (a series count above one would be a repeat), none lost, before and after.
@@ -189,7 +196,7 @@ async fn a_restart_over_a_thousand_converged_echos_writes_and_defers_nothing() -
     );
     ensure!(
         deferred == 0.0,
-        "{deferred} reconciles deferred for the CPU share"
+        "{deferred} reconciles put off after the restart ({causes})"
     );
     Ok(())
 }
