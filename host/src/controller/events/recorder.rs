@@ -236,10 +236,10 @@ impl Writer {
                 open && !stopping,
             );
             while in_flight.len() < room
-                && let Some((_, write)) = waiting.pop_front()
+                && let Some((_, (term, write))) = waiting.pop_front()
             {
-                let client = self.fenced_by(&write.0);
-                in_flight.push(write_fenced(client, self.plugin.clone(), write.1));
+                let client = self.fenced_by(&term);
+                in_flight.push(write_fenced(client, self.plugin.clone(), write));
             }
             // Wake when the oldest event's patience runs out, or check again soon.
             let due = waiting
