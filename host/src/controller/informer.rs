@@ -10,13 +10,12 @@ use std::sync::{Arc, Mutex, Weak};
 
 use futures::{Stream, StreamExt};
 use kube::Client;
-use kube::discovery::ApiResource;
 use kube::runtime::reflector::{Store, store::Writer};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher as watch};
 use tokio::sync::broadcast;
 
-use super::compact::{Compact, cached};
+use super::compact::{Compact, Type, cached};
 use crate::key::ObjectKey;
 
 /// What subscribers are sent: the watch's events, each object one shared allocation.
@@ -59,7 +58,7 @@ impl Informers {
     pub(super) fn get_or_start<S>(
         &self,
         key: Key,
-        resource: &ApiResource,
+        resource: &Type,
         events: impl FnOnce() -> S,
     ) -> Arc<Informer>
     where
@@ -117,7 +116,7 @@ impl Drop for Informer {
 }
 
 impl Informer {
-    fn start<S>(key: &Key, resource: &ApiResource, events: S) -> Arc<Informer>
+    fn start<S>(key: &Key, resource: &Type, events: S) -> Arc<Informer>
     where
         S: Stream<Item = Result<Event<Compact>, watcher::Error>> + Send + 'static,
     {
@@ -264,7 +263,7 @@ fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
 /// The watch for `key` with `client`: kube-runtime's watcher with the selector.
 pub(super) fn watch_of(
     client: Client,
-    resource: &ApiResource,
+    resource: &Type,
     key: &Key,
 ) -> impl Stream<Item = Result<Event<Compact>, watcher::Error>> + Send + 'static {
     let api = super::api(&client, resource, key.namespace.as_deref());
@@ -278,10 +277,10 @@ pub(super) fn watch_of(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::api::{GroupVersionKind, ObjectMeta};
+    use kube::api::{ApiResource, GroupVersionKind, ObjectMeta};
 
-    fn resource() -> ApiResource {
-        ApiResource::from_gvk(&GroupVersionKind::gvk("capstan.dev", "v1alpha1", "Echo"))
+    fn resource() -> Type {
+        ApiResource::from_gvk(&GroupVersionKind::gvk("capstan.dev", "v1alpha1", "Echo")).into()
     }
 
     /// An informer's state keeping a map (children's), or kube-runtime's store (parents').

@@ -37,7 +37,6 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::Client;
 use kube::api::Api;
-use kube::discovery::ApiResource;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::Store;
 
@@ -131,7 +130,7 @@ impl Default for Options {
 /// A watched child kind and its cache.
 struct ChildKind {
     kind: Kind,
-    resource: ApiResource,
+    resource: compact::Type,
     cache: owned::Owned,
     /// How its children that differ from an answer are updated.
     update: update::Rule,
@@ -142,7 +141,7 @@ struct Shared {
     client: Client,
     /// The plugin version new reconciles use, numbered; hot reload replaces it.
     versions: version::Versions,
-    parent: ApiResource,
+    parent: compact::Type,
     /// The parent cache: reconciles that waited for leadership re-read their object here.
     cache: Store<compact::Compact>,
     children: Vec<ChildKind>,
@@ -192,7 +191,7 @@ impl Shared {
 }
 
 /// The API of `resource`, in `namespace` or all of them, read into compact objects.
-fn api(client: &Client, resource: &ApiResource, namespace: Option<&str>) -> Api<compact::Compact> {
+fn api(client: &Client, resource: &compact::Type, namespace: Option<&str>) -> Api<compact::Compact> {
     match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, resource),
         None => Api::all_with(client.clone(), resource),
@@ -204,7 +203,7 @@ struct Wiring {
     client: Client,
     options: Options,
     metadata: Metadata,
-    parent: ApiResource,
+    parent: compact::Type,
     queue: Arc<queue::Queue>,
     sync: Arc<synced::SyncCount>,
     per_object: Arc<PerObject>,
@@ -243,7 +242,7 @@ pub async fn run(
     // by the term each was queued in).
     let (unfenced, client) = (client.clone(), crate::lease::guard(&client, &tenure));
     let wiring = Wiring {
-        parent: discovery::resolve(&client, &metadata.parent).await?,
+        parent: discovery::resolve(&client, &metadata.parent).await?.into(),
         queue: Arc::new(queue::Queue::new(&metadata.name)),
         client,
         options,

@@ -70,7 +70,7 @@ impl Wiring {
     /// related objects) and the kube-runtime store it keeps them in.
     pub(super) fn stored(
         &self,
-        resource: &ApiResource,
+        resource: &compact::Type,
         namespace: Option<&str>,
         labels: Option<String>,
         role: sharded::Role,
@@ -88,7 +88,7 @@ impl Wiring {
     /// replica's ranges for `role` on a sharded host.
     fn informer(
         &self,
-        resource: &ApiResource,
+        resource: &compact::Type,
         namespace: Option<&str>,
         labels: Option<String>,
         role: sharded::Role,
@@ -119,7 +119,7 @@ impl Wiring {
         impl futures::Stream<Item = Result<compact::Compact, watcher::Error>> + Send + 'static,
     )> {
         let update = update::of(&self.options.updates, kind);
-        let resource = discovery::resolve(&self.client, kind).await?;
+        let resource: compact::Type = discovery::resolve(&self.client, kind).await?.into();
         let cache = owned::Owned::default();
         let ns = self.options.namespace.as_deref().filter(|_| kind.namespaced);
         let (tracked, owner, listed) = (self.queue.clone(), self.parent.clone(), self.sync.mark());

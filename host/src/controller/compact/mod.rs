@@ -217,28 +217,75 @@ impl crate::apply::Existing for Compact {
     }
 }
 
-/// The same as `DynamicObject`'s: the kind comes from the `ApiResource`.
+/// A cached object's type as kube-runtime carries it in every reference to the object
+/// (a store's keys, the scheduler's queue, each watch event's trigger): one shared
+/// [`ApiResource`] per watched type, so a reference's clone is a count, not five strings
+/// (about 250 bytes and five allocations per reference; 10 000 parents and their
+/// children are 20 000 keys in the stores alone).
+#[derive(Clone, Debug)]
+pub struct Type(Arc<ApiResource>);
+
+impl Type {
+    /// The kind of `resource`'s objects.
+    pub fn new(resource: ApiResource) -> Type {
+        Type(Arc::new(resource))
+    }
+}
+
+impl From<ApiResource> for Type {
+    fn from(resource: ApiResource) -> Type {
+        Type::new(resource)
+    }
+}
+
+impl std::ops::Deref for Type {
+    type Target = ApiResource;
+
+    fn deref(&self) -> &ApiResource {
+        &self.0
+    }
+}
+
+/// Equal when they name the same resource, shared or not.
+impl PartialEq for Type {
+    fn eq(&self, other: &Type) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl Eq for Type {}
+
+/// Group and kind only: equal kinds hash alike, and a reference's name and namespace,
+/// hashed beside it, spread the objects of one type.
+impl std::hash::Hash for Type {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.group.hash(state);
+        self.0.kind.hash(state);
+    }
+}
+
+/// The same as `DynamicObject`'s: the kind comes from the [`ApiResource`].
 impl kube::Resource for Compact {
-    type DynamicType = ApiResource;
+    type DynamicType = Type;
     type Scope = DynamicResourceScope;
 
-    fn kind(dt: &ApiResource) -> Cow<'_, str> {
+    fn kind(dt: &Type) -> Cow<'_, str> {
         dt.kind.as_str().into()
     }
 
-    fn group(dt: &ApiResource) -> Cow<'_, str> {
+    fn group(dt: &Type) -> Cow<'_, str> {
         dt.group.as_str().into()
     }
 
-    fn version(dt: &ApiResource) -> Cow<'_, str> {
+    fn version(dt: &Type) -> Cow<'_, str> {
         dt.version.as_str().into()
     }
 
-    fn api_version(dt: &ApiResource) -> Cow<'_, str> {
+    fn api_version(dt: &Type) -> Cow<'_, str> {
         dt.api_version.as_str().into()
     }
 
-    fn plural(dt: &ApiResource) -> Cow<'_, str> {
+    fn plural(dt: &Type) -> Cow<'_, str> {
         dt.plural.as_str().into()
     }
 

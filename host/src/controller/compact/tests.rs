@@ -181,3 +181,32 @@ fn text_that_no_longer_parses_fails_instead_of_showing_less() {
     assert!(compact.object().is_err(), "the parent's object");
     assert!(compact.value().is_err(), "the tree");
 }
+
+/// A reference made from a type resolved apart (another plugin's, a related watch's)
+/// finds what a store keyed with another copy holds, and one of another kind does not.
+#[test]
+fn references_of_one_type_are_equal_shared_or_not() {
+    use kube::api::GroupVersionKind;
+    use kube::runtime::reflector::{ObjectRef, store::Writer};
+    let echo = || {
+        Type::new(ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "capstan.dev",
+            "v1alpha1",
+            "Echo",
+        )))
+    };
+    let (one, other) = (echo(), echo());
+    assert!(!Arc::ptr_eq(&one.0, &other.0));
+    assert_eq!(one, other);
+    let job = Type::new(ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "batch", "v1", "Job",
+    )));
+    assert_ne!(one, job);
+
+    let mut writer = Writer::new(one.clone());
+    let object = DynamicObject::new("e", &one).within("ns");
+    writer.apply_watcher_event(&Event::Apply(Compact::of(object)));
+    let store = writer.as_reader();
+    assert!(store.get(&ObjectRef::new_with("e", other).within("ns")).is_some());
+    assert!(store.get(&ObjectRef::new_with("e", job).within("ns")).is_none());
+}

@@ -16,13 +16,12 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::ResourceExt;
-use kube::discovery::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
 use capstan_contract::related::{Parent, Resolved, resolve};
 
-use super::compact::Compact;
+use super::compact::{Compact, Type};
 use super::throttle::Call;
 use super::version::Current;
 use super::{Shared, Wiring, discovery, queue, sharded};
@@ -34,7 +33,7 @@ mod namespaces;
 
 /// A watched related kind and its cache.
 pub(super) struct RelatedKind {
-    pub resource: ApiResource,
+    pub resource: Type,
     pub store: Store<Compact>,
     /// Its objects by namespace, and each namespace's last change: an answer read at the
     /// same counts of the namespaces its queries read still holds.
@@ -80,7 +79,7 @@ pub(super) async fn watch(
     impl futures::Stream<Item = Result<Compact, watcher::Error>> + Send + 'static,
     impl Fn(Compact) -> Vec<ObjectRef<Compact>> + Send + Sync + 'static,
 )> {
-    let resource = discovery::resolve(&wiring.client, kind).await?;
+    let resource: Type = discovery::resolve(&wiring.client, kind).await?.into();
     let ns = wiring.options.namespace.as_deref().filter(|_| kind.namespaced);
     // Split by namespace on a replica sharded by namespace only when a parent reads its
     // own namespace alone: a plugin granted others (allowNamespaces, "*" queries) reads
@@ -126,7 +125,7 @@ pub(super) async fn watch(
 }
 
 /// The parents to reconcile because an object they read changed.
-fn wake(parents: Vec<ObjectKey>, tracked: &queue::Queue, parent: &ApiResource) -> Vec<ObjectRef<Compact>> {
+fn wake(parents: Vec<ObjectKey>, tracked: &queue::Queue, parent: &Type) -> Vec<ObjectRef<Compact>> {
     parents
         .into_iter()
         .map(|key| {

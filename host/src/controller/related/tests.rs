@@ -1,7 +1,7 @@
 use super::*;
 use crate::controller::per_object::PerObject;
 use capstan_contract::{Allowances, Metadata, RelatedQuery, Selector};
-use kube::api::DynamicObject;
+use kube::api::{ApiResource, DynamicObject};
 
 fn kind(kind: &str, namespaced: bool) -> Kind {
     Kind {
