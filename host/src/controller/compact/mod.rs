@@ -225,16 +225,9 @@ impl crate::apply::Existing for Compact {
 #[derive(Clone, Debug)]
 pub struct Type(Arc<ApiResource>);
 
-impl Type {
-    /// The kind of `resource`'s objects.
-    pub fn new(resource: ApiResource) -> Type {
-        Type(Arc::new(resource))
-    }
-}
-
 impl From<ApiResource> for Type {
     fn from(resource: ApiResource) -> Type {
-        Type::new(resource)
+        Type(Arc::new(resource))
     }
 }
 

@@ -189,7 +189,7 @@ fn references_of_one_type_are_equal_shared_or_not() {
     use kube::api::GroupVersionKind;
     use kube::runtime::reflector::{ObjectRef, store::Writer};
     let echo = || {
-        Type::new(ApiResource::from_gvk(&GroupVersionKind::gvk(
+        Type::from(ApiResource::from_gvk(&GroupVersionKind::gvk(
             "capstan.dev",
             "v1alpha1",
             "Echo",
@@ -198,7 +198,7 @@ fn references_of_one_type_are_equal_shared_or_not() {
     let (one, other) = (echo(), echo());
     assert!(!Arc::ptr_eq(&one.0, &other.0));
     assert_eq!(one, other);
-    let job = Type::new(ApiResource::from_gvk(&GroupVersionKind::gvk(
+    let job = Type::from(ApiResource::from_gvk(&GroupVersionKind::gvk(
         "batch", "v1", "Job",
     )));
     assert_ne!(one, job);
