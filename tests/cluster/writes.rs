@@ -150,11 +150,14 @@ async fn a_restart_over_a_thousand_converged_echos_writes_and_defers_nothing() -
         .metric(r#"controller_runtime_reconcile_total{controller="echo",result="requeue_after"}"#)
         .await?;
     // Which wait put them off, should any be: the share, or something the restart wrote
-    // (every cause the host counts, as it names them).
+    // (every cause the host counts, as it names them), and the CPU the sweep was charged.
     let metrics = case.host.metrics().await?;
     let causes: Vec<&str> = metrics
         .lines()
-        .filter(|l| l.starts_with(r#"capstan_reconcile_put_off_total{plugin="echo""#))
+        .filter(|l| {
+            l.starts_with(r#"capstan_reconcile_put_off_total{plugin="echo""#)
+                || l.starts_with(r#"capstan_wasm_cpu_seconds_total{plugin="echo""#)
+        })
         .collect();
     let causes = causes.join(", ");
     println!("restart over {ECHOES} converged Echos: {writes} writes, {deferred} put off ({causes})");
