@@ -77,7 +77,8 @@ async fn reconcile_one(parent: Arc<Compact>, shared: Arc<Shared>) -> Result<Acti
             }
             Err(ended) => {
                 // Nothing it did after its term ended reached the API server.
-                tracing::debug!(fenced_at = %crate::lease::wall_at(ended), "reconcile finished");
+                let fenced_at = k8s_openapi::jiff::Timestamp::try_from(term.wall_at(ended));
+                tracing::debug!(fenced_at = %fenced_at.unwrap_or_default(), "reconcile finished");
                 None
             }
         };

@@ -47,6 +47,11 @@ impl Clocks {
         }
     }
 
+    /// The wall clock's reading.
+    pub fn wall(&self) -> SystemTime {
+        self.wall
+    }
+
     /// How much further the boot or wall clock moved than the monotonic one from
     /// `earlier` to these readings: the time the monotonic clock stood still (or a step
     /// of the wall clock).

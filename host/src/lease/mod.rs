@@ -76,10 +76,19 @@ struct Term {
     ended: Option<Instant>,
     /// Held for good (no election).
     always: bool,
-    /// The clocks when the last renewal started, and how far the boot or wall clock may
-    /// move beyond the monotonic one since before the term is over ([`clock`]).
-    renewed: Option<Clocks>,
+    /// When the last renewal started, and how far the boot or wall clock may move beyond
+    /// the monotonic one since before the term is over ([`clock`]).
+    renewed: Option<Renewal>,
     jump_limit: Option<Duration>,
+    /// The last term's last renewal: what work pinned to it times its fence by.
+    last_term: Option<Renewal>,
+}
+
+/// When a renewal started, by [`now`] and by the three clocks.
+#[derive(Clone, Copy, Debug)]
+struct Renewal {
+    at: Instant,
+    clocks: Clocks,
 }
 
 impl Term {
@@ -91,7 +100,7 @@ impl Term {
     /// lease's margin since the last renewal started: the others have counted that time.
     fn jumped(&self) -> bool {
         match (self.jump_limit, &self.renewed) {
-            (Some(limit), Some(at)) => Clocks::read().jumped_since(at) > limit,
+            (Some(limit), Some(at)) => Clocks::read().jumped_since(&at.clocks) > limit,
             _ => false,
         }
     }
@@ -116,6 +125,7 @@ impl Tenure {
             always: true,
             renewed: None,
             jump_limit: None,
+            last_term: None,
         };
         Tenure {
             term: watch::channel(term).1,
@@ -220,14 +230,24 @@ impl Tenure {
     }
 }
 
-/// The wall-clock time of a past monotonic instant (as [`wall_clock`] tells it).
-pub fn wall_at(at: Instant) -> k8s_openapi::jiff::Timestamp {
-    let ago = now().saturating_duration_since(at);
-    let now = wall_clock();
-    k8s_openapi::jiff::SignedDuration::try_from(ago)
-        .ok()
-        .and_then(|ago| now.checked_sub(ago).ok())
-        .unwrap_or(now)
+impl Tenure {
+    /// The wall-clock time at which this process's clock read `at`, an instant of its
+    /// (pinned) term such as its fence: timed from the term's last renewal, since a frozen
+    /// machine's clock read `at` from the freeze until the thaw, and its work could act
+    /// only at the start of that. Without a renewal to time it from, counted back from now.
+    pub fn wall_at(&self, at: Instant) -> std::time::SystemTime {
+        let term = self.term.borrow();
+        let renewal = match self.pinned {
+            Some(g) if g == term.generation => term.renewed,
+            Some(g) if g + 1 == term.generation => term.last_term,
+            Some(_) => None,
+            None => term.renewed,
+        };
+        match renewal {
+            Some(r) if at >= r.at => r.clocks.wall() + (at - r.at),
+            _ => std::time::SystemTime::now() - now().saturating_duration_since(at),
+        }
+    }
 }
 
 /// Until `term` ends; forever if it never does.
@@ -257,6 +277,7 @@ impl Fence {
             always: false,
             renewed: None,
             jump_limit: None,
+            last_term: None,
         });
         let (stopping, stopping_rx) = watch::channel(false);
         let tenure = Tenure {
@@ -318,10 +339,11 @@ impl Fence {
             if !t.held_at(attempt) {
                 t.generation += 1;
                 t.ended = None;
+                t.last_term = t.renewed;
                 began = true;
             }
             t.until = Some(t.until.filter(|_| !began).map_or(until, |u| u.max(until)));
-            t.renewed = Some(clocks);
+            t.renewed = Some(Renewal { at: attempt, clocks });
         });
         began
     }

@@ -161,3 +161,27 @@ async fn always_is_held_and_never_lost() {
     let lost = tokio::time::timeout(Duration::from_millis(50), tenure.lost()).await;
     assert!(lost.is_err());
 }
+
+/// The CI failure of stop 73: a reconcile in flight when its machine froze was found
+/// fenced at the thaw, and said so with the thaw's wall time — 20 s after it could last
+/// have acted — so it seemed to run beside the replica that took over. Its fence is timed
+/// from its own term's last renewal, even once another term began.
+#[tokio::test(start_paused = true)]
+async fn a_fence_is_timed_from_its_own_terms_last_renewal() {
+    let (fence, tenure) = Fence::new(DEADLINE);
+    let renewal = Clocks::read();
+    fence.renewed_at(Instant::now(), renewal);
+    let term = tenure.pin();
+    tokio::time::advance(Duration::from_secs(3)).await;
+    fence.end();
+    let ended = term.lost().await;
+    assert_eq!(term.wall_at(ended), renewal.wall() + Duration::from_secs(3));
+    // Much later (by this clock) a new term begins: the old one's fence stays where it was.
+    tokio::time::advance(Duration::from_secs(30)).await;
+    assert!(fence.renewed_at(Instant::now(), Clocks::read()));
+    assert_eq!(term.wall_at(ended), renewal.wall() + Duration::from_secs(3));
+    assert_eq!(
+        tenure.pin().wall_at(Instant::now() + Duration::from_secs(1)),
+        tenure.pin().wall_at(Instant::now()) + Duration::from_secs(1),
+    );
+}
