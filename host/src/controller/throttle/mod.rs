@@ -21,7 +21,8 @@
 //! whose cost is not known yet runs one call at a time. So sixteen calls that each spin
 //! to their deadline cannot all start on one second's credit, nor can a plugin that was
 //! cheap so far start a burst once one of its calls runs long. An honest plugin's calls
-//! cost microseconds, and this bound never holds it. Objects refused hold the credit
+//! cost microseconds, and this bound never puts it off: a call it refuses while every
+//! call in flight is still cheap waits for one of them to end instead. Objects refused hold the credit
 //! their calls will cost, in the order they were refused ([`line`]), so one spinning
 //! object does not starve its siblings.
 
@@ -124,33 +125,35 @@ impl Inner {
         self.costs[call as usize].per_call.is_some_and(|c| c <= cheap)
     }
 
-    /// Whether the calls of `call` running now look like the first call of an honest
-    /// plugin still on its way: its cost is not known yet, and none of them has used more
-    /// than a cheap call may.
-    fn settling(&self, call: Call) -> bool {
+    /// Whether a call refused now had better wait for a call in flight to end than put
+    /// its object off: the plugin is not in debt, and every call in flight has used no
+    /// more than a cheap call may. Such a refusal comes from the calls in flight alone —
+    /// before the first call of a kind has ended, or while a cold first call's cost still
+    /// weighs on its kind's estimate (a restart's sweep on a loaded host) — and they end
+    /// within moments; a plugin whose calls run long is refused outright as before.
+    fn passing(&mut self, call: Call, now: Instant) -> bool {
         let cheap = self.bucket.rate() * CHEAP;
-        let cost = &self.costs[call as usize];
-        cost.per_call.is_none()
-            && cost.in_flight > 0
-            && self
-                .running
-                .iter()
-                .filter(|r| r.call == call)
-                .all(|r| r.used() <= cheap)
+        !self.running.is_empty()
+            && self.credit(call, now) >= 0.0
+            && self.running.iter().all(|r| r.used() <= cheap)
+    }
+
+    /// What a call of `call` may draw on: the whole window when it is cheap, its last
+    /// second otherwise.
+    fn credit(&mut self, call: Call, now: Instant) -> f64 {
+        let reserved = if self.cheap(call) {
+            0.0
+        } else {
+            self.bucket.rate() * (WINDOW - 1.0)
+        };
+        self.bucket.level(now) - reserved
     }
 
     /// Whether a call of `call` fits the credit now, behind the calls of the objects
     /// refused before it (`ahead`, counted by kind), or how long until it may.
     fn room(&mut self, call: Call, ahead: [u32; 2], now: Instant) -> Result<(), Duration> {
         let rate = self.bucket.rate();
-        // What the call may draw on: the whole window when it is cheap, its last second
-        // otherwise.
-        let reserved = if self.cheap(call) {
-            0.0
-        } else {
-            rate * (WINDOW - 1.0)
-        };
-        let credit = self.bucket.level(now) - reserved;
+        let credit = self.credit(call, now);
         if credit < 0.0 {
             return Err(Duration::from_secs_f64(-credit / rate));
         }
@@ -220,17 +223,17 @@ impl CpuBudget {
     /// A permit for one call for `object`, or how long to wait before asking again: while
     /// the plugin is in debt, while its calls in flight would use up the credit left, or
     /// while objects refused before this one wait for their turn. Before the first call of
-    /// a kind has ended its cost is unknown and one such call runs at a time; a call
-    /// refused only for that waits for the first to end rather than put its object off,
-    /// for as long as the first has used no more than a cheap call may. On a loaded
-    /// machine the first call's wall time (a fresh instance, a blocking thread, a core)
-    /// is no measure of its cost; the CPU it has used is.
+    /// a kind has ended its cost is unknown and one such call runs at a time. A call
+    /// refused while the plugin has credit and its calls in flight have each used no more
+    /// than a cheap call may waits for one of them to end rather than put its object off
+    /// ([`Inner::passing`]). On a loaded machine a call's wall time (a fresh instance, a
+    /// blocking thread, a core) is no measure of its cost; the CPU it has used is.
     pub async fn acquire(&self, call: Call, object: &ObjectKey) -> Result<Permit, Duration> {
         loop {
             let ended = self.ended.notified();
             match self.start_at(call, object, Instant::now()) {
-                Err(_) if self.inner().settling(call) => {
-                    // Woken when a call ends, or to look again at what the first has used.
+                Err(_) if self.inner().passing(call, Instant::now()) => {
+                    // Woken when a call ends, or to look again at what they have used.
                     let _ = tokio::time::timeout(SETTLE, ended).await;
                 }
                 started => return started,

@@ -294,3 +294,54 @@ fn a_call_is_counted_at_its_expected_cost_until_it_has_run_longer_than_that() {
     let used = running.used_or(0.001, now);
     assert!((0.03..long).contains(&used), "used {used}");
 }
+
+/// The restart test's put-off (stop 73): a cold first call seeds its kind's cost high, so
+/// a sweep's calls in flight look like more than the credit. While every call in flight
+/// is still cheap, a refused call waits for one to end instead of putting its object off;
+/// once one runs long, calls are refused outright.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_refused_while_every_call_in_flight_is_cheap_waits_for_one_to_end() {
+    let cpu = CpuBudget::new(1000);
+    let t0 = Instant::now();
+    cpu.start_at(Call::Reconcile, &key("cold"), t0)
+        .unwrap()
+        .charge_at(Duration::from_millis(200), t0);
+    // 0.2 s a call, 0.8 s of the last second's credit: four in flight and no more.
+    let mut flight: Vec<Permit> = (0..4)
+        .map(|i| cpu.start_at(Call::Reconcile, &key(&format!("f{i}")), t0).unwrap())
+        .collect();
+    assert!(cpu.start_at(Call::Reconcile, &key("late"), t0).is_err());
+    let late = {
+        let cpu = cpu.clone();
+        tokio::spawn(async move { cpu.acquire(Call::Reconcile, &key("late")).await.is_ok() })
+    };
+    tokio::time::sleep(SETTLE * 5).await;
+    assert!(!late.is_finished(), "waiting for a call in flight to end");
+    flight
+        .pop()
+        .unwrap()
+        .charge_at(Duration::from_micros(100), Instant::now());
+    assert!(late.await.unwrap(), "started once one ended");
+    drop(flight);
+    // A tenth of a core (cheap: 5 ms); a call in flight spins past a second's credit:
+    // the next is refused at once.
+    let cpu = CpuBudget::new(100);
+    cpu.start_at(Call::Reconcile, &key("a"), t0)
+        .unwrap()
+        .charge_at(Duration::from_millis(1), t0);
+    let spinning = cpu.start_at(Call::Reconcile, &key("a"), Instant::now()).unwrap();
+    let spin = std::thread::spawn(move || {
+        spinning.run(|| {
+            let began = thread_cpu_time();
+            while thread_cpu_time() < began + Duration::from_millis(300) {
+                std::hint::spin_loop();
+            }
+        })
+    });
+    while !spin.is_finished() && cpu.inner().running.iter().all(|r| r.used() <= 0.11) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let refused = cpu.acquire(Call::Reconcile, &key("b")).await;
+    spin.join().unwrap();
+    assert!(refused.is_err(), "refused outright beside a call that ran long");
+}
