@@ -55,7 +55,7 @@ fn recorded_now() -> k8s_openapi::jiff::Timestamp {
     now.round(k8s_openapi::jiff::Unit::Millisecond).unwrap_or(now)
 }
 
-/// Run the plugin on a blocking thread; the permit is charged there, so a reconcile
+/// Run the plugin on one of its threads; the permit is charged there, so a reconcile
 /// cancelled meanwhile still pays for the call it started. With a recorder (and the
 /// plugin's settings) the call is recorded there too, after the plugin is charged; the
 /// request is dropped there as well, off the runtime's threads.
@@ -68,18 +68,19 @@ async fn dispatch(
     let name = plugin.metadata().name.clone();
     let plugin = plugin.clone();
     let start = std::time::Instant::now();
-    let done = tokio::task::spawn_blocking(move || {
-        let result = permit.run(|| plugin.reconcile(&request));
-        if let Some((recorder, settings)) = record {
-            let m = plugin.metadata();
-            let recording =
-                crate::record::Recording::new((&m.name, &m.version), &settings, &request, &result);
-            recorder.record(&recording);
-        }
-        result
-    })
-    .await
-    .map_err(|e| Error::Join(e.to_string()))?;
+    let done = permit
+        .on_thread(move |permit| {
+            let result = permit.run(|| plugin.reconcile(&request));
+            if let Some((recorder, settings)) = record {
+                let m = plugin.metadata();
+                let recording =
+                    crate::record::Recording::new((&m.name, &m.version), &settings, &request, &result);
+                recorder.record(&recording);
+            }
+            result
+        })
+        .await
+        .map_err(|e| Error::Join(e.to_string()))?;
     timed(&name, "reconcile", start);
     Ok(done)
 }

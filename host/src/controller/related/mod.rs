@@ -296,7 +296,8 @@ async fn ask(
         .map_err(Failure::Deferred)?;
     let asking = plugin.plugin.clone();
     let start = std::time::Instant::now();
-    let answer = tokio::task::spawn_blocking(move || permit.run(|| asking.related(&asked)))
+    let answer = permit
+        .on_thread(move |permit| permit.run(|| asking.related(&asked)))
         .await
         .map_err(|e| Failure::Dispatch(DispatchError::Fatal(format!("related task failed: {e}"))))?;
     super::dispatch::timed(&plugin.plugin.metadata().name, "related", start);

@@ -25,8 +25,11 @@
 //! call in flight is still cheap waits for one of them to end instead. Objects refused hold the credit
 //! their calls will cost, in the order they were refused ([`line`]), so one spinning
 //! object does not starve its siblings.
+//!
+//! A call admitted runs on one of the plugin's [`threads`], one per core.
 
 mod line;
+pub mod threads;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -186,6 +189,8 @@ pub struct CpuBudget {
     ended: Arc<tokio::sync::Notify>,
     /// Where every charge is also counted, for operators (`capstan_wasm_cpu_seconds_total`).
     meter: Meter,
+    /// Where the plugin's calls run.
+    threads: threads::Threads,
 }
 
 /// A counter of CPU seconds charged.
@@ -212,6 +217,7 @@ impl CpuBudget {
             })),
             ended: Arc::new(tokio::sync::Notify::new()),
             meter: Meter::default(),
+            threads: threads::Threads::new(threads::per_core()),
         }
     }
 
@@ -266,6 +272,17 @@ impl CpuBudget {
 }
 
 impl Permit {
+    /// Run `work` (which makes the call with [`Permit::run`]) on one of the plugin's
+    /// [`threads`], after its calls waiting before. Dropped while it waits, the call is
+    /// not made; once on its thread it is, and charged, whatever becomes of the caller.
+    pub async fn on_thread<T: Send + 'static>(
+        self,
+        work: impl FnOnce(Permit) -> T + Send + 'static,
+    ) -> Result<T, threads::Lost> {
+        let threads = self.budget.threads.clone();
+        threads.run(move || work(self)).await
+    }
+
     /// Run the call on this thread (which runs nothing else meanwhile) and charge the CPU
     /// time it used; while it runs, what it has used so far counts against new calls.
     pub fn run<T>(self, call: impl FnOnce() -> T) -> T {
