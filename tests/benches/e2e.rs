@@ -897,14 +897,20 @@ async fn failover(plane: &Plane) -> Result<()> {
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let runtime = tokio::runtime::Runtime::new()?;
+    // The host's own runtime for the host it serves; the bench's for the rest.
+    let serving = args.iter().any(|a| a == "--serve");
+    let runtime = if serving {
+        capstan::host::runtime()?
+    } else {
+        tokio::runtime::Runtime::new()?
+    };
     let flag = |name: &str| {
         args.iter()
             .position(|a| a == name)
             .and_then(|j| args.get(j + 1))
             .with_context(|| format!("{name} VALUE"))
     };
-    if args.iter().any(|a| a == "--serve") {
+    if serving {
         let resync = Duration::from_secs(flag("--resync")?.parse()?);
         let key = match flag("--shard-key").map(String::as_str) {
             Ok("namespace") => ShardKey::Namespace,

@@ -188,7 +188,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     })?;
     let config = args.host_config();
     let limit = config.shutdown_timeout + RELEASE_TIMEOUT + Duration::from_secs(2);
-    let runtime = tokio::runtime::Runtime::new()?;
+    let runtime = crate::host::runtime()?;
     // Before loading, which may compile for a while: a host with no cluster to talk to
     // says so at once. kube's error already names every place it looked (its source
     // chain would say all of it again).

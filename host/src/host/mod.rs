@@ -16,7 +16,7 @@
 //!         ..HostConfig::default()
 //!     };
 //!     let host = Host::new(config, Engine::new(EngineConfig::default())?)?;
-//!     tokio::runtime::Runtime::new()?.block_on(async {
+//!     capstan::host::runtime()?.block_on(async {
 //!         let client = kube::Client::try_default().await?;
 //!         host.run(client, async {
 //!             let _ = tokio::signal::ctrl_c().await;
@@ -29,7 +29,9 @@
 mod follow;
 mod plugins;
 mod references;
+mod runtime;
 pub use crate::admission::options as entry_options;
+pub use runtime::{runtime, workers};
 mod sharded;
 
 use std::net::SocketAddr;
