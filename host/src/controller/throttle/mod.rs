@@ -12,19 +12,19 @@
 //! whole window; any other call sees only the window's last second, so a plugin whose
 //! calls run long is held exactly as a one-second bucket would hold it.
 //!
-//! Thread CPU time, not wall time: a call that waited for a pool slot, a blocking thread
-//! or a core — because other plugins were busy — is not charged for their work. And the
-//! calls in flight are bounded, not only the debt: a call may start only while the
-//! credit left covers every call already running — each counted at what it has used so
-//! far or its kind's recent cost, whichever is more — plus the new one. `related` and
-//! `reconcile` keep separate costs (a cheap `related` vouches for nothing), and a kind
-//! whose cost is not known yet runs one call at a time. So sixteen calls that each spin
-//! to their deadline cannot all start on one second's credit, nor can a plugin that was
-//! cheap so far start a burst once one of its calls runs long. An honest plugin's calls
-//! cost microseconds, and this bound never puts it off: a call it refuses while every
-//! call in flight is still cheap waits for one of them to end instead. Objects refused hold the credit
-//! their calls will cost, in the order they were refused ([`line`]), so one spinning
-//! object does not starve its siblings.
+//! Thread CPU time, not wall time: a call that waited for a pool slot, a blocking thread or
+//! a core — because other plugins were busy — is not charged for their work. And the calls
+//! in flight are bounded, not only the debt: a call may start only while the credit left
+//! covers every call already running — each counted at what it has used so far or its
+//! kind's recent cost, whichever is more — plus the new one. `related` and `reconcile` keep
+//! separate costs (a cheap `related` vouches for nothing), and a kind whose cost is not
+//! known yet runs one call at a time. So sixteen calls that each spin to their deadline
+//! cannot all start on one second's credit, nor can a plugin that was cheap so far start a
+//! burst once one of its calls runs long. An honest plugin's calls cost microseconds, and
+//! this bound never puts it off: a call it refuses while every call in flight is still
+//! cheap waits for one of them to end instead. Objects refused hold the credit their calls
+//! will cost, in the order they were refused ([`line`]), so one spinning object does not
+//! starve its siblings.
 //!
 //! A call admitted runs on one of the plugin's [`threads`], one per core.
 
