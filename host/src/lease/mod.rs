@@ -80,8 +80,18 @@ struct Term {
     /// the monotonic one since before the term is over ([`clock`]).
     renewed: Option<Renewal>,
     jump_limit: Option<Duration>,
-    /// The last term's last renewal: what work pinned to it times its fence by.
-    last_term: Option<Renewal>,
+    /// The term before this one: what work pinned to it reports as its fence.
+    last_term: LastTerm,
+}
+
+/// How the term before the current one ended, kept for the work pinned to it: a thawed
+/// process's renew loop may begin a new term before that work looks.
+#[derive(Clone, Copy, Debug, Default)]
+struct LastTerm {
+    /// When it ended (ran out, or its holder ended it).
+    end: Option<Instant>,
+    /// Its last renewal, to time that end by.
+    renewed: Option<Renewal>,
 }
 
 /// When a renewal started, by [`now`] and by the three clocks.
@@ -125,7 +135,7 @@ impl Tenure {
             always: true,
             renewed: None,
             jump_limit: None,
-            last_term: None,
+            last_term: LastTerm::default(),
         };
         Tenure {
             term: watch::channel(term).1,
@@ -192,8 +202,10 @@ impl Tenure {
         loop {
             let now = *term.borrow_and_update();
             let at = self::now();
-            if self.pinned.is_none_or(|g| g == now.generation) {
-                ends = now.until.or(now.ended);
+            match self.pinned {
+                Some(g) if g + 1 == now.generation => ends = ends.or(now.last_term.end),
+                Some(g) if g != now.generation => {}
+                _ => ends = now.until.or(now.ended),
             }
             if !self.held_in(&now, at) {
                 return ends.map_or(at, |e| e.min(at));
@@ -239,7 +251,7 @@ impl Tenure {
         let term = self.term.borrow();
         let renewal = match self.pinned {
             Some(g) if g == term.generation => term.renewed,
-            Some(g) if g + 1 == term.generation => term.last_term,
+            Some(g) if g + 1 == term.generation => term.last_term.renewed,
             Some(_) => None,
             None => term.renewed,
         };
@@ -277,7 +289,7 @@ impl Fence {
             always: false,
             renewed: None,
             jump_limit: None,
-            last_term: None,
+            last_term: LastTerm::default(),
         });
         let (stopping, stopping_rx) = watch::channel(false);
         let tenure = Tenure {
@@ -339,7 +351,10 @@ impl Fence {
             if !t.held_at(attempt) {
                 t.generation += 1;
                 t.ended = None;
-                t.last_term = t.renewed;
+                t.last_term = LastTerm {
+                    end: t.ended.or(t.until),
+                    renewed: t.renewed,
+                };
                 began = true;
             }
             t.until = Some(t.until.filter(|_| !began).map_or(until, |u| u.max(until)));

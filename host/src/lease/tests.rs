@@ -185,3 +185,27 @@ async fn a_fence_is_timed_from_its_own_terms_last_renewal() {
         tenure.pin().wall_at(Instant::now()) + Duration::from_secs(1),
     );
 }
+
+/// After a SIGSTOP the renew loop may run first and begin a new term before a reconcile
+/// pinned to the old one looks: that reconcile is fenced at its own term's end, not at the
+/// thaw.
+#[tokio::test(start_paused = true)]
+async fn work_thawed_after_a_new_term_began_is_fenced_at_its_own_terms_end() {
+    let (fence, tenure) = Fence::new(DEADLINE);
+    let start = Instant::now();
+    fence.renewed(start);
+    let term = tenure.pin();
+    let (thawed, thaw) = tokio::sync::oneshot::channel::<()>();
+    let work = term.within(thaw);
+    tokio::pin!(work);
+    assert!(futures::poll!(&mut work).is_pending());
+    tokio::time::advance(DEADLINE * 2).await;
+    assert!(
+        fence.renewed(Instant::now()),
+        "the renew loop began a new term first"
+    );
+    thawed.send(()).expect("work waiting");
+    let ended = work.await.map(|_| ()).expect_err("fenced");
+    assert_eq!(ended, start + DEADLINE);
+    assert_eq!(term.lost().await, start + DEADLINE);
+}
