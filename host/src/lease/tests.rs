@@ -131,18 +131,11 @@ async fn work_within_a_term_is_fenced_at_its_end_whoever_finishes_first() {
 #[tokio::test(start_paused = true)]
 async fn work_thawed_after_its_holder_ended_the_term_is_fenced_at_the_term_end() {
     let (fence, tenure) = Fence::new(DEADLINE);
-    let start = Instant::now();
-    fence.renewed(start);
-    let term = tenure.pin();
-    let (thawed, thaw) = tokio::sync::oneshot::channel::<()>();
-    let work = term.within(thaw);
-    tokio::pin!(work);
-    assert!(futures::poll!(&mut work).is_pending());
-    // Frozen past the term's end (the work is not polled); the renew loop wakes first.
-    tokio::time::advance(DEADLINE * 2).await;
-    assert!(!fence.end(), "the term had run out by itself");
-    thawed.send(()).expect("work waiting");
-    assert_eq!(work.await.map(|_| ()), Err(start + DEADLINE));
+    let (done, start, _) = thawed(&fence, &tenure, |fence| {
+        assert!(!fence.end(), "the term had run out by itself");
+    })
+    .await;
+    assert_eq!(done, Err(start + DEADLINE));
     // A term its holder ends early (the lease lost to another) ends then.
     fence.renewed(Instant::now());
     let term = tenure.pin();
@@ -192,20 +185,37 @@ async fn a_fence_is_timed_from_its_own_terms_last_renewal() {
 #[tokio::test(start_paused = true)]
 async fn work_thawed_after_a_new_term_began_is_fenced_at_its_own_terms_end() {
     let (fence, tenure) = Fence::new(DEADLINE);
+    let (done, start, term) = thawed(&fence, &tenure, |fence| {
+        assert!(
+            fence.renewed(Instant::now()),
+            "the renew loop began a new term first"
+        );
+    })
+    .await;
+    assert_eq!(done, Err(start + DEADLINE));
+    assert_eq!(term.lost().await, start + DEADLINE);
+}
+
+/// Work pinned to a term that began now, frozen past the term's end (not polled) while
+/// the renew loop wakes first and does `first`; what the work reports once thawed, when
+/// its term began, and the term.
+async fn thawed(
+    fence: &Fence,
+    tenure: &Tenure,
+    first: impl FnOnce(&Fence),
+) -> (Result<(), Instant>, Instant, Tenure) {
     let start = Instant::now();
     fence.renewed(start);
     let term = tenure.pin();
-    let (thawed, thaw) = tokio::sync::oneshot::channel::<()>();
-    let work = term.within(thaw);
-    tokio::pin!(work);
-    assert!(futures::poll!(&mut work).is_pending());
-    tokio::time::advance(DEADLINE * 2).await;
-    assert!(
-        fence.renewed(Instant::now()),
-        "the renew loop began a new term first"
-    );
-    thawed.send(()).expect("work waiting");
-    let ended = work.await.map(|_| ()).expect_err("fenced");
-    assert_eq!(ended, start + DEADLINE);
-    assert_eq!(term.lost().await, start + DEADLINE);
+    let done = {
+        let (thawed, thaw) = tokio::sync::oneshot::channel::<()>();
+        let work = term.within(thaw);
+        tokio::pin!(work);
+        assert!(futures::poll!(&mut work).is_pending());
+        tokio::time::advance(DEADLINE * 2).await;
+        first(fence);
+        thawed.send(()).expect("work waiting");
+        work.await.map(|_| ())
+    };
+    (done, start, term)
 }
