@@ -94,6 +94,14 @@ struct LastTerm {
     renewed: Option<Renewal>,
 }
 
+/// Which term a tenure follows, of those a [`Term`] knows of.
+enum Whose {
+    Current,
+    Last,
+    /// Before the last: nothing is known of it any more.
+    Older,
+}
+
 /// When a renewal started, by [`now`] and by the three clocks.
 #[derive(Clone, Copy, Debug)]
 struct Renewal {
@@ -145,7 +153,7 @@ impl Tenure {
     }
 
     fn held_in(&self, term: &Term, now: Instant) -> bool {
-        self.pinned.is_none_or(|g| g == term.generation) && term.held_at(now)
+        matches!(self.whose(term), Whose::Current) && term.held_at(now)
     }
 
     /// Whether a pinned term is over for good: a later term began, or the holder ended it.
@@ -155,6 +163,15 @@ impl Tenure {
     fn ended(&self, term: &Term) -> bool {
         self.pinned
             .is_some_and(|g| g != term.generation || term.until.is_none())
+    }
+
+    /// Which of the terms `term` knows of this tenure follows (unpinned: the current one).
+    fn whose(&self, term: &Term) -> Whose {
+        match self.pinned {
+            Some(g) if g + 1 == term.generation => Whose::Last,
+            Some(g) if g != term.generation => Whose::Older,
+            _ => Whose::Current,
+        }
     }
 
     /// Held right now.
@@ -202,10 +219,10 @@ impl Tenure {
         loop {
             let now = *term.borrow_and_update();
             let at = self::now();
-            match self.pinned {
-                Some(g) if g + 1 == now.generation => ends = ends.or(now.last_term.end),
-                Some(g) if g != now.generation => {}
-                _ => ends = now.until.or(now.ended),
+            match self.whose(&now) {
+                Whose::Current => ends = now.until.or(now.ended),
+                Whose::Last => ends = ends.or(now.last_term.end),
+                Whose::Older => {}
             }
             if !self.held_in(&now, at) {
                 return ends.map_or(at, |e| e.min(at));
@@ -249,11 +266,10 @@ impl Tenure {
     /// only at the start of that. Without a renewal to time it from, counted back from now.
     pub fn wall_at(&self, at: Instant) -> std::time::SystemTime {
         let term = self.term.borrow();
-        let renewal = match self.pinned {
-            Some(g) if g == term.generation => term.renewed,
-            Some(g) if g + 1 == term.generation => term.last_term.renewed,
-            Some(_) => None,
-            None => term.renewed,
+        let renewal = match self.whose(&term) {
+            Whose::Current => term.renewed,
+            Whose::Last => term.last_term.renewed,
+            Whose::Older => None,
         };
         match renewal {
             Some(r) if at >= r.at => r.clocks.wall() + (at - r.at),
