@@ -706,8 +706,15 @@ enum Floor {
     SameWrites,
 }
 
-/// Measure one floor for `n` parents, printed with the CPU it took; returns its seconds.
-async fn measure_floor(plane: &Plane, n: usize, which: Floor) -> Result<f64> {
+/// One floor as measured: its time, and the CPU its client (kube's, 16 writes at a time)
+/// spent on the `2n` writes and on any watches it kept.
+struct Measured {
+    seconds: f64,
+    client_cpu: f64,
+}
+
+/// Measure one floor for `n` parents, printed with the CPU it took.
+async fn measure_floor(plane: &Plane, n: usize, which: Floor) -> Result<Measured> {
     let label = match which {
         Floor::Raw => "floor",
         Floor::Watched => "watched floor",
@@ -750,7 +757,10 @@ async fn measure_floor(plane: &Plane, n: usize, which: Floor) -> Result<f64> {
         creates.as_secs_f64(),
         statuses.as_secs_f64()
     );
-    Ok(floor)
+    Ok(Measured {
+        seconds: floor,
+        client_cpu: bench_cpu,
+    })
 }
 
 /// What the host writes for each Echo in `namespace` before it has a Job: Echo's Job as
@@ -1064,11 +1074,14 @@ async fn one_size(plane: &Plane, modes: &[String], n: usize) -> Result<Vec<Round
             .find(|(mode, _)| *mode == m)
             .map(|(_, r)| r.statuses.as_secs_f64())
     };
-    let floor = measure_floor(plane, n, Floor::Raw).await?;
+    let raw = measure_floor(plane, n, Floor::Raw).await?;
     let watched = measure_floor(plane, n, Floor::Watched).await?;
     let same = measure_floor(plane, n, Floor::SameWrites).await?;
+    let (floor, same, client) = (raw.seconds, same.seconds, ClientFloor::of(&raw, &watched, &same, n));
+    let watched = watched.seconds;
     let mut rounds = Vec::new();
     for (mode, r) in &rows {
+        client.print(n, mode, &r.traffic, r.cpu * 1000.0 / n as f64);
         let time = r.statuses.as_secs_f64();
         println!(
             "N={n}: {mode}: time to all statuses / floor: {:.2}× (/ watched floor: {:.2}×, / floor of the same writes: {:.2}×)",
@@ -1092,6 +1105,40 @@ async fn one_size(plane: &Plane, modes: &[String], n: usize) -> Result<Vec<Round
         );
     }
     Ok(rounds)
+}
+
+/// What kube's client alone spends per parent, at the rate the floors measured: per write
+/// of the host's (the floor of the same writes' client CPU over its `2n` writes), and for
+/// the two watches (the watched floor's client CPU over the raw floor's). The host's CPU
+/// per parent can go no lower than this while its requests go through that client; the
+/// rest is its own (plugin calls, reconciles, caches).
+struct ClientFloor {
+    per_request_ms: f64,
+    watches_ms: f64,
+}
+
+impl ClientFloor {
+    fn of(raw: &Measured, watched: &Measured, same: &Measured, n: usize) -> ClientFloor {
+        let ms = |cpu: f64| cpu * 1000.0 / n as f64;
+        ClientFloor {
+            per_request_ms: ms(same.client_cpu) / 2.0,
+            watches_ms: ms(watched.client_cpu - raw.client_cpu).max(0.0),
+        }
+    }
+
+    /// Print it for one mode's run: its requests per parent as the API server counted
+    /// them, and the host's CPU per parent beside it.
+    fn print(&self, n: usize, mode: &str, traffic: &Traffic, host_ms: f64) {
+        let t = traffic;
+        let requests = t.children + t.status + t.parent + t.events + t.reads;
+        let client = requests * self.per_request_ms + self.watches_ms;
+        println!(
+            "N={n}: {mode}: kube's client alone at the floors' rate, for the host's {requests:.2} requests per Echo ({:.3} ms each) and its two watches ({:.3} ms): {client:.2} ms per Echo; the host's {host_ms:.2} ms leaves {:.2} ms its own",
+            self.per_request_ms,
+            self.watches_ms,
+            host_ms - client
+        );
+    }
 }
 
 /// Each figure's median over the rounds, with its range.
