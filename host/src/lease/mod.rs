@@ -165,6 +165,23 @@ impl Tenure {
             .is_some_and(|g| g != term.generation || term.until.is_none())
     }
 
+    /// When this tenure's term ends as things stand (its end, or when its holder ended
+    /// it), as far as `term` still knows it; `None` when held for good or forgotten.
+    fn ends_in(&self, term: &Term) -> Option<Instant> {
+        match self.whose(term) {
+            Whose::Current => term.until.or(term.ended),
+            Whose::Last => term.last_term.end,
+            Whose::Older => None,
+        }
+    }
+
+    /// When this (pinned) term ends as things stand: work that finished in it acted no
+    /// later, since nothing after its end reaches the API server. `None` when held for
+    /// good (no election) or two terms have begun since.
+    pub fn ends(&self) -> Option<Instant> {
+        self.ends_in(&self.term.borrow())
+    }
+
     /// Which of the terms `term` knows of this tenure follows (unpinned: the current one).
     fn whose(&self, term: &Term) -> Whose {
         match self.pinned {
@@ -219,11 +236,12 @@ impl Tenure {
         loop {
             let now = *term.borrow_and_update();
             let at = self::now();
-            match self.whose(&now) {
-                Whose::Current => ends = now.until.or(now.ended),
-                Whose::Last => ends = ends.or(now.last_term.end),
-                Whose::Older => {}
-            }
+            // The current term's end moves with each renewal; an earlier one's is fixed,
+            // and once forgotten (two terms on) the last one seen stands.
+            ends = match self.whose(&now) {
+                Whose::Current => self.ends_in(&now),
+                Whose::Last | Whose::Older => ends.or(self.ends_in(&now)),
+            };
             if !self.held_in(&now, at) {
                 return ends.map_or(at, |e| e.min(at));
             }
@@ -366,11 +384,11 @@ impl Fence {
         self.term.send_modify(|t| {
             if !t.held_at(attempt) {
                 t.generation += 1;
-                t.ended = None;
                 t.last_term = LastTerm {
                     end: t.ended.or(t.until),
                     renewed: t.renewed,
                 };
+                t.ended = None;
                 began = true;
             }
             t.until = Some(t.until.filter(|_| !began).map_or(until, |u| u.max(until)));

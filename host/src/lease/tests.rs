@@ -196,6 +196,45 @@ async fn work_thawed_after_a_new_term_began_is_fenced_at_its_own_terms_end() {
     assert_eq!(term.lost().await, start + DEADLINE);
 }
 
+/// A term its holder ended (the lease lost after a thaw) keeps that end for the work
+/// pinned to it once the process holds a new term; it was lost with the new term's start,
+/// and the work then looked fenced at whenever it looked.
+#[tokio::test(start_paused = true)]
+async fn a_term_its_holder_ended_keeps_its_end_once_the_next_begins() {
+    let (fence, tenure) = Fence::new(DEADLINE);
+    fence.renewed(Instant::now());
+    let term = tenure.pin();
+    tokio::time::advance(Duration::from_secs(3)).await;
+    let ended_at = Instant::now();
+    assert!(fence.end());
+    tokio::time::advance(Duration::from_secs(30)).await;
+    assert!(fence.renewed(Instant::now()), "a new term began");
+    assert_eq!(term.lost().await, ended_at);
+    assert_eq!(term.ends(), Some(ended_at));
+}
+
+/// What a finished reconcile reports as the latest it can have acted: its term's end as
+/// it stands — moved by renewals, fixed once the term is over — and nothing once two terms
+/// have begun since, or without an election.
+#[tokio::test(start_paused = true)]
+async fn a_terms_end_as_it_stands_bounds_the_work_in_it() {
+    let (fence, tenure) = Fence::new(DEADLINE);
+    let start = Instant::now();
+    fence.renewed(start);
+    let term = tenure.pin();
+    assert_eq!(term.ends(), Some(start + DEADLINE));
+    tokio::time::advance(Duration::from_secs(1)).await;
+    fence.renewed(Instant::now());
+    assert_eq!(term.ends(), Some(start + DEADLINE + Duration::from_secs(1)));
+    tokio::time::advance(DEADLINE * 2).await;
+    assert!(fence.renewed(Instant::now()), "the term ran out; a new one began");
+    assert_eq!(term.ends(), Some(start + DEADLINE + Duration::from_secs(1)));
+    tokio::time::advance(DEADLINE * 2).await;
+    assert!(fence.renewed(Instant::now()), "and another");
+    assert_eq!(term.ends(), None);
+    assert_eq!(Tenure::always().pin().ends(), None);
+}
+
 /// Work pinned to a term that began now, frozen past the term's end (not polled) while
 /// the renew loop wakes first and does `first`; what the work reports once thawed, when
 /// its term began, and the term.
