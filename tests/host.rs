@@ -305,7 +305,9 @@ pub fn reconciled_object(line: &serde_json::Value) -> Option<String> {
 
 /// `(object, start, end)` of every reconcile a host logged; one still running at the end
 /// of the log (a killed host) lasts until `ended`. A reconcile cancelled because its lease
-/// term ended (`fenced_at`) could act only until then: its writes after it are refused.
+/// term ended (`fenced_at`), or one that finished in a term since ended (`term_ends_at`,
+/// the term's end when it logged), could act only until then: its writes after it are
+/// refused.
 pub fn reconciles(
     host: &Host,
     ended: k8s_openapi::jiff::Timestamp,
@@ -320,9 +322,13 @@ pub fn reconciles(
         match line["message"].as_str() {
             Some("reconcile started") => open.entry(object).or_default().push(at),
             Some("reconcile finished") => {
-                let fenced: Option<k8s_openapi::jiff::Timestamp> =
-                    line["fenced_at"].as_str().and_then(|t| t.parse().ok());
-                let end = fenced.map_or(at, |f| f.min(at));
+                let bound = |field: &str| -> Option<k8s_openapi::jiff::Timestamp> {
+                    line[field].as_str().and_then(|t| t.parse().ok())
+                };
+                let end = [bound("fenced_at"), bound("term_ends_at")]
+                    .into_iter()
+                    .flatten()
+                    .fold(at, std::cmp::min);
                 if let Some(start) = open.get_mut(&object).and_then(|s| s.pop()) {
                     done.push((object, start, end.max(start)));
                 }

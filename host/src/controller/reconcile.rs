@@ -70,15 +70,20 @@ async fn reconcile_one(parent: Arc<Compact>, shared: Arc<Shared>) -> Result<Acti
         drop(busy);
         shared.queue.done(dequeued);
         shared.sink.finished(&name, &object, &result);
+        let wall = |at| k8s_openapi::jiff::Timestamp::try_from(term.wall_at(at)).unwrap_or_default();
         let result = match result {
+            // Nothing it did after its term's end reached the API server, so that end (as it
+            // stands now) is said too: a pause (SIGSTOP) between the work's end and this
+            // line would otherwise date the work at the thaw.
             Ok(r) => {
-                tracing::debug!("reconcile finished");
+                match term.ends() {
+                    Some(end) => tracing::debug!(term_ends_at = %wall(end), "reconcile finished"),
+                    None => tracing::debug!("reconcile finished"),
+                }
                 Some(r)
             }
             Err(ended) => {
-                // Nothing it did after its term ended reached the API server.
-                let fenced_at = k8s_openapi::jiff::Timestamp::try_from(term.wall_at(ended));
-                tracing::debug!(fenced_at = %fenced_at.unwrap_or_default(), "reconcile finished");
+                tracing::debug!(fenced_at = %wall(ended), "reconcile finished");
                 None
             }
         };
