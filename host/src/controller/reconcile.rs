@@ -76,10 +76,10 @@ async fn reconcile_one(parent: Arc<Compact>, shared: Arc<Shared>) -> Result<Acti
             // stands now) is said too: a pause (SIGSTOP) between the work's end and this
             // line would otherwise date the work at the thaw.
             Ok(r) => {
-                match term.ends() {
-                    Some(end) => tracing::debug!(term_ends_at = %wall(end), "reconcile finished"),
-                    None => tracing::debug!("reconcile finished"),
-                }
+                tracing::debug!(
+                    term_ends_at = term.ends().map(|end| tracing::field::display(wall(end))),
+                    "reconcile finished"
+                );
                 Some(r)
             }
             Err(ended) => {
