@@ -1077,12 +1077,8 @@ async fn one_size(plane: &Plane, modes: &[String], n: usize) -> Result<Vec<Round
     let raw = measure_floor(plane, n, Floor::Raw).await?;
     let watched = measure_floor(plane, n, Floor::Watched).await?;
     let same = measure_floor(plane, n, Floor::SameWrites).await?;
-    let (floor, same, client) = (
-        raw.seconds,
-        same.seconds,
-        ClientFloor::of(&raw, &watched, &same, n),
-    );
-    let watched = watched.seconds;
+    let client = ClientFloor::of(&raw, &watched, &same, n);
+    let (floor, watched, same) = (raw.seconds, watched.seconds, same.seconds);
     let mut rounds = Vec::new();
     for (mode, r) in &rows {
         client.print(n, mode, &r.traffic, r.cpu * 1000.0 / n as f64);
